@@ -1,0 +1,23 @@
+# `make demo` and `make test` work from a fresh clone: they create .venv and install everything.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned: the CPU build on this machine; an unpinned torch would pull CUDA wheels.
+	$(BIN)/pip install --quiet -c constraints.txt torch
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,postgres]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/yt8m demo --output_dir demo_output
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo_output

@@ -1,0 +1,216 @@
+"""Typed configuration: one flat dataclass per command, filled from YAML files and CLI flags.
+
+Flag names and defaults follow the YouTube-8M starter code, so an old command line pastes as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class DataConfig:
+    """How records are read and decoded; shared by train, eval and predict."""
+
+    feature_names: str = _f("mean_rgb", "Comma-separated feature names, concatenated in this order.")
+    feature_sizes: str = _f("1024", "Comma-separated sizes of the features in --feature_names.")
+    frame_features: bool = _f(False, "Read frame-level SequenceExamples instead of video-level Examples.")
+    max_frames: int = _f(300, "Frame-level: keep at most this many frames per video.")
+    num_classes: int = _f(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).")
+    num_readers: int = _f(8, "DataLoader worker processes reading the shards.")
+    skip_corrupt: bool = _f(False, "Skip the rest of a shard after a corrupt record (with a warning) instead of failing.")
+
+
+@dataclass
+class ModelConfig:
+    """The model and its hyper-parameters (starter-kit flag names and defaults)."""
+
+    model: str = _f("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.")
+    l2_penalty: float = _f(1e-8, "L2 weight of the model's classifier weights.")
+    moe_num_mixtures: int = _f(2, "MoeModel: number of experts per class (plus one dummy expert).")
+    iterations: int = _f(30, "DbofModel: number of frames sampled per video.")
+    sample_random_frames: bool = _f(True, "DbofModel: sample random frames (else a random contiguous run).")
+    dbof_cluster_size: int = _f(8192, "DbofModel: number of units in the cluster layer.")
+    dbof_hidden_size: int = _f(1024, "DbofModel: number of units in the hidden layer.")
+    dbof_add_batch_norm: bool = _f(True, "DbofModel: add batch normalization layers.")
+    dbof_pooling_method: str = _f("max", "DbofModel: frame pooling, 'max' or 'average'.")
+    video_level_classifier_model: str = _f("MoeModel", "Frame models: the video-level classifier on top.")
+    lstm_cells: int = _f(1024, "LstmModel: units per LSTM layer.")
+    lstm_layers: int = _f(2, "LstmModel: number of stacked LSTM layers.")
+
+
+@dataclass
+class TrainConfig(ModelConfig, DataConfig):
+    """Everything `yt8m train` needs."""
+
+    train_data_pattern: str = _f("", "File glob(s) of training shards; comma-separated for several.")
+    train_dir: str = _f("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.")
+    label_loss: str = _f("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.")
+    regularization_penalty: float = _f(1.0, "Weight of the models' L2 penalties in the loss.")
+    batch_size: int = _f(1024, "Examples per training step (per process when distributed).")
+    base_learning_rate: float = _f(0.01, "Initial learning rate.")
+    learning_rate_decay: float = _f(0.95, "Learning rate multiplier per --learning_rate_decay_examples.")
+    learning_rate_decay_examples: int = _f(4000000, "Examples between learning-rate decays (staircase).")
+    num_epochs: int = _f(5, "Passes over the training data.")
+    max_steps: Optional[int] = _f(None, "Stop after this many steps (None: after --num_epochs).")
+    optimizer: str = _f("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).")
+    clip_gradient_norm: float = _f(1.0, "Clip the global gradient norm to this (0 disables).")
+    export_model_steps: int = _f(1000, "Write a checkpoint every this many steps.")
+    keep_checkpoints: int = _f(5, "Keep only the newest N periodic checkpoints.")
+    start_new_model: bool = _f(False, "Delete the train dir's checkpoints and start from scratch.")
+    shuffle_buffer: int = _f(10000, "Records held in the shuffle buffer of each reader.")
+    cache_in_memory: bool = _f(False, "Video-level: hold the decoded training set in RAM after the first epoch.")
+    seed: int = _f(0, "Seed for initialization, shuffling and sampling.")
+    device: str = _f("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+    mixed_precision: bool = _f(False, "CUDA: train with bfloat16/float16 autocast.")
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _field_type(cls: type, name: str) -> type:
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
+    if value is None:
+        return None
+    kind = _field_type(cls, name)
+    try:
+        if kind is bool:
+            return parse_bool(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind is float:
+            return float(value)
+        if kind is str:
+            return str(value)
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
+        raise ValueError(f"{source}: field '{name}' expects {kind.__name__}, got {value!r}") from err
+    return value
+
+
+def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+    """Build `cls` from a mapping, naming every unknown or ill-typed field in one error."""
+    known = set(field_names(cls))
+    unknown = sorted(set(values) - known)
+    problems = [f"{source}: unknown field '{k}'" for k in unknown]
+    coerced = {}
+    for key, value in values.items():
+        if key in known:
+            try:
+                coerced[key] = _coerce(cls, key, value, source)
+            except ValueError as err:
+                problems.append(str(err))
+    if problems:
+        raise ValueError("\n".join(problems))
+    return cls(**coerced)
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config file not found: {path}")
+    with open(path) as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must hold a mapping of field: value")
+    return data
+
+
+def save_config(config: Any, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        yaml.safe_dump(dataclasses.asdict(config), fh, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def load_config(cls: type[T], path: str) -> T:
+    return config_from_dict(cls, load_yaml(path), source=path)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one `--name` flag per field; booleans also take `--noname` and `--name=false`.
+
+    Defaults are suppressed so that `parse_config` can tell which flags were given.
+    """
+    for f in dataclasses.fields(cls):
+        kind = _field_type(cls, f.name)
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
+        if kind is bool:
+            parser.add_argument(f"--{f.name}", nargs="?", const=True, type=parse_bool,
+                                default=argparse.SUPPRESS, metavar="BOOL", help=help_text)
+            parser.add_argument(f"--no{f.name}", dest=f.name, action="store_false",
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS, help=help_text)
+
+
+def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, metavar="FILE.yaml",
+                        help="YAML file with the same field names as the flags; flags override it.")
+
+
+def parse_config(cls: type[T], args: argparse.Namespace) -> tuple[T, set[str]]:
+    """Resolve a config from `--config FILE.yaml` and the flags given; flags win.
+
+    Returns the config and the names of the fields set explicitly (by file or flag).
+    """
+    values: dict[str, Any] = {}
+    file_path = getattr(args, "config", None)
+    if file_path:
+        values.update(load_yaml(file_path))
+    names = set(field_names(cls))
+    flags = {k: v for k, v in vars(args).items() if k in names}
+    values.update(flags)
+    return config_from_dict(cls, values, source=file_path or "flags"), set(values)
+
+
+def split_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def feature_layout(config: DataConfig) -> tuple[list[str], list[int]]:
+    """The feature names and sizes, checked to pair up."""
+    names = split_list(config.feature_names)
+    try:
+        sizes = [int(s) for s in split_list(config.feature_sizes)]
+    except ValueError as err:
+        raise ValueError(f"--feature_sizes must be comma-separated integers, got {config.feature_sizes!r}") from err
+    if len(names) != len(sizes) or not names:
+        raise ValueError(
+            f"--feature_names ({config.feature_names!r}) and --feature_sizes ({config.feature_sizes!r}) "
+            "must list the same number of entries")
+    return names, sizes
