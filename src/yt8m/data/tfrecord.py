@@ -1,0 +1,186 @@
+"""TFRecord framing: read and write record streams with verified masked CRC-32C, plain or GZIP.
+
+Paths go through fsspec (local, gs://, s3://, memory://); patterns may be comma-separated globs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import struct
+from typing import BinaryIO, Callable, Iterator, Optional
+
+import crc32c
+import fsspec
+
+logger = logging.getLogger(__name__)
+
+HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
+FOOTER_SIZE = 4  # uint32 masked CRC of the payload
+_MASK_DELTA = 0xA282EAD8
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK_SIZE = 4 << 20
+_LENGTH_HEADER = struct.Struct("<QI")
+_UINT32 = struct.Struct("<I")
+_UINT64 = struct.Struct("<Q")
+
+
+class CorruptRecordError(ValueError):
+    """A record whose CRC does not match or that ends early; `offset` is TensorFlow's for the same error."""
+
+    def __init__(self, path: str, offset: int, problem: str, detail: str = ""):
+        self.path = path
+        self.offset = offset
+        self.problem = problem
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(f"{path}: {problem} at {offset}{suffix}")
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _has_glob(part: str) -> bool:
+    return any(ch in part for ch in "*?[")
+
+
+def _expand_one(glob: str) -> list[str]:
+    fs, stripped = fsspec.core.url_to_fs(glob)
+    if _has_glob(stripped):
+        found = [path for path, info in fs.glob(stripped, detail=True).items() if info.get("type") == "file"]
+    else:
+        found = [stripped] if fs.isfile(stripped) else []
+    is_local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    return [path if is_local else fs.unstrip_protocol(path) for path in found]
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """All files matched by a comma-separated list of paths or globs, sorted and without repeats.
+
+    Raises ValueError naming the glob when one of them matches nothing, so a typo never reads less data.
+    """
+    globs = [part.strip() for part in pattern.split(",") if part.strip()]
+    if not globs:
+        raise ValueError(f"empty file pattern {pattern!r}")
+    paths: set[str] = set()
+    for glob in globs:
+        found = _expand_one(glob)
+        if not found:
+            where = "" if glob == pattern.strip() else f" (in pattern {pattern!r})"
+            raise ValueError(f"no files match {glob!r}{where}")
+        paths.update(found)
+    return sorted(paths)
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+    """Up to `size` bytes; fewer only at the end of the stream (some file objects return short reads)."""
+    parts = []
+    while size > 0:
+        part = stream.read(size)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
+
+
+def _is_plain_tfrecord(head: bytes) -> bool:
+    if len(head) < HEADER_SIZE:
+        return False
+    length_crc = _UINT32.unpack_from(head, 8)[0]
+    return masked_crc32c(head[:8]) == length_crc
+
+
+def _record_stream(raw: BinaryIO) -> BinaryIO:
+    """The uncompressed record stream: GZIP is recognized by its magic bytes, whatever the file's name.
+
+    A plain file whose first length happens to start with the GZIP magic is told apart by its valid length CRC.
+    """
+    head = raw.read(HEADER_SIZE)
+    raw.seek(0)
+    if head[:2] == _GZIP_MAGIC and not _is_plain_tfrecord(head):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw
+
+
+def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+    buf = b""
+    pos = 0
+    base = 0  # stream offset of buf[0]
+
+    def refill(needed: int) -> bool:
+        nonlocal buf, pos, base
+        more = _read_exactly(stream, max(_CHUNK_SIZE, needed - (len(buf) - pos)))
+        base += pos
+        buf = buf[pos:] + more if pos < len(buf) else more
+        pos = 0
+        return len(buf) >= needed
+
+    while True:
+        if len(buf) - pos < HEADER_SIZE and not refill(HEADER_SIZE):
+            if len(buf) == pos:
+                return
+            raise CorruptRecordError(path, base + pos, "truncated record",
+                                     f"{len(buf) - pos} bytes left, a record header takes {HEADER_SIZE}")
+        length, length_crc = _LENGTH_HEADER.unpack_from(buf, pos)
+        if masked_crc32c(buf[pos:pos + 8]) != length_crc:
+            raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
+        end = pos + HEADER_SIZE + length + FOOTER_SIZE
+        if end > len(buf) and not refill(end - pos):
+            raise CorruptRecordError(path, base + pos, "truncated record",
+                                     f"payload of {length} bytes, {len(buf) - pos - HEADER_SIZE} left in the file")
+        end = pos + HEADER_SIZE + length
+        payload = buf[pos + HEADER_SIZE:end]
+        if masked_crc32c(payload) != _UINT32.unpack_from(buf, end)[0]:
+            raise CorruptRecordError(path, base + pos + HEADER_SIZE, "corrupted record",
+                                     f"payload CRC mismatch in the record starting at {base + pos}")
+        yield base + pos, payload
+        pos = end + FOOTER_SIZE
+
+
+def read_records(path: str, skip_corrupt: bool = False,
+                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (byte offset of the record in the uncompressed stream, payload) for each record of one file.
+
+    A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
+    `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
+    """
+    with fsspec.open(path, "rb") as raw:
+        stream = _record_stream(raw)
+        try:
+            yield from _scan_records(stream, path)
+        except CorruptRecordError as err:
+            if not skip_corrupt:
+                raise
+            logger.warning("%s; skipping the rest of this file", err)
+            if on_corrupt is not None:
+                on_corrupt(err)
+
+
+class TFRecordWriter:
+    """Write records with TensorFlow's framing; `compression="GZIP"` compresses the whole stream."""
+
+    def __init__(self, path: str, compression: Optional[str] = None):
+        kind = (compression or "NONE").upper()
+        if kind not in ("NONE", "GZIP"):
+            raise ValueError(f"compression must be None or 'GZIP', got {compression!r}")
+        self.path = path
+        self._file = fsspec.open(path, "wb").open()
+        self._stream: BinaryIO = gzip.GzipFile(fileobj=self._file, mode="wb") if kind == "GZIP" else self._file
+
+    def write(self, payload: bytes) -> None:
+        length = _UINT64.pack(len(payload))
+        self._stream.write(b"".join((length, _UINT32.pack(masked_crc32c(length)),
+                                     payload, _UINT32.pack(masked_crc32c(payload)))))
+
+    def close(self) -> None:
+        if self._stream is not self._file:
+            self._stream.close()
+        self._file.close()
+
+    def __enter__(self) -> "TFRecordWriter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,39 @@
+"""Shared test paths: the fixture and real-data folders beside the repository (../shared)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "yt8m"
+REALDATA = SHARED / "realdata"
+
+
+def load_sidecar(path: Path) -> dict:
+    """The JSON sidecar that states what a fixture file holds."""
+    with open(f"{path}.json") as fh:
+        return json.load(fh)
+
+
+def as_float32(values: list) -> np.ndarray:
+    """Sidecar floats are shortest decimals of float32 values: parse as double, then cast (README)."""
+    return np.asarray(values, dtype=np.float64).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.skip(f"fixtures not found at {FIXTURES}")
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def realdata_dir() -> Path:
+    if not REALDATA.is_dir():
+        pytest.skip(f"real data not found at {REALDATA}")
+    return REALDATA

@@ -1,0 +1,142 @@
+"""Tests of TFRecord framing: fixture offsets, GZIP detection, corrupt files, globs, write-read round trips."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import uuid
+
+import fsspec
+import pytest
+
+from conftest import load_sidecar
+from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern, read_records
+
+VALID_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
+               "video_2017/train00.tfrecord", "video_gzip/train00.tfrecord.gz",
+               "frame/train00.tfrecord", "frame/train01.tfrecord",
+               "segment/validate00.tfrecord", "segment/validate01.tfrecord"]
+CORRUPT_FILES = ["corrupt/video_bad_data_crc.tfrecord", "corrupt/video_bad_length_crc.tfrecord",
+                 "corrupt/video_truncated.tfrecord"]
+
+
+@pytest.mark.parametrize("name", VALID_FILES)
+def test_record_offsets_and_lengths_match_sidecar(fixtures_dir, name):
+    sidecar = load_sidecar(fixtures_dir / name)
+    found = [(offset, len(payload)) for offset, payload in read_records(str(fixtures_dir / name))]
+    assert found == [(r["offset"], r["length"]) for r in sidecar["records"]]
+
+
+@pytest.mark.parametrize("name", CORRUPT_FILES)
+def test_corrupt_file_fails_where_tensorflow_does(fixtures_dir, name):
+    path = str(fixtures_dir / name)
+    corruption = load_sidecar(fixtures_dir / name)["corruption"]
+    tf_problem, tf_offset = re.search(r"(corrupted|truncated) record at (\d+)", corruption["tf_error"]).groups()
+    read = []
+    with pytest.raises(CorruptRecordError) as caught:
+        for offset, _ in read_records(path):
+            read.append(offset)
+    assert len(read) == corruption["tf_records_read_before_error"]
+    assert caught.value.offset == int(tf_offset)
+    assert caught.value.path == path
+    assert path in str(caught.value) and f"{tf_problem} record at {tf_offset}" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", CORRUPT_FILES)
+def test_skip_corrupt_keeps_intact_records_and_reports(fixtures_dir, name, caplog):
+    path = str(fixtures_dir / name)
+    sidecar = load_sidecar(fixtures_dir / name)
+    skipped = []
+    with caplog.at_level(logging.WARNING):
+        offsets = [offset for offset, _ in read_records(path, skip_corrupt=True, on_corrupt=skipped.append)]
+    intact = sidecar["records"][:sidecar["corruption"]["bad_record_index"]]
+    assert offsets == [r["offset"] for r in intact]
+    assert len(skipped) == 1 and skipped[0].path == path
+    assert any(path in rec.getMessage() and "skipping" in rec.getMessage() for rec in caplog.records)
+
+
+def write_records(path: str, payloads: list[bytes], compression=None) -> None:
+    with TFRecordWriter(path, compression=compression) as writer:
+        for payload in payloads:
+            writer.write(payload)
+
+
+PAYLOADS = [b"", b"a", bytes(range(256)) * 40, b"\x1f\x8b" * 9]
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+@pytest.mark.parametrize("name", ["plain.tfrecord", "named.gz"])
+def test_write_then_read_local(tmp_path, compression, name):
+    path = str(tmp_path / name)
+    write_records(path, PAYLOADS, compression)
+    assert [payload for _, payload in read_records(path)] == PAYLOADS
+    with open(path, "rb") as fh:
+        assert (fh.read(2) == b"\x1f\x8b") == (compression == "GZIP")
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_write_then_read_memory_filesystem(compression):
+    root = f"memory://tfrecord-{uuid.uuid4().hex}"
+    for shard in range(3):
+        write_records(f"{root}/part-{shard}.tfrecord", [b"shard %d" % shard], compression)
+    paths = expand_pattern(f"{root}/part-*.tfrecord")
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["part-0.tfrecord", "part-1.tfrecord", "part-2.tfrecord"]
+    assert [payload for p in paths for _, payload in read_records(p)] == [b"shard 0", b"shard 1", b"shard 2"]
+
+
+def test_plain_file_starting_like_gzip_is_read_plain(tmp_path):
+    # A first record of 0x8b1f bytes puts the GZIP magic at the start of a plain file.
+    payloads = [b"x" * 0x8B1F, b"y"]
+    path = str(tmp_path / "magic.tfrecord")
+    write_records(path, payloads)
+    with open(path, "rb") as fh:
+        assert fh.read(2) == b"\x1f\x8b"
+    assert [payload for _, payload in read_records(path)] == payloads
+
+
+def test_gzip_detected_from_content_not_name(fixtures_dir, tmp_path):
+    renamed = tmp_path / "no_suffix.tfrecord"
+    shutil.copy(fixtures_dir / "video_gzip/train00.tfrecord.gz", renamed)
+    assert sum(1 for _ in read_records(str(renamed))) == 50
+
+
+def test_truncated_inside_a_header(tmp_path):
+    path = tmp_path / "short.tfrecord"
+    write_records(str(path), [b"first", b"second"])
+    data = path.read_bytes()
+    path.write_bytes(data[:12 + 5 + 4 + 7])
+    with pytest.raises(CorruptRecordError, match=r"truncated record at 21"):
+        list(read_records(str(path)))
+
+
+def test_expand_pattern_comma_separated_sorted_unique(fixtures_dir):
+    video = fixtures_dir / "video"
+    paths = expand_pattern(f"{video}/train02.tfrecord, {video}/train0[01].tfrecord,{video}/*.tfrecord")
+    assert paths == [str(video / f"train0{i}.tfrecord") for i in range(3)]
+
+
+def test_expand_pattern_empty_glob_names_it(fixtures_dir):
+    missing = f"{fixtures_dir}/video/nothing*.tfrecord"
+    with pytest.raises(ValueError, match=re.escape(missing)):
+        expand_pattern(f"{fixtures_dir}/video/*.tfrecord,{missing}")
+    with pytest.raises(ValueError, match="nothing_here"):
+        expand_pattern("memory://nothing_here/*.tfrecord")
+
+
+def test_expand_pattern_ignores_directories(tmp_path):
+    (tmp_path / "dir.tfrecord").mkdir()
+    (tmp_path / "a.tfrecord").write_bytes(b"")
+    assert expand_pattern(str(tmp_path / "*.tfrecord")) == [str(tmp_path / "a.tfrecord")]
+
+
+def test_writer_rejects_unknown_compression(tmp_path):
+    with pytest.raises(ValueError, match="ZLIB"):
+        TFRecordWriter(str(tmp_path / "x"), compression="ZLIB")
+
+
+def test_writer_adds_only_the_framing():
+    path = f"memory://raw-{uuid.uuid4().hex}/one.tfrecord"
+    write_records(path, [b"payload"])
+    with fsspec.open(path, "rb") as fh:
+        assert len(fh.read()) == 12 + 7 + 4
