@@ -77,6 +77,41 @@ class TrainConfig(ModelConfig, DataConfig):
     seed: int = _f(0, "Seed for initialization, shuffling and sampling.")
     device: str = _f("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
     mixed_precision: bool = _f(False, "CUDA: train with bfloat16/float16 autocast.")
+    log_every_steps: int = _f(1, "Log the step's loss and examples/s every this many steps.")
+    metrics_every_steps: int = _f(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.")
+
+
+# The fields that define what a checkpoint's model is: resuming, evaluating or predicting with other
+# values would load weights into a different network or score a different task.
+MODEL_IDENTITY_FIELDS = ("model", "feature_names", "feature_sizes", "frame_features", "num_classes", "label_loss")
+
+
+@dataclass
+class EvalConfig(ModelConfig, DataConfig):
+    """Everything `yt8m eval` needs; model and data fields not given are read from the train dir."""
+
+    eval_data_pattern: str = _f("", "File glob(s) of the shards to evaluate on; comma-separated for several.")
+    train_dir: str = _f("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.")
+    label_loss: str = _f("CrossEntropyLoss", "Loss reported in the metrics (default: the train dir's).")
+    run_once: bool = _f(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
+    top_k: int = _f(20, "Predictions per video counted by GAP.")
+    batch_size: int = _f(1024, "Examples per evaluation batch.")
+    poll_interval_secs: float = _f(10.0, "Watch mode: seconds between looks for a new checkpoint.")
+    device: str = _f("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+
+
+@dataclass
+class PredictConfig:
+    """Everything `yt8m predict` needs; features and model come from the train dir's checkpoint."""
+
+    input_data_pattern: str = _f("", "File glob(s) of the shards to predict; labels are not needed.")
+    train_dir: str = _f("", "The train dir whose latest checkpoint predicts.")
+    output_file: str = _f("", "The Kaggle CSV to write (VideoId,LabelConfidencePairs).")
+    top_k: int = _f(20, "Predictions written per video.")
+    batch_size: int = _f(8192, "Examples per prediction batch.")
+    num_readers: int = _f(1, "DataLoader worker processes reading the shards.")
+    skip_corrupt: bool = _f(False, "Skip the rest of a shard after a corrupt record instead of failing.")
+    device: str = _f("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
 
 
 def field_names(cls: type) -> list[str]:

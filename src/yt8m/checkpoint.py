@@ -1,0 +1,157 @@
+"""Training checkpoints: atomic writes, the newest N kept, a marker for the final one, safe loading.
+
+Everything stored is loadable with `torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import re
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout
+
+CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
+FINAL_MARKER = "final"
+_NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
+
+
+def checkpoint_dir(train_dir: str) -> str:
+    return os.path.join(train_dir, "checkpoints")
+
+
+def checkpoint_path(train_dir: str, step: int) -> str:
+    return os.path.join(checkpoint_dir(train_dir), f"ckpt-{step:08d}.pt")
+
+
+def list_checkpoints(train_dir: str) -> list[tuple[int, str]]:
+    """(step, path) of every checkpoint in the train dir, oldest first."""
+    directory = checkpoint_dir(train_dir)
+    if not os.path.isdir(directory):
+        return []
+    found = []
+    for name in os.listdir(directory):
+        match = _NAME.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(train_dir: str) -> Optional[str]:
+    checkpoints = list_checkpoints(train_dir)
+    return checkpoints[-1][1] if checkpoints else None
+
+
+def final_checkpoint(train_dir: str) -> Optional[str]:
+    """The checkpoint a finished run marked as its last, or None while training goes on."""
+    marker = os.path.join(checkpoint_dir(train_dir), FINAL_MARKER)
+    if not os.path.exists(marker):
+        return None
+    with open(marker) as fh:
+        return os.path.join(checkpoint_dir(train_dir), fh.read().strip())
+
+
+def clear_final_marker(train_dir: str) -> None:
+    marker = os.path.join(checkpoint_dir(train_dir), FINAL_MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)
+
+
+def save_checkpoint(train_dir: str, payload: dict[str, Any], step: int, keep: int, final: bool = False) -> str:
+    """Write ckpt-<step>.pt atomically, keep the newest `keep`, and mark it final when asked.
+
+    Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary
+    name in the same directory and renamed into place.
+    """
+    path = checkpoint_path(train_dir, step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
+    os.replace(tmp, path)
+    for _, old in list_checkpoints(train_dir)[:-max(keep, 1)]:
+        os.remove(old)
+    if final:
+        _write_atomically(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER), os.path.basename(path))
+    return path
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises several types for truncated or foreign files
+        raise ValueError(f"{path}: not a readable yt8m checkpoint ({err})") from err
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not a yt8m checkpoint (expected format {CHECKPOINT_FORMAT!r})")
+    return payload
+
+
+def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
+    return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)")
+
+
+def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, TrainConfig, int]:
+    """The checkpoint's model with its weights, in eval mode, plus its training config and step."""
+    payload = load_checkpoint(path, map_location=device)
+    config = checkpoint_config(payload, path)
+    model = create_model_for(config)
+    model.load_state_dict(payload["model"])
+    model.to(device).eval()
+    return model, config, int(payload["step"])
+
+
+def create_model_for(config: TrainConfig) -> torch.nn.Module:
+    """The model a config describes (all model fields passed; each model takes the ones it uses)."""
+    from yt8m.models import create_model
+
+    _, sizes = feature_layout(config)
+    hparams = {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig) if f.name != "model"}
+    return create_model(config.model, sum(sizes), config.num_classes, **hparams)
+
+
+def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:
+    """(name, old value, new value) of each named config field that differs; feature lists compare as lists."""
+    def comparable(config: Any, name: str) -> Any:
+        if name in ("feature_names", "feature_sizes"):
+            return feature_layout(config)[0 if name == "feature_names" else 1]
+        return getattr(config, name)
+
+    return [(name, getattr(old, name), getattr(new, name))
+            for name in names if comparable(old, name) != comparable(new, name)]
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Every RNG a training step may draw from, as tensors and plain lists."""
+    version, internal, gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": [np_name, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_has_gauss), float(np_gauss)],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
+    np.random.set_state((np_name, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
