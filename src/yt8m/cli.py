@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("yt8m.evaluate:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
     "predict": ("yt8m.predict:main", "Write a Kaggle CSV of top-k predictions (starter-kit inference.py flags)."),
     "demo": ("yt8m.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
+    "tune": ("yt8m.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
+    "tune-report": ("yt8m.tune:report_main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
 
 
