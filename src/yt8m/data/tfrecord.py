@@ -19,7 +19,7 @@ HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the payload
 _MASK_DELTA = 0xA282EAD8
 _GZIP_MAGIC = b"\x1f\x8b"
-_CHUNK_SIZE = 4 << 20
+_CHUNK_SIZE = 1 << 20
 _LENGTH_HEADER = struct.Struct("<QI")
 _UINT32 = struct.Struct("<I")
 _UINT64 = struct.Struct("<Q")
@@ -73,18 +73,6 @@ def expand_pattern(pattern: str) -> list[str]:
     return sorted(paths)
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    """Up to `size` bytes; fewer only at the end of the stream (some file objects return short reads)."""
-    parts = []
-    while size > 0:
-        part = stream.read(size)
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts)
-
-
 def _is_plain_tfrecord(head: bytes) -> bool:
     if len(head) < HEADER_SIZE:
         return False
@@ -104,35 +92,52 @@ def _record_stream(raw: BinaryIO) -> BinaryIO:
     return raw
 
 
+def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int) -> tuple[memoryview, int]:
+    """Move the unread bytes view[pos:fill] to the front and read more, until `needed` bytes or the end.
+
+    Reading into one reused buffer avoids allocating (and page-faulting) a fresh chunk per read.
+    """
+    tail = bytes(view[pos:fill])
+    if needed > len(view):
+        view = memoryview(bytearray(max(needed, 2 * len(view))))
+    view[:len(tail)] = tail
+    fill = len(tail)
+    while fill < needed:
+        count = stream.readinto(view[fill:])
+        if not count:
+            break
+        fill += count
+    return view, fill
+
+
 def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
-    buf = b""
-    pos = 0
-    base = 0  # stream offset of buf[0]
-
-    def refill(needed: int) -> bool:
-        nonlocal buf, pos, base
-        more = _read_exactly(stream, max(_CHUNK_SIZE, needed - (len(buf) - pos)))
-        base += pos
-        buf = buf[pos:] + more if pos < len(buf) else more
-        pos = 0
-        return len(buf) >= needed
-
+    # The hot loop of every reader: CRC checks inlined (masked as in masked_crc32c) to save calls.
+    view = memoryview(bytearray(_CHUNK_SIZE))
+    pos = fill = base = 0  # view[pos:fill] holds unread bytes; base is the stream offset of view[0]
     while True:
-        if len(buf) - pos < HEADER_SIZE and not refill(HEADER_SIZE):
-            if len(buf) == pos:
-                return
-            raise CorruptRecordError(path, base + pos, "truncated record",
-                                     f"{len(buf) - pos} bytes left, a record header takes {HEADER_SIZE}")
-        length, length_crc = _LENGTH_HEADER.unpack_from(buf, pos)
-        if masked_crc32c(buf[pos:pos + 8]) != length_crc:
+        if fill - pos < HEADER_SIZE:
+            view, fill = _refill(stream, view, pos, fill, HEADER_SIZE)
+            base, pos = base + pos, 0
+            if fill < HEADER_SIZE:
+                if fill == 0:
+                    return
+                raise CorruptRecordError(path, base, "truncated record",
+                                         f"{fill} bytes left, a record header takes {HEADER_SIZE}")
+        length, length_crc = _LENGTH_HEADER.unpack_from(view, pos)
+        crc = crc32c.crc32c(view[pos:pos + 8])
+        if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
             raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
-        end = pos + HEADER_SIZE + length + FOOTER_SIZE
-        if end > len(buf) and not refill(end - pos):
-            raise CorruptRecordError(path, base + pos, "truncated record",
-                                     f"payload of {length} bytes, {len(buf) - pos - HEADER_SIZE} left in the file")
+        record_size = HEADER_SIZE + length + FOOTER_SIZE
+        if pos + record_size > fill:
+            view, fill = _refill(stream, view, pos, fill, record_size)
+            base, pos = base + pos, 0
+            if record_size > fill:
+                raise CorruptRecordError(path, base, "truncated record",
+                                         f"payload of {length} bytes, {fill - HEADER_SIZE} left in the file")
         end = pos + HEADER_SIZE + length
-        payload = buf[pos + HEADER_SIZE:end]
-        if masked_crc32c(payload) != _UINT32.unpack_from(buf, end)[0]:
+        payload = bytes(view[pos + HEADER_SIZE:end])
+        crc = crc32c.crc32c(payload)
+        if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _UINT32.unpack_from(view, end)[0]:
             raise CorruptRecordError(path, base + pos + HEADER_SIZE, "corrupted record",
                                      f"payload CRC mismatch in the record starting at {base + pos}")
         yield base + pos, payload
