@@ -98,7 +98,7 @@ def test_fit_runs_epochs_and_keeps_the_newest_checkpoints(tmp_path):
     _, summary = run_fit(config)
     assert summary["global_step"] == 15  # 3 epochs of 5 batches
     assert summary["examples"] == 15 * BATCH
-    assert set(summary) == {"global_step", "examples", "seconds", "examples_per_sec", "loss"}
+    assert {"global_step", "examples", "seconds", "examples_per_sec", "loss"} <= set(summary)
     steps = [step for step, _ in list_checkpoints(config.train_dir)]
     assert steps == [12, 15]  # every 4 steps, 2 kept, plus the final one
     assert final_checkpoint(config.train_dir).endswith("ckpt-00000015.pt")

@@ -200,7 +200,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = ()) -> dict[str, Any
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
                           shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                          skip_corrupt=config.skip_corrupt)
+                          skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
     loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
 
     def epoch_batches(epoch: int) -> Iterable[dict]:
@@ -326,7 +326,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
     summary = {"global_step": progress.step, "examples": progress.examples,
                "seconds": round(time.perf_counter() - started, 3),
                "examples_per_sec": round(meter.steady_examples_per_sec(), 1),
-               "loss": None if math.isnan(loss_value) else loss_value}
+               "loss": None if math.isnan(loss_value) else loss_value,
+               "input_wait_fraction": round(meter.input_wait_fraction(), 4)}
     log.info("done: %s", summary)
     return summary
 
