@@ -1,0 +1,322 @@
+"""PyTorch datasets over YouTube-8M TFRecord shards: streamed, split over ranks and workers, shuffled, batched.
+
+Video-level Examples become [B, D] batches, frame-level SequenceExamples padded [B, T, D] batches; video-level
+sets that fit in RAM can be decoded once and served from memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from yt8m.config import DataConfig, feature_layout
+from yt8m.data.example import RecordError, decode_frame, decode_video_batch, dequantize, labels_to_multi_hot
+from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
+
+# A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
+SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
+# Framing bytes around each payload: length, length CRC, payload CRC.
+RECORD_OVERHEAD_BYTES = 16
+_RANDOM_BLOCK = 4096
+
+Batch = dict
+Record = tuple  # (path, byte offset, payload)
+
+
+@dataclass
+class FeatureSpec:
+    """Which features to decode and how: names and sizes concatenated in order, frame or video level."""
+
+    feature_names: list[str]
+    feature_sizes: list[int]
+    frame_features: bool
+    max_frames: int = 300
+    num_classes: int = 3862
+
+    def __post_init__(self) -> None:
+        if not self.feature_names or len(self.feature_names) != len(self.feature_sizes):
+            raise ValueError(f"feature_names {self.feature_names} and feature_sizes {self.feature_sizes} "
+                             "must list the same, non-zero number of entries")
+        if min(self.feature_sizes) <= 0 or self.max_frames <= 0 or self.num_classes <= 0:
+            raise ValueError(f"feature sizes, max_frames and num_classes must be positive: {self}")
+
+    @classmethod
+    def from_config(cls, config: DataConfig) -> "FeatureSpec":
+        names, sizes = feature_layout(config)
+        return cls(names, sizes, config.frame_features, config.max_frames, config.num_classes)
+
+    @property
+    def feature_size(self) -> int:
+        return sum(self.feature_sizes)
+
+
+def _default_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    if rank is None or world_size is None:
+        initialized = dist.is_available() and dist.is_initialized()
+        rank = (dist.get_rank() if initialized else 0) if rank is None else rank
+        world_size = (dist.get_world_size() if initialized else 1) if world_size is None else world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in [0, world_size), got rank={rank}, world_size={world_size}")
+    return rank, world_size
+
+
+def _worker_slot() -> tuple[int, int]:
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
+def reader_shares(paths: list[str], reader: int, readers: int) -> list[tuple[str, int, int]]:
+    """The (path, stride, phase) triples reader `reader` of `readers` reads: record i of `path` if i % stride == phase.
+
+    With at least as many files as readers, whole files are dealt out; otherwise the readers sharing a file
+    take its records in turn. Either way every record of every file lands with exactly one reader.
+    """
+    if len(paths) >= readers:
+        return [(path, 1, 0) for path in paths[reader::readers]]
+    file_index = reader % len(paths)
+    sharers = len(range(file_index, readers, len(paths)))
+    return [(paths[file_index], sharers, reader // len(paths))]
+
+
+def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator) -> Iterator[Record]:
+    """A bounded shuffle buffer (TensorFlow's `shuffle`): each record leaves for a random one held back."""
+    buffer: list[Record] = []
+    held_bytes = 0
+    for record in records:
+        buffer.append(record)
+        held_bytes += len(record[2])
+        if len(buffer) >= capacity or held_bytes >= SHUFFLE_BUFFER_MAX_BYTES:
+            break
+    size = len(buffer)
+    for block in iter(lambda: list(itertools.islice(records, _RANDOM_BLOCK)), []):
+        for record, slot in zip(block, rng.integers(0, size, len(block)).tolist()):
+            yield buffer[slot]
+            buffer[slot] = record
+    for slot in rng.permutation(size).tolist():
+        yield buffer[slot]
+
+
+def _batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero-filled tensor; inside a DataLoader worker it is born in shared memory, so sending it costs no copy."""
+    if get_worker_info() is None:
+        return torch.zeros(shape, dtype=dtype)
+    count = int(np.prod(shape))
+    # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
+    storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
+
+
+def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
+    """Turn a batch's label lists into the float32 [B, num_classes] multi-hot tensor (no-op when done)."""
+    if isinstance(batch["labels"], list):
+        labels = torch.from_numpy(labels_to_multi_hot(batch["labels"], num_classes))
+        batch["labels"] = labels.pin_memory() if pin_memory else labels
+    return batch
+
+
+def _video_batch(records: list[Record], spec: FeatureSpec) -> Batch:
+    """One video-level batch, decoded straight into one [B, D] array; labels stay lists (see finish_batch)."""
+    try:
+        video_ids, labels, features = decode_video_batch(
+            [payload for _, _, payload in records], spec.feature_names, spec.feature_sizes, spec.num_classes)
+    except RecordError as err:
+        path, offset, _ = records[err.batch_index]
+        raise err.at(path, offset) from err
+    return {"video_ids": video_ids, "features": torch.from_numpy(features), "labels": labels}
+
+
+def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
+    """One frame-level batch: dequantized frames zero-padded to the batch's longest video, plus num_frames."""
+    video_ids, labels, frames = [], [], []
+    for path, offset, payload in records:
+        try:
+            video_id, video_labels, video_frames, _ = decode_frame(
+                payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.max_frames)
+        except RecordError as err:
+            raise err.at(path, offset) from err
+        video_ids.append(video_id)
+        labels.append(video_labels.tolist())
+        frames.append(video_frames)
+    num_frames = np.array([len(video_frames) for video_frames in frames], np.int64)
+    features = _batch_tensor((len(records), int(num_frames.max(initial=0)), spec.feature_size), torch.float32)
+    padded = features.numpy()
+    for row, video_frames in enumerate(frames):
+        padded[row, :len(video_frames)] = dequantize(video_frames)
+    return {"video_ids": video_ids, "features": features, "num_frames": torch.from_numpy(num_frames),
+            "labels": labels}
+
+
+class YT8MDataset(IterableDataset):
+    """Whole batches (dicts of tensors) from YT8M shards, one epoch per `iter()`.
+
+    The records are split over distributed ranks and DataLoader workers so that each is read exactly once
+    per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded
+    shuffle buffer; without it the order is fixed. `cache_in_memory` (video level) decodes this rank's
+    records once and serves later epochs from RAM; `record_bytes` adds each batch's record bytes read.
+    `corrupt_files_skipped` counts the shards cut short by `skip_corrupt` in this process.
+    """
+
+    def __init__(self, pattern: str, spec: FeatureSpec, batch_size: int, *, shuffle: bool = False,
+                 seed: int = 0, shuffle_buffer: int = 10000, skip_corrupt: bool = False,
+                 drop_remainder: bool = False, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 cache_in_memory: bool = False, record_bytes: bool = False):
+        if batch_size < 1 or shuffle_buffer < 1:
+            raise ValueError(f"batch_size and shuffle_buffer must be positive, got {batch_size}, {shuffle_buffer}")
+        if cache_in_memory and spec.frame_features:
+            raise ValueError("cache_in_memory holds video-level data only; frame-level sets are streamed")
+        self.paths = expand_pattern(pattern)
+        self.pattern = pattern
+        self.spec = spec
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.skip_corrupt = skip_corrupt
+        self.drop_remainder = drop_remainder
+        self.rank, self.world_size = _default_rank(rank, world_size)
+        self.cache_in_memory = cache_in_memory
+        self.record_bytes = record_bytes
+        self.epoch = 0
+        self.corrupt_files_skipped = 0
+        self.cache: Optional[VideoCache] = None
+        self.defer_labels = False  # set in make_loader's workers: the main process builds the multi-hot labels
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.cache_in_memory and self.cache is None:
+            self.load_cache()
+        worker, workers = _worker_slot()
+        if self.cache_in_memory:
+            batches = self._cached_batches(worker, workers)
+        else:
+            batches = self._streamed_batches(worker, workers)
+        if self.defer_labels and get_worker_info() is not None:
+            return batches
+        return (finish_batch(batch, self.spec.num_classes) for batch in batches)
+
+    def _epoch_rng(self, *stream: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, *stream])
+
+    def _epoch_paths(self) -> list[str]:
+        if not self.shuffle:
+            return list(self.paths)
+        return [self.paths[i] for i in self._epoch_rng().permutation(len(self.paths)).tolist()]
+
+    def _count_corrupt(self, err: CorruptRecordError) -> None:
+        self.corrupt_files_skipped += 1
+
+    def _records(self, shares: Iterable[tuple[str, int, int]]) -> Iterator[Record]:
+        for path, stride, phase in shares:
+            records = read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
+            for offset, payload in itertools.islice(records, phase, None, stride):
+                yield path, offset, payload
+
+    def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
+        reader, readers = self.rank * workers + worker, self.world_size * workers
+        records = self._records(reader_shares(self._epoch_paths(), reader, readers))
+        if self.shuffle:
+            records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
+        decode = _frame_batch if self.spec.frame_features else _video_batch
+        for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
+            if len(chunk) < self.batch_size and self.drop_remainder:
+                return
+            batch = decode(chunk, self.spec)
+            if self.record_bytes:
+                batch["record_bytes"] = sum(len(record[2]) + RECORD_OVERHEAD_BYTES for record in chunk)
+            yield batch
+
+    def load_cache(self, num_workers: int = 0) -> None:
+        """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""
+        streamed = YT8MDataset(self.pattern, self.spec, max(self.batch_size, 1024), skip_corrupt=self.skip_corrupt,
+                               rank=self.rank, world_size=self.world_size)
+        if num_workers == 0:  # all of this rank's records, even when called inside a DataLoader worker
+            batches = (finish_batch(batch, self.spec.num_classes) for batch in streamed._streamed_batches(0, 1))
+        else:
+            batches = make_loader(streamed, num_workers)
+        self.cache = VideoCache.from_batches(batches, self.spec.feature_size)
+
+    def _cached_batches(self, worker: int, workers: int) -> Iterator[Batch]:
+        cache = self.cache
+        order = self._epoch_rng().permutation(len(cache)) if self.shuffle else np.arange(len(cache))
+        starts = range(0, len(order), self.batch_size)
+        for start in itertools.islice(starts, worker, None, workers):
+            indices = order[start:start + self.batch_size]
+            if len(indices) < self.batch_size and self.drop_remainder:
+                return
+            yield cache.batch(indices)
+
+
+class VideoCache:
+    """Decoded video-level records in contiguous arrays: features [N, D], labels as CSR, ids as a numpy array."""
+
+    def __init__(self, video_ids: np.ndarray, features: np.ndarray, label_values: np.ndarray,
+                 label_offsets: np.ndarray):
+        self.video_ids = video_ids
+        self.features = features
+        self.label_values = label_values
+        self.label_offsets = label_offsets
+
+    @classmethod
+    def from_batches(cls, batches: Iterable[Batch], feature_size: int) -> "VideoCache":
+        ids, features, values, counts = [], [], [], []
+        for batch in batches:
+            ids.extend(batch["video_ids"])
+            features.append(batch["features"].numpy())
+            rows, classes = np.nonzero(batch["labels"].numpy())
+            values.append(classes)
+            counts.append(np.bincount(rows, minlength=len(batch["video_ids"])))
+        if not features:
+            return cls(np.array([], str), np.zeros((0, feature_size), np.float32), np.zeros(0, np.int64),
+                       np.zeros(1, np.int64))
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
+        return cls(np.array(ids), np.concatenate(features), np.concatenate(values).astype(np.int64), offsets)
+
+    def __len__(self) -> int:
+        return len(self.video_ids)
+
+    def batch(self, indices: np.ndarray) -> Batch:
+        offsets = self.label_offsets
+        labels = [self.label_values[offsets[i]:offsets[i + 1]].tolist() for i in indices.tolist()]
+        return {"video_ids": self.video_ids[indices].tolist(), "features": torch.from_numpy(self.features[indices]),
+                "labels": labels}
+
+
+class BatchLoader(DataLoader):
+    """A DataLoader whose workers send label lists, turned into multi-hot tensors here in the main process.
+
+    At 3862 classes that spares 16 MB of shared memory per 1024-example batch between the processes.
+    """
+
+    def __iter__(self) -> Iterator[Batch]:
+        num_classes = self.dataset.spec.num_classes
+        return (finish_batch(batch, num_classes, self.pin_memory) for batch in super().__iter__())
+
+
+def _defer_labels_in_worker(worker_id: int) -> None:
+    get_worker_info().dataset.defer_labels = True
+
+
+def _as_is(batch: Batch) -> Batch:
+    return batch
+
+
+def make_loader(dataset: YT8MDataset, num_workers: int, pin_memory: bool = False) -> DataLoader:
+    """A DataLoader passing the dataset's batches through (batch_size=None), read by `num_workers` processes.
+
+    Workers are started anew each epoch so `set_epoch` reaches them; a RAM cache is filled before they fork.
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if dataset.cache_in_memory and dataset.cache is None:
+        dataset.load_cache(num_workers)
+    return BatchLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
+                       worker_init_fn=_defer_labels_in_worker, persistent_workers=False,
+                       prefetch_factor=2 if num_workers > 0 else None)

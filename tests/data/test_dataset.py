@@ -1,0 +1,252 @@
+"""Tests of YT8MDataset: batches against the fixture sidecars, rank x worker splits, shuffling, cache, errors."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from conftest import as_float32, load_sidecar
+from yt8m.config import DataConfig
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader, reader_shares
+from yt8m.data.example import RecordError, encode_video_example
+from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter
+
+VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)
+FRAME_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)
+SMALL_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [4, 2], frame_features=False, num_classes=10)
+
+
+def read_all(dataset, num_workers: int = 0) -> list[dict]:
+    return list(make_loader(dataset, num_workers))
+
+
+def ids_of(batches: list[dict]) -> list[str]:
+    return [video_id for batch in batches for video_id in batch["video_ids"]]
+
+
+def multi_hot(labels: list[int], num_classes: int) -> np.ndarray:
+    row = np.zeros(num_classes, np.float32)
+    row[labels] = 1.0
+    return row
+
+
+def sidecar_records(paths: list[Path]) -> list[dict]:
+    return [record for path in paths for record in load_sidecar(path)["records"]]
+
+
+def write_small_shards(folder: Path, shard_sizes: list[int], prefix: str = "part") -> list[str]:
+    """Shards of tiny video-level records whose features encode the record's global index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids, index = [], 0
+    for shard, size in enumerate(shard_sizes):
+        with TFRecordWriter(str(folder / f"{prefix}-{shard:03d}.tfrecord")) as writer:
+            for _ in range(size):
+                ids.append(f"v{index:04d}")
+                features = {"mean_rgb": np.full(4, index, np.float32), "mean_audio": np.arange(2, dtype=np.float32)}
+                writer.write(encode_video_example(ids[-1], [index % 10], features))
+                index += 1
+    return ids
+
+
+def test_feature_spec_from_config():
+    config = DataConfig(feature_names="rgb, audio", feature_sizes="1024,128", frame_features=True,
+                        max_frames=120, num_classes=4716)
+    spec = FeatureSpec.from_config(config)
+    assert spec == FeatureSpec(["rgb", "audio"], [1024, 128], True, 120, 4716)
+    assert spec.feature_size == 1152
+    with pytest.raises(ValueError, match="feature_sizes"):
+        FeatureSpec.from_config(DataConfig(feature_names="rgb,audio", feature_sizes="1024"))
+
+
+def test_video_batches_match_sidecars(fixtures_dir):
+    paths = sorted((fixtures_dir / "video").glob("train*.tfrecord"))
+    batches = read_all(YT8MDataset(str(fixtures_dir / "video" / "train*.tfrecord"), VIDEO_SPEC, batch_size=64))
+    records = sidecar_records(paths)
+    assert [len(b["video_ids"]) for b in batches[:-1]] == [64] * (len(batches) - 1)
+    assert ids_of(batches) == [r["id"] for r in records]
+    features = torch.cat([b["features"] for b in batches]).numpy()
+    labels = torch.cat([b["labels"] for b in batches]).numpy()
+    assert features.dtype == np.float32 and labels.dtype == np.float32
+    assert features.shape == (len(records), 1152) and labels.shape == (len(records), 3862)
+    expected = np.stack([as_float32(r["mean_rgb"] + r["mean_audio"]) for r in records])
+    np.testing.assert_array_equal(features.view(np.uint32), expected.view(np.uint32))
+    np.testing.assert_array_equal(labels, np.stack([multi_hot(r["labels"], 3862) for r in records]))
+    assert all("num_frames" not in b for b in batches)
+
+
+def test_gzip_shards_read_like_plain_ones(fixtures_dir):
+    path = fixtures_dir / "video_gzip" / "train00.tfrecord.gz"
+    batches = read_all(YT8MDataset(str(path), VIDEO_SPEC, batch_size=1000))
+    records = load_sidecar(path)["records"]
+    assert ids_of(batches) == [r["id"] for r in records]
+    expected = np.stack([as_float32(r["mean_rgb"] + r["mean_audio"]) for r in records])
+    np.testing.assert_array_equal(batches[0]["features"].numpy().view(np.uint32), expected.view(np.uint32))
+
+
+def dequantized(frames: list) -> np.ndarray:
+    """The YT8M dequantization (range [-2, 2]) in float32, as the reference for the reader."""
+    return np.asarray(frames, np.float32) * np.float32(4 / 255) + np.float32(4 / 512 - 2)
+
+
+@pytest.mark.parametrize("max_frames", [300, 40])
+def test_frame_batches_are_padded_truncated_and_dequantized(fixtures_dir, max_frames):
+    paths = sorted((fixtures_dir / "frame").glob("train*.tfrecord"))
+    spec = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, max_frames=max_frames)
+    batches = read_all(YT8MDataset(str(fixtures_dir / "frame" / "train*.tfrecord"), spec, batch_size=3))
+    records = iter(sidecar_records(paths))
+    for batch in batches:
+        num_frames = batch["num_frames"]
+        assert num_frames.dtype == torch.int64 and batch["features"].dtype == torch.float32
+        assert batch["features"].shape == (len(batch["video_ids"]), int(num_frames.max()), 1152)
+        for row, video_id in enumerate(batch["video_ids"]):
+            record = next(records)
+            kept = min(record["num_frames"], max_frames)
+            assert video_id == record["id"] and int(num_frames[row]) == kept
+            frames = np.concatenate([record["rgb"], record["audio"]], axis=1)[:kept]
+            np.testing.assert_allclose(batch["features"][row, :kept].numpy(), dequantized(frames), rtol=0, atol=1e-6)
+            assert not batch["features"][row, kept:].any()
+            np.testing.assert_array_equal(batch["labels"][row].numpy(), multi_hot(record["labels"], 3862))
+    assert next(records, None) is None
+
+
+@pytest.mark.parametrize("files,readers", [(7, 4), (3, 4), (2, 5), (1, 3), (4, 4)])
+def test_reader_shares_partition_every_record(files, readers):
+    paths = [f"f{i}" for i in range(files)]
+    owners: dict = {}
+    for reader in range(readers):
+        for path, stride, phase in reader_shares(paths, reader, readers):
+            for record in range(phase, 60, stride):
+                owners.setdefault((path, record), []).append(reader)
+    assert sorted(owners) == [(path, record) for path in paths for record in range(60)]
+    assert all(len(found) == 1 for found in owners.values())
+
+
+@pytest.mark.parametrize("shard_sizes", [[13, 7, 11, 9, 5], [23, 18]], ids=["shards>=readers", "shards<readers"])
+@pytest.mark.parametrize("cache_in_memory", [False, True], ids=["stream", "cache"])
+def test_ranks_times_workers_read_every_record_exactly_once(tmp_path, shard_sizes, cache_in_memory):
+    ids = write_small_shards(tmp_path, shard_sizes)
+    seen = []
+    for rank in range(2):
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, shuffle=True, seed=1,
+                              rank=rank, world_size=2, cache_in_memory=cache_in_memory)
+        seen += ids_of(read_all(dataset, num_workers=2))
+    assert sorted(seen) == ids
+
+
+def test_cache_filled_inside_plain_dataloader_workers_is_complete(tmp_path):
+    ids = write_small_shards(tmp_path, [9, 8, 7])
+    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, cache_in_memory=True)
+    batches = list(DataLoader(dataset, batch_size=None, num_workers=2))
+    assert sorted(ids_of(batches)) == ids
+    assert all(b["labels"].shape == (len(b["video_ids"]), 10) for b in batches)
+
+
+def test_shuffle_is_seeded_and_changes_with_epoch_and_seed(tmp_path):
+    ids = write_small_shards(tmp_path, [40, 40, 40])
+
+    def order(seed: int, epoch: int) -> list[str]:
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=16, shuffle=True, seed=seed,
+                              shuffle_buffer=32)
+        dataset.set_epoch(epoch)
+        return ids_of(read_all(dataset))
+
+    first = order(seed=5, epoch=0)
+    assert sorted(first) == ids and first != ids
+    assert order(seed=5, epoch=0) == first
+    assert order(seed=5, epoch=1) != first
+    assert order(seed=6, epoch=0) != first
+
+
+def test_evaluation_order_is_fixed_with_workers(tmp_path):
+    ids = write_small_shards(tmp_path, [10, 10, 10, 10])
+    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4)
+    assert ids_of(read_all(dataset)) == ids
+    with_workers = ids_of(read_all(dataset, num_workers=2))
+    assert sorted(with_workers) == ids and with_workers == ids_of(read_all(dataset, num_workers=2))
+
+
+@pytest.mark.parametrize("cache_in_memory", [False, True])
+def test_drop_remainder_yields_only_full_batches(tmp_path, cache_in_memory):
+    write_small_shards(tmp_path, [10, 9])
+    pattern = str(tmp_path / "*.tfrecord")
+    kept = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, cache_in_memory=cache_in_memory))
+    dropped = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, drop_remainder=True,
+                                   cache_in_memory=cache_in_memory))
+    assert [len(b["video_ids"]) for b in kept] == [4, 4, 4, 4, 3]
+    assert [len(b["video_ids"]) for b in dropped] == [4, 4, 4, 4]
+
+
+def test_cache_serves_the_same_batches_as_streaming(fixtures_dir):
+    pattern = str(fixtures_dir / "video" / "train*.tfrecord")
+    streamed = read_all(YT8MDataset(pattern, VIDEO_SPEC, batch_size=50))
+    cached_dataset = YT8MDataset(pattern, VIDEO_SPEC, batch_size=50, cache_in_memory=True)
+    cached = read_all(cached_dataset)
+    assert len(cached) == len(streamed)
+    for mine, theirs in zip(cached, streamed):
+        assert mine["video_ids"] == theirs["video_ids"]
+        assert torch.equal(mine["features"], theirs["features"]) and torch.equal(mine["labels"], theirs["labels"])
+    cached_dataset.shuffle = True
+    shuffled = read_all(cached_dataset)
+    assert sorted(ids_of(shuffled)) == sorted(ids_of(streamed)) and ids_of(shuffled) != ids_of(streamed)
+
+
+def test_memory_filesystem_round_trip():
+    folder = f"memory://yt8m-{uuid.uuid4().hex}"
+    features = {"mean_rgb": np.array([0.5, -1.0, 2.0, 0.0], np.float32), "mean_audio": np.ones(2, np.float32)}
+    with TFRecordWriter(f"{folder}/a.tfrecord") as writer:
+        writer.write(encode_video_example("abcd", [3, 9], features))
+        writer.write(encode_video_example("efgh", None, features))
+    (batch,) = read_all(YT8MDataset(f"{folder}/*.tfrecord", SMALL_SPEC, batch_size=8))
+    assert batch["video_ids"] == ["abcd", "efgh"]
+    np.testing.assert_array_equal(batch["features"][1].numpy(), [0.5, -1.0, 2.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(batch["labels"].numpy(), [multi_hot([3, 9], 10), multi_hot([], 10)])
+
+
+def test_decode_errors_name_file_record_and_field(tmp_path):
+    path = tmp_path / "bad.tfrecord"
+    good = {"mean_rgb": np.zeros(4, np.float32), "mean_audio": np.zeros(2, np.float32)}
+    with TFRecordWriter(str(path)) as writer:
+        writer.write(encode_video_example("good", [1], good))
+        writer.write(encode_video_example("bad", [1], {**good, "mean_audio": np.zeros(3, np.float32)}))
+    second_record_offset = 16 + len(encode_video_example("good", [1], good))
+    with pytest.raises(RecordError) as caught:
+        read_all(YT8MDataset(str(path), SMALL_SPEC, batch_size=8))
+    message = str(caught.value)
+    assert str(path) in message and str(second_record_offset) in message and "mean_audio" in message
+
+
+def test_label_out_of_range_is_an_error(tmp_path):
+    path = tmp_path / "labels.tfrecord"
+    with TFRecordWriter(str(path)) as writer:
+        writer.write(encode_video_example("high", [10], {"mean_rgb": np.zeros(4), "mean_audio": np.zeros(2)}))
+    with pytest.raises(RecordError, match="labels"):
+        read_all(YT8MDataset(str(path), SMALL_SPEC, batch_size=8))
+
+
+def test_corrupt_shard_fails_or_is_skipped_with_a_warning(fixtures_dir, caplog):
+    path = fixtures_dir / "corrupt" / "video_bad_data_crc.tfrecord"
+    bad_index = load_sidecar(path)["corruption"]["bad_record_index"]
+    with pytest.raises(CorruptRecordError, match="bad_data_crc"):
+        read_all(YT8MDataset(str(path), VIDEO_SPEC, batch_size=8))
+    dataset = YT8MDataset(str(path), VIDEO_SPEC, batch_size=8, skip_corrupt=True)
+    with caplog.at_level(logging.WARNING):
+        batches = read_all(dataset)
+    assert len(ids_of(batches)) == bad_index
+    assert dataset.corrupt_files_skipped == 1
+    assert any("video_bad_data_crc" in message for message in caplog.messages)
+
+
+def test_invalid_arguments_are_rejected(fixtures_dir):
+    pattern = str(fixtures_dir / "video" / "train00.tfrecord")
+    with pytest.raises(ValueError, match="rank"):
+        YT8MDataset(pattern, VIDEO_SPEC, batch_size=8, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="video-level"):
+        YT8MDataset(pattern, FRAME_SPEC, batch_size=8, cache_in_memory=True)
+    with pytest.raises(ValueError, match="no files match"):
+        YT8MDataset(str(fixtures_dir / "nothing*.tfrecord"), VIDEO_SPEC, batch_size=8)
