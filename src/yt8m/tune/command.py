@@ -1,0 +1,144 @@
+"""`yt8m tune --config tune.yaml`: run (or resume) a study in J trial processes until it has --n_trials
+finished trials, then write the report, best.yaml and plots, and print one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from yt8m.config import add_config_arguments, field_names
+from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
+from yt8m.tune.report import print_leaderboard, write_report
+from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
+from yt8m.tune.study import (
+    STUDY_FILE,
+    BudgetLock,
+    display_url,
+    open_storage,
+    open_study,
+    recover_interrupted,
+    state_counts,
+    storage_url,
+    trials_to_start,
+)
+
+log = logging.getLogger("yt8m.tune")
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="yt8m tune", description=__doc__)
+    parser.add_argument("--config", required=True, metavar="TUNE.yaml",
+                        help="Tuning file with train:, search:, objective: and optional tune: sections.")
+    add_config_arguments(parser, TuneSettings)
+    args = parser.parse_args(argv)
+    from yt8m.runtime import setup_logging
+
+    setup_logging()
+    overrides = {name: value for name, value in vars(args).items() if name in field_names(TuneSettings)}
+    spec = load_tune_spec(args.config, overrides)
+    _check_data(spec)
+    settings = spec.settings
+    os.makedirs(settings.study_dir, exist_ok=True)
+    write_study_file(spec, os.path.join(settings.study_dir, STUDY_FILE))
+    study = open_study(spec, open_storage(settings))
+    log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
+             display_url(storage_url(settings)), settings.study_dir, state_counts(study), settings.n_trials)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    deadline = time.time() + settings.timeout if settings.timeout else None
+    run_jobs(spec, deadline)
+    summary = write_report(study, spec)
+    print_leaderboard(study, spec)
+    print(json.dumps(summary), flush=True)
+    return 0 if summary["best_value"] is not None else 1
+
+
+def _check_data(spec: TuneSpec) -> None:
+    """Fail before the first trial when a data pattern matches nothing, instead of failing every trial."""
+    from yt8m.data.tfrecord import expand_pattern
+
+    expand_pattern(spec.train["train_data_pattern"])
+    expand_pattern(spec.eval_data_pattern)
+
+
+def write_study_file(spec: TuneSpec, path: str) -> None:
+    """The tuning file with its settings resolved (password hidden): what `yt8m tune-report DIR` reads."""
+    settings = dataclasses.asdict(spec.settings)
+    settings["study_dir"] = os.path.abspath(settings["study_dir"])
+    settings["storage"] = display_url(settings["storage"]) if settings["storage"] else ""
+    document = {**spec.document, "tune": {**settings, "enqueue": spec.enqueue}}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        yaml.safe_dump(document, fh, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
+    """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe)."""
+    n_jobs = spec.settings.n_jobs
+    if n_jobs == 1:
+        run_worker(spec, 0, deadline)
+        return
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=run_worker, args=(spec, index, deadline, True), name=f"tune-job-{index}")
+               for index in range(n_jobs)]
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            worker.join()
+    except KeyboardInterrupt:
+        # The jobs got the same Ctrl+C (one process group); let them mark their trials interrupted.
+        for worker in workers:
+            worker.join()
+        raise
+    failed = [f"{worker.name} (exit code {worker.exitcode})" for worker in workers if worker.exitcode != 0]
+    if failed:
+        log.warning("tune jobs ended abnormally: %s; their trials are recovered on the next run",
+                    ", ".join(failed))
+
+
+def run_worker(spec: TuneSpec, job_index: int, deadline: Optional[float], child: bool = False) -> None:
+    """Run trials one at a time until the study's budget is met or the deadline passes."""
+    if child:
+        _set_up_job_process(spec.settings.n_jobs)
+    settings = spec.settings
+    storage = open_storage(settings)
+    study = open_study(spec, storage, job_index)
+    lock = BudgetLock(os.path.join(settings.study_dir, ".budget.lock"))
+    objective = TrialObjective(spec, lock)
+
+    def keep_best(study, trial) -> None:
+        remove_checkpoints_beyond_best(study, settings.study_dir, settings.keep_best)
+
+    while deadline is None or time.time() < deadline:
+        with lock.held():
+            recover_interrupted(study, storage)
+            if trials_to_start(study, settings.n_trials) <= 0:
+                return
+            study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[keep_best])
+    log.info("--timeout reached: no new trial started")
+
+
+def _set_up_job_process(n_jobs: int) -> None:
+    import torch
+
+    from yt8m.runtime import available_cpus, setup_logging
+
+    setup_logging()
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # J jobs share the machine's cores instead of each starting one thread per core.
+    torch.set_num_threads(max(1, available_cpus() // n_jobs))
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

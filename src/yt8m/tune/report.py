@@ -1,0 +1,225 @@
+"""The study report: leaderboard (text and CSV), best.yaml ready for `yt8m train --config`, and PNG plots;
+plus `yt8m tune-report DIR [--retrain_best [--train_on_validate]]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import warnings
+from typing import Any, Optional, Sequence, TextIO
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from yt8m.config import TrainConfig, load_config, save_config
+from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
+from yt8m.tune.space import TuneSpec, load_tune_spec
+from yt8m.tune.study import STUDY_FILE, FAIL_REASON_ATTR, interrupted_trials, load_existing_study, state_counts
+
+log = logging.getLogger("yt8m.tune")
+
+BEST_CONFIG = "best.yaml"
+LEADERBOARD_CSV = "leaderboard.csv"
+LEADERBOARD_TXT = "leaderboard.txt"
+STATE_ORDER = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2, "INTERRUPTED": 3, "RUNNING": 4, "WAITING": 5}
+
+
+def leaderboard(study: optuna.Study) -> list[dict[str, Any]]:
+    """One row per trial, best first: complete trials by value, then pruned (by their last report), then the rest."""
+    interrupted = interrupted_trials(study)
+    rows = [_row(trial, interrupted.get(trial.number)) for trial in study.get_trials(deepcopy=False)]
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+
+    def rank(row: dict[str, Any]) -> tuple:
+        value = _score(row)
+        return STATE_ORDER[row["state"]], sign * value if value is not None else 0.0, row["trial"]
+
+    return sorted(rows, key=rank)
+
+
+def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
+    reports = trial.intermediate_values
+    state = "INTERRUPTED" if interruption else trial.state.name
+    reason = interruption or trial.user_attrs.get(FAIL_REASON_ATTR, "")
+    if trial.state == TrialState.PRUNED and reports:
+        reason = f"pruned after report step {max(reports)}"
+    return {"trial": trial.number, "state": state, "value": trial.value,
+            "last_report": reports[max(reports)] if reports else None, "params": trial.params,
+            "duration_s": round(trial.duration.total_seconds(), 1) if trial.duration else None,
+            "epochs": trial.user_attrs.get(EPOCHS_ATTR), "examples": trial.user_attrs.get(EXAMPLES_ATTR),
+            "note": reason}
+
+
+def format_leaderboard(rows: list[dict[str, Any]], metric: str) -> str:
+    header = ["trial", "state", metric, "epochs", "duration_s", "params", "note"]
+    table = [[str(row["trial"]), row["state"], _number(_score(row), "{:.5f}"), _number(row["epochs"], "{}"),
+              _number(row["duration_s"], "{:.1f}"), _params(row["params"]), row["note"]]
+             for row in rows]
+    widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
+             for line in [header] + table]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _score(row: dict[str, Any]) -> Optional[float]:
+    """The final value, or for a pruned trial the last value it reported."""
+    return row["value"] if row["value"] is not None else row["last_report"]
+
+
+def _number(value: Any, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return " ".join(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+                    for name, value in params.items())
+
+
+def best_trial(study: optuna.Study) -> Optional[FrozenTrial]:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return study.best_trial if complete else None
+
+
+def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
+    """The best trial's config, training into <study_dir>/best and resuming there if interrupted."""
+    return spec.trial_config(trial.params, os.path.join(os.path.abspath(spec.settings.study_dir), "best"),
+                             start_new_model=False)
+
+
+def write_report(study: optuna.Study, spec: TuneSpec) -> dict[str, Any]:
+    """Write leaderboard, best.yaml and plots into the study dir; return the summary printed as JSON."""
+    study_dir = spec.settings.study_dir
+    rows = leaderboard(study)
+    with open(os.path.join(study_dir, LEADERBOARD_TXT), "w") as fh:
+        fh.write(format_leaderboard(rows, spec.metric) + "\n")
+    _write_csv(rows, os.path.join(study_dir, LEADERBOARD_CSV))
+    best = best_trial(study)
+    best_path = os.path.join(study_dir, BEST_CONFIG)
+    if best is not None:
+        save_config(best_train_config(spec, best), best_path)
+    elif os.path.exists(best_path):
+        os.remove(best_path)  # a stale best.yaml from another study in this dir would mislead
+    plots = save_plots(study, study_dir)
+    return {"best_value": best.value if best else None, "best_params": best.params if best else None,
+            "best_trial": best.number if best else None, "metric": spec.metric, "n_trials": state_counts(study),
+            "study_dir": os.path.abspath(study_dir), "best_config": os.path.abspath(best_path) if best else None,
+            "plots": plots}
+
+
+def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "params": json.dumps(row["params"])})
+
+
+def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
+    """PNG plots (Optuna's matplotlib backend); a plot that needs more trials is replaced by a note why."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    wanted = {"optimization_history": (plots.plot_optimization_history, 1),
+              "intermediate_values": (plots.plot_intermediate_values, 1),
+              "parallel_coordinate": (plots.plot_parallel_coordinate, 1),
+              "param_importances": (plots.plot_param_importances, 2)}
+    results = {}
+    for name, (plot, needed) in wanted.items():
+        path = os.path.join(study_dir, f"{name}.png")
+        if complete < needed:
+            results[name] = f"skipped: needs at least {needed} complete trial(s), the study has {complete}"
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                axes = plot(study)
+        except (ValueError, RuntimeError, ZeroDivisionError) as err:
+            results[name] = f"skipped: {err}"
+            continue
+        figure = axes.flat[0].figure if hasattr(axes, "flat") else axes.figure
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(figure)
+        results[name] = os.path.abspath(path)
+    return results
+
+
+def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: TextIO = sys.stderr) -> None:
+    summary = state_counts(study)
+    print(f"study '{spec.settings.study_name}' ({spec.direction} validation {spec.metric}): "
+          + ", ".join(f"{count} {state}" for state, count in summary.items() if count), file=stream)
+    print(format_leaderboard(leaderboard(study), spec.metric), file=stream)
+    best = best_trial(study)
+    if best is not None:
+        print(f"best: trial {best.number}, {spec.metric} {best.value:.5f}; train it with: "
+              f"yt8m train --config {os.path.join(spec.settings.study_dir, BEST_CONFIG)}", file=stream)
+
+
+def report_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="yt8m tune-report", description=__doc__)
+    parser.add_argument("study_dir", help="The --study_dir of a `yt8m tune` run.")
+    parser.add_argument("--storage", default="", help="Storage URL, when the study is not in DIR/study.db "
+                                                      "(the one saved in DIR/tune.yaml, password hidden, otherwise).")
+    parser.add_argument("--retrain_best", action="store_true",
+                        help="Train the best config again into DIR/best (resumes there if interrupted).")
+    parser.add_argument("--train_on_validate", action="store_true",
+                        help="With --retrain_best: train on the training and validation shards, into "
+                             "DIR/best_train_validate (no validation score then).")
+    args = parser.parse_args(argv)
+    if args.train_on_validate and not args.retrain_best:
+        parser.error("--train_on_validate goes with --retrain_best")
+    from yt8m.runtime import setup_logging
+
+    setup_logging()
+    spec_path = os.path.join(args.study_dir, STUDY_FILE)
+    if not os.path.exists(spec_path):
+        raise ValueError(f"{args.study_dir} is not a study dir of `yt8m tune` (no {STUDY_FILE})")
+    overrides = {"study_dir": args.study_dir, **({"storage": args.storage} if args.storage else {})}
+    spec = load_tune_spec(spec_path, overrides)
+    if "***" in spec.settings.storage:
+        raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
+    study = load_existing_study(spec.settings)
+    summary = write_report(study, spec)
+    print_leaderboard(study, spec, sys.stdout)
+    if args.retrain_best:
+        summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -> dict[str, Any]:
+    """Train best.yaml again; on train+validate data into best_train_validate, else scored on validation."""
+    from yt8m.trainer import train
+
+    best = best_trial(study)
+    if best is None:
+        raise ValueError(f"study '{spec.settings.study_name}' has no complete trial to retrain")
+    config = load_config(TrainConfig, os.path.join(spec.settings.study_dir, BEST_CONFIG))
+    if train_on_validate:
+        config.train_data_pattern = f"{config.train_data_pattern},{spec.eval_data_pattern}"
+        config.train_dir = os.path.join(os.path.abspath(spec.settings.study_dir), "best_train_validate")
+    log.info("retraining trial %d's config in %s", best.number, config.train_dir)
+    result: dict[str, Any] = {"train_dir": config.train_dir, **train(config)}
+    if not train_on_validate:
+        result["validation"] = evaluate_train_dir(config.train_dir, spec.eval_data_pattern)
+    return result
+
+
+def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
+    """Metrics of a train dir's latest checkpoint on `pattern`."""
+    from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset
+    from yt8m.evaluate import evaluate_model
+    from yt8m.losses import create_loss
+
+    model, config, _ = build_model_from_checkpoint(latest_checkpoint(train_dir))
+    batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
+    return evaluate_model(model, batches, create_loss(config.label_loss), config.num_classes)

@@ -1,0 +1,367 @@
+"""The `yt8m tune` YAML: fixed `train:` fields, a `search:` space over them, the `objective:` and `tune:` settings.
+
+Validation collects every problem in the file (and the flags) into one ValueError, so one pass fixes them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import optuna
+
+from yt8m.config import TrainConfig, _field_type, config_from_dict, field_names, load_yaml
+
+SECTIONS = ("train", "search", "objective", "tune")
+# Validation metrics `evaluate_model` returns, with the direction that makes a model better.
+METRIC_DIRECTIONS = {"gap": "maximize", "map": "maximize", "map_all_classes": "maximize",
+                     "hit_at_one": "maximize", "perr": "maximize", "loss": "minimize"}
+DISTRIBUTION_KEYS = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"},
+                     "float": {"low", "high", "step", "log"}}
+SAMPLERS = ("tpe", "random")
+PRUNERS = ("median", "successive_halving", "hyperband", "none")
+# Set by `yt8m tune` for every trial, so a value in the file would silently lose.
+TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
+# The validation set is not a training field; the file names it in `train:` beside the training set.
+EVAL_PATTERN = "eval_data_pattern"
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TuneSettings:
+    """The `tune:` section of the file; each field is also a `yt8m tune` flag, which wins over the file."""
+
+    study_dir: str = _setting("", "Directory of the study: database, trials/, report, plots (default: studies/<study_name>).")
+    study_name: str = _setting("", "Study name in the storage (default: the config file's name without .yaml).")
+    storage: str = _setting("", "Optuna storage URL, e.g. postgresql://user@host/db (default: sqlite:///<study_dir>/study.db).")
+    n_trials: int = _setting(20, "The study's total of finished trials; re-running carries on to this total.")
+    timeout: Optional[float] = _setting(None, "Start no new trial after this many seconds of this run.")
+    n_jobs: int = _setting(1, "Trial processes run in parallel on this machine.")
+    sampler: str = _setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.")
+    pruner: str = _setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.")
+    seed: int = _setting(0, "Seed of the sampler; each parallel job adds its index (with --storage, each "
+                            "process also mixes in its host and pid, so machines sample different points).")
+    n_startup_trials: int = _setting(5, "Trials sampled at random before TPE models the results; also the "
+                                        "completed trials the median pruner waits for.")
+    n_warmup_steps: int = _setting(0, "Median pruner: never prune at a report step below this (epochs, or "
+                                      "training steps with --report_every_steps).")
+    report_every_steps: int = _setting(0, "Evaluate and report to the pruner every this many training steps "
+                                          "(0: at each epoch end).")
+    keep_best: Optional[int] = _setting(None, "Keep the checkpoints of the best K complete trials only "
+                                              "(default: keep all).")
+    heartbeat_seconds: int = _setting(30, "Running trials record a heartbeat this often; one silent for 4 "
+                                          "heartbeats is taken as interrupted.")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched field: its distribution and the values of earlier fields it needs (`when`)."""
+
+    name: str
+    kind: str
+    choices: tuple = ()
+    low: Optional[float] = None
+    high: Optional[float] = None
+    step: Optional[float] = None
+    log: bool = False
+    when: tuple[tuple[str, tuple], ...] = ()
+
+    def is_active(self, values: dict[str, Any]) -> bool:
+        return all(name in values and values[name] in accepted for name, accepted in self.when)
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.kind == "categorical":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def admits(self, value: Any) -> bool:
+        if self.kind == "categorical":
+            return value in self.choices
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
+
+@dataclass
+class TuneSpec:
+    """A validated tuning file: what every trial trains with, what varies, and what is optimized."""
+
+    source: str
+    train: dict[str, Any]
+    eval_data_pattern: str
+    search: list[Param]
+    metric: str
+    direction: str
+    settings: TuneSettings
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    document: dict[str, Any] = field(default_factory=dict)  # the file as read, for the copy in the study dir
+
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        """The trial's values of the active fields, suggested in file order so `when` sees its inputs."""
+        values: dict[str, Any] = {}
+        for param in self.search:
+            if param.is_active(values):
+                values[param.name] = param.suggest(trial)
+        return values
+
+    def trial_config(self, params: dict[str, Any], train_dir: str, **overrides: Any) -> TrainConfig:
+        values = {**self.train, **params, "train_dir": train_dir, "start_new_model": True, **overrides}
+        return config_from_dict(TrainConfig, values, source=f"{self.source}: trial config")
+
+    def identity(self) -> str:
+        """What must not change when a study is resumed: the fixed fields, the space and the objective."""
+        space = [dataclasses.asdict(param) for param in self.search]
+        return json.dumps({"train": self.train, "eval_data_pattern": self.eval_data_pattern, "search": space,
+                           "metric": self.metric, "direction": self.direction}, sort_keys=True, default=str)
+
+
+def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> TuneSpec:
+    """Read and validate a tuning file; `overrides` (flags) replace `tune:` settings. One error lists all problems."""
+    document = load_yaml(path)
+    problems = [f"{path}: unknown section '{name}' (sections: {', '.join(SECTIONS)})"
+                for name in document if name not in SECTIONS]
+    train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
+    search = _read_search(path, _section(path, document, "search", problems), problems)
+    metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
+    tune_section = dict(_section(path, document, "tune", problems))
+    raw_enqueue = tune_section.pop("enqueue", [])
+    settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
+    enqueue = _read_enqueue(path, raw_enqueue, search, problems)
+    _check_modes(path, train, search, problems)
+    if problems:
+        raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
+    name = settings.study_name or os.path.splitext(os.path.basename(path))[0]
+    settings.study_name = name
+    settings.study_dir = settings.study_dir or os.path.join("studies", name)
+    return TuneSpec(path, train, eval_pattern, search, metric, direction, settings, enqueue, document)
+
+
+def _section(path: str, document: dict, name: str, problems: list[str]) -> dict:
+    value = document.get(name) or {}
+    if not isinstance(value, dict):
+        problems.append(f"{path}: section '{name}' must be a mapping of field: value, got {type(value).__name__}")
+        return {}
+    return value
+
+
+def _collect(problems: list[str], build, *args: Any) -> Any:
+    """Run a config builder, turning its one-problem-per-line ValueError into entries of `problems`."""
+    try:
+        return build(*args)
+    except ValueError as err:
+        problems.extend(line.strip() for line in str(err).splitlines() if line.strip())
+        return None
+
+
+def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str, Any], str]:
+    values = dict(section)
+    eval_pattern = str(values.pop(EVAL_PATTERN, "") or "")
+    for name in TUNE_OWNED_FIELDS:
+        if name in values:
+            problems.append(f"{path}: train.{name} is set by yt8m tune for each trial "
+                            f"(<study_dir>/trials/trial-<number>); remove it")
+            values.pop(name)
+    config = _collect(problems, config_from_dict, TrainConfig, values, f"{path}: train")
+    if config is not None and not config.train_data_pattern:
+        problems.append(f"{path}: train.train_data_pattern is required")
+    if not eval_pattern:
+        problems.append(f"{path}: train.{EVAL_PATTERN} is required (the validation shards trials are scored on)")
+    fixed = {name: getattr(config, name) for name in values} if config is not None else {}
+    return fixed, eval_pattern
+
+
+def _read_search(path: str, section: dict, problems: list[str]) -> list[Param]:
+    if not section:
+        problems.append(f"{path}: section 'search' must name at least one field to search")
+    known = set(field_names(TrainConfig))
+    params: list[Param] = []
+    for name, spec in section.items():
+        where = f"{path}: search.{name}"
+        if name not in known:
+            problems.append(f"{where}: unknown field (not a `yt8m train` field)")
+            continue
+        if name in TUNE_OWNED_FIELDS:
+            problems.append(f"{where}: cannot be searched, yt8m tune sets it for each trial")
+            continue
+        if not isinstance(spec, dict):
+            problems.append(f"{where}: expected a mapping like {{type: float, low: ..., high: ...}}, got {spec!r}")
+            continue
+        param = _read_param(where, name, spec, params, problems)
+        if param is not None:
+            params.append(param)
+    return params
+
+
+def _read_param(where: str, name: str, spec: dict, earlier: list[Param], problems: list[str]) -> Optional[Param]:
+    kind = spec.get("type")
+    if kind not in DISTRIBUTION_KEYS:
+        problems.append(f"{where}: type {kind!r} is not a distribution (use one of: {', '.join(DISTRIBUTION_KEYS)})")
+        return None
+    unknown = sorted(set(spec) - DISTRIBUTION_KEYS[kind] - {"type", "when"})
+    if unknown:
+        problems.append(f"{where}: unknown key(s) {', '.join(unknown)} for type {kind} "
+                        f"(allowed: type, {', '.join(sorted(DISTRIBUTION_KEYS[kind]))}, when)")
+    before = len(problems)
+    when = _read_when(where, spec.get("when"), earlier, problems)
+    if kind == "categorical":
+        choices = _read_choices(where, name, spec.get("choices"), problems)
+        return Param(name, kind, choices=choices, when=when) if len(problems) == before else None
+    bounds = _read_range(where, name, kind, spec, problems)
+    if bounds is None or len(problems) != before:
+        return None
+    low, high, step, log = bounds
+    return Param(name, kind, low=low, high=high, step=step, log=log, when=when)
+
+
+def _coerce_value(name: str, value: Any, source: str, problems: list[str]) -> Any:
+    config = _collect(problems, config_from_dict, TrainConfig, {name: value}, source)
+    return None if config is None else getattr(config, name)
+
+
+def _read_choices(where: str, name: str, raw: Any, problems: list[str]) -> tuple:
+    if not isinstance(raw, list) or not raw:
+        problems.append(f"{where}: categorical needs a non-empty list 'choices', got {raw!r}")
+        return ()
+    choices = tuple(_coerce_value(name, value, where, problems) for value in raw)
+    if len(set(choices)) != len(choices):
+        problems.append(f"{where}: choices {list(raw)} repeat a value")
+    return choices
+
+
+def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str]) -> Optional[tuple]:
+    field_type = _field_type(TrainConfig, name)
+    if field_type not in (int, float):
+        problems.append(f"{where}: a {kind} range needs a numeric field, but '{name}' holds "
+                        f"{field_type.__name__} values; use type: categorical")
+        return None
+    if kind == "float" and field_type is int:
+        problems.append(f"{where}: '{name}' holds integers; use type: int")
+        return None
+    number = int if kind == "int" else (int, float)
+    low, high, step, log = spec.get("low"), spec.get("high"), spec.get("step"), spec.get("log", False)
+    bad = [key for key, value in (("low", low), ("high", high)) if not _is_number(value, number)]
+    if step is not None and not _is_number(step, number):
+        bad.append("step")
+    if bad:
+        problems.append(f"{where}: {', '.join(bad)} must be {'an integer' if kind == 'int' else 'a number'} "
+                        f"(got low={low!r}, high={high!r}, step={step!r})")
+        return None
+    if not isinstance(log, bool):
+        problems.append(f"{where}: log must be true or false, got {log!r}")
+    if low > high:
+        problems.append(f"{where}: inverted range, low {low} > high {high}")
+    elif low == high:
+        problems.append(f"{where}: empty range, low == high == {low}; fix the value in train: instead")
+    if log is True and low <= 0:
+        problems.append(f"{where}: log scale needs low > 0, got {low}")
+    if step is not None and log is True:
+        problems.append(f"{where}: step and log cannot be combined")
+    if step is not None and not 0 < step <= high - low:
+        problems.append(f"{where}: step {step} must be positive and at most high - low ({high - low})")
+    return low, high, step, log is True
+
+
+def _is_number(value: Any, number: type | tuple) -> bool:
+    return isinstance(value, number) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_when(where: str, raw: Any, earlier: list[Param], problems: list[str]) -> tuple:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        problems.append(f"{where}: 'when' must map earlier searched fields to a value or list of values, got {raw!r}")
+        return ()
+    by_name = {param.name: param for param in earlier}
+    conditions = []
+    for name, wanted in raw.items():
+        if name not in by_name:
+            problems.append(f"{where}: 'when' refers to '{name}', which is not a field searched above it "
+                            f"(searched above: {', '.join(by_name) or 'none'})")
+            continue
+        values = tuple(wanted) if isinstance(wanted, list) else (wanted,)
+        coerced = tuple(_coerce_value(name, value, f"{where}: when.{name}", problems) for value in values)
+        outside = [value for value in coerced if value is not None and not by_name[name].admits(value)]
+        if outside:
+            problems.append(f"{where}: 'when' value(s) {outside} can never be sampled for '{name}'")
+        conditions.append((name, coerced))
+    return tuple(conditions)
+
+
+def _read_objective(path: str, section: dict, problems: list[str]) -> tuple[str, str]:
+    unknown = sorted(set(section) - {"metric", "direction"})
+    if unknown:
+        problems.append(f"{path}: objective: unknown key(s) {', '.join(unknown)} (allowed: metric, direction)")
+    metric = section.get("metric", "gap")
+    if metric not in METRIC_DIRECTIONS:
+        problems.append(f"{path}: objective.metric {metric!r} is not a validation metric "
+                        f"(use one of: {', '.join(METRIC_DIRECTIONS)})")
+        return "gap", "maximize"
+    direction = section.get("direction", METRIC_DIRECTIONS[metric])
+    if direction not in ("maximize", "minimize"):
+        problems.append(f"{path}: objective.direction {direction!r} must be maximize or minimize")
+    return metric, direction
+
+
+def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> TuneSettings:
+    settings = _collect(problems, config_from_dict, TuneSettings, values, f"{path}: tune")
+    if settings is None:
+        return TuneSettings()
+    if settings.sampler not in SAMPLERS:
+        problems.append(f"{path}: tune.sampler {settings.sampler!r} is not one of: {', '.join(SAMPLERS)}")
+    if settings.pruner not in PRUNERS:
+        problems.append(f"{path}: tune.pruner {settings.pruner!r} is not one of: {', '.join(PRUNERS)}")
+    for name in ("n_trials", "n_jobs", "heartbeat_seconds"):
+        if getattr(settings, name) < 1:
+            problems.append(f"{path}: tune.{name} must be at least 1, got {getattr(settings, name)}")
+    for name in ("n_startup_trials", "n_warmup_steps", "report_every_steps"):
+        if getattr(settings, name) < 0:
+            problems.append(f"{path}: tune.{name} must not be negative, got {getattr(settings, name)}")
+    if settings.keep_best is not None and settings.keep_best < 0:
+        problems.append(f"{path}: tune.keep_best must not be negative, got {settings.keep_best}")
+    if settings.timeout is not None and settings.timeout <= 0:
+        problems.append(f"{path}: tune.timeout must be positive, got {settings.timeout}")
+    return settings
+
+
+def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str]) -> list[dict[str, Any]]:
+    """`tune.enqueue`: parameter sets tried first (e.g. the defaults, as a baseline the search must beat)."""
+    if not isinstance(raw, list) or not all(isinstance(entry, dict) for entry in raw):
+        problems.append(f"{path}: tune.enqueue must be a list of mappings field: value, got {raw!r}")
+        return []
+    by_name = {param.name: param for param in search}
+    entries = []
+    for index, entry in enumerate(raw):
+        where = f"{path}: tune.enqueue[{index}]"
+        coerced = {}
+        for name, value in entry.items():
+            if name not in by_name:
+                problems.append(f"{where}: '{name}' is not a searched field")
+                continue
+            coerced[name] = _coerce_value(name, value, where, problems)
+            if coerced[name] is not None and not by_name[name].admits(coerced[name]):
+                problems.append(f"{where}: {name}={value!r} lies outside its search space")
+        entries.append(coerced)
+    return entries
+
+
+def _check_modes(path: str, train: dict[str, Any], search: list[Param], problems: list[str]) -> None:
+    """Frame-level models need frame_features, video-level models must not have it."""
+    from yt8m.models import is_frame_level, list_models
+
+    frame_features = bool(train.get("frame_features", False))
+    model_param = next((param for param in search if param.name == "model"), None)
+    models = model_param.choices if model_param else (train.get("model", TrainConfig.model),)
+    known = list_models()
+    for model in models:
+        if model not in known:
+            problems.append(f"{path}: model {model!r} is not a registered model (known: {', '.join(known)})")
+        elif is_frame_level(model) != frame_features:
+            level = "frame-level" if is_frame_level(model) else "video-level"
+            problems.append(f"{path}: model {model} is {level} but train.frame_features is {frame_features}")

@@ -1,0 +1,283 @@
+"""The Optuna side of `yt8m tune`: storage, sampler and pruner, resuming a study, its trial budget, and
+interrupted trials, which are marked FAILED and re-queued so that a killed run loses no parameter set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import socket
+import time
+import warnings
+from typing import Any, Iterator, Optional
+
+import optuna
+import sqlalchemy
+from optuna.trial import FrozenTrial, TrialState
+
+from yt8m.tune.space import TuneSettings, TuneSpec
+
+log = logging.getLogger("yt8m.tune")
+
+# The tuning file with resolved settings, written into the study dir for `yt8m tune-report DIR`.
+STUDY_FILE = "tune.yaml"
+# SQLite waits this long for another process's write lock instead of failing with "database is locked".
+SQLITE_BUSY_TIMEOUT_SECONDS = 300
+# Opening a new database: attempts at creating its tables when other processes create them too.
+SCHEMA_ATTEMPTS = 4
+# A running trial whose heartbeat is older than this many heartbeat intervals is taken as interrupted.
+HEARTBEAT_GRACE_INTERVALS = 4
+# An interrupted parameter set is re-queued at most this many times (a config that kills its process
+# every time must not loop forever).
+MAX_RETRIES = 2
+
+# Trial user attributes.
+WORKER_ATTR = "worker"  # {"host", "pid", "start"}: the process running the trial
+RETRY_OF_ATTR = "retry_of"  # the number of the interrupted trial whose parameters this one re-runs
+RETRIES_ATTR = "retries"
+FAIL_REASON_ATTR = "fail_reason"
+# Study user attributes.
+SPEC_ATTR = "tune_spec"
+INTERRUPTED_PREFIX = "interrupted_trial_"  # + number -> why it was taken as interrupted
+
+
+def storage_url(settings: TuneSettings) -> str:
+    if settings.storage:
+        return with_installed_driver(settings.storage)
+    return f"sqlite:///{os.path.abspath(os.path.join(settings.study_dir, 'study.db'))}"
+
+
+def with_installed_driver(url: str) -> str:
+    """postgresql://... names no driver and SQLAlchemy 2.1 then wants psycopg 3; use psycopg2 when only it is
+    installed (the package's `postgres` extra)."""
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.drivername != "postgresql" or importlib.util.find_spec("psycopg") is not None:
+        return url
+    if importlib.util.find_spec("psycopg2") is None:
+        raise ValueError(f"--storage {display_url(url)} needs a PostgreSQL driver: pip install 'yt8m[postgres]'")
+    return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+
+def display_url(url: str) -> str:
+    """The storage URL with any password hidden, for logs and the files written in the study dir."""
+    return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+
+
+def open_storage(settings: TuneSettings) -> optuna.storages.RDBStorage:
+    url = storage_url(settings)
+    for attempt in range(1, SCHEMA_ATTEMPTS):
+        try:
+            return _rdb_storage(url, settings.heartbeat_seconds)
+        except sqlalchemy.exc.DatabaseError as err:
+            # Processes starting together on a new database race to create its tables; the loser retries.
+            log.info("creating the tables of %s raced with another process (%s); retrying",
+                     display_url(url), type(err.orig).__name__)
+            time.sleep(attempt)
+    return _rdb_storage(url, settings.heartbeat_seconds)
+
+
+def _rdb_storage(url: str, heartbeat_seconds: int) -> optuna.storages.RDBStorage:
+    if url.startswith("sqlite"):
+        engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}}
+    else:
+        # Server connections idle for a whole trial may have been dropped; test them before use.
+        engine_kwargs = {"pool_pre_ping": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_seconds,
+                                          grace_period=HEARTBEAT_GRACE_INTERVALS * heartbeat_seconds,
+                                          heartbeat_stale_trial_callback=_requeue_stale_trial)
+
+
+def sampler_seed(settings: TuneSettings, job_index: int) -> int:
+    """--seed plus the job's index; with --storage, where the same command may run on several machines at
+    once, the process identity is mixed in so that they do not sample the same points (such runs cannot
+    be reproduced anyway: their trials interleave in timing order)."""
+    if not settings.storage:
+        return settings.seed + job_index
+    identity = f"{settings.seed}:{job_index}:{socket.gethostname()}:{os.getpid()}"
+    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:4], "little")
+
+
+def create_sampler(settings: TuneSettings, job_index: int = 0) -> optuna.samplers.BaseSampler:
+    seed = sampler_seed(settings, job_index)
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # group=True: `when` makes the space conditional, which plain multivariate TPE handles poorly.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup_trials,
+                                          multivariate=True, group=True, constant_liar=True)
+
+
+def create_pruner(settings: TuneSettings, num_epochs: int) -> optuna.pruners.BasePruner:
+    if settings.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=settings.n_startup_trials,
+                                           n_warmup_steps=settings.n_warmup_steps)
+    if settings.pruner == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if settings.pruner == "hyperband":
+        max_resource = num_epochs if settings.report_every_steps == 0 else "auto"
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_resource)
+    return optuna.pruners.NopPruner()
+
+
+def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage, job_index: int = 0) -> optuna.Study:
+    """Create the study or resume it; refuses to resume one made with another space, objective or train set."""
+    settings = spec.settings
+    num_epochs = spec.trial_config({}, settings.study_dir).num_epochs
+    study = optuna.create_study(storage=storage, study_name=settings.study_name, direction=spec.direction,
+                                sampler=create_sampler(settings, job_index),
+                                pruner=create_pruner(settings, num_epochs), load_if_exists=True)
+    saved = study.user_attrs.get(SPEC_ATTR)
+    if saved is None:
+        study.set_user_attr(SPEC_ATTR, spec.identity())
+        for params in spec.enqueue:
+            study.enqueue_trial(params, skip_if_exists=True)
+    elif saved != spec.identity():
+        raise ValueError(
+            f"study '{settings.study_name}' in {display_url(storage_url(settings))} was created from a different "
+            f"train:, search: or objective: section than {spec.source}; resuming it would mix incomparable "
+            f"trials. Restore the original file, or start another study with --study_name or --study_dir.")
+    return study
+
+
+def load_existing_study(settings: TuneSettings) -> optuna.Study:
+    """An existing study, for reports; a clear error when there is none."""
+    storage = open_storage(settings)
+    names = [summary.study_name for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if settings.study_name not in names:
+        raise ValueError(f"no study '{settings.study_name}' in {display_url(storage_url(settings))} "
+                         f"(studies there: {', '.join(names) or 'none'})")
+    return optuna.load_study(study_name=settings.study_name, storage=storage)
+
+
+def interrupted_trials(study: optuna.Study) -> dict[int, str]:
+    """Trial number -> why it was taken as interrupted; such trials do not count toward --n_trials."""
+    return {int(key[len(INTERRUPTED_PREFIX):]): reason for key, reason in study.user_attrs.items()
+            if key.startswith(INTERRUPTED_PREFIX)}
+
+
+def counted_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials that used up the budget: complete, pruned, or failed by their own error."""
+    skipped = interrupted_trials(study)
+    return [trial for trial in study.get_trials(deepcopy=False)
+            if trial.state.is_finished() and trial.number not in skipped]
+
+
+def trials_to_start(study: optuna.Study, n_trials: int) -> int:
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return n_trials - len(counted_trials(study)) - len(running)
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; `interrupted` ones (killed, or surplus of a parallel race) are not in `fail`."""
+    skipped = interrupted_trials(study)
+    counts = {"complete": 0, "pruned": 0, "fail": 0, "interrupted": 0, "running": 0, "waiting": 0}
+    for trial in study.get_trials(deepcopy=False):
+        key = "interrupted" if trial.number in skipped else trial.state.name.lower()
+        counts[key] += 1
+    return counts
+
+
+def worker_identity() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start_ticks(pid)}
+
+
+def _process_start_ticks(pid: int) -> Optional[int]:
+    """When the process started (Linux clock ticks since boot): tells a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            # The command name (field 2) may contain spaces; fields after its closing parenthesis are fixed.
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_gone(worker: dict[str, Any]) -> bool:
+    """True when the worker ran on this host and its process no longer exists."""
+    if worker.get("host") != socket.gethostname():
+        return False
+    pid = int(worker.get("pid", -1))
+    if pid == os.getpid():
+        return True  # this process runs no trial while it looks for interrupted ones
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    start = _process_start_ticks(pid)
+    return start is not None and worker.get("start") is not None and start != worker["start"]
+
+
+def recover_interrupted(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
+    """Fail and re-queue the running trials whose process is gone: on this host at once, elsewhere by heartbeat."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.user_attrs.get(WORKER_ATTR)
+        if worker and _is_gone(worker):
+            reason = f"interrupted: its process {worker['host']}:{worker['pid']} is gone (killed or crashed)"
+            if _fail_running_trial(storage, study, trial):
+                record_interruption(study, trial, reason)
+
+
+def _fail_running_trial(storage: optuna.storages.RDBStorage, study: optuna.Study, trial: FrozenTrial) -> bool:
+    """Mark FAILED; False when another process got there first (then it also re-queues the trial)."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+    try:
+        return storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
+def _requeue_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+    worker = trial.user_attrs.get(WORKER_ATTR, {})
+    where = f" on {worker['host']}:{worker['pid']}" if worker else ""
+    record_interruption(study, trial, f"interrupted: no heartbeat{where} for over "
+                                      f"{HEARTBEAT_GRACE_INTERVALS} intervals (killed, or its machine was lost)")
+
+
+def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str) -> None:
+    """Note why the (already FAILED) trial was interrupted and queue its parameters again."""
+    study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}", reason)
+    original = trial.user_attrs.get(RETRY_OF_ATTR, trial.number)
+    retries = trial.user_attrs.get(RETRIES_ATTR, 0) + 1
+    if retries > MAX_RETRIES:
+        log.warning("trial %d %s; marked FAILED, not re-queued: the parameters of trial %d were already "
+                    "interrupted %d times", trial.number, reason, original, MAX_RETRIES)
+        return
+    study.enqueue_trial(trial.params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: retries})
+    log.warning("trial %d %s; marked FAILED and its parameters re-queued as a new trial", trial.number, reason)
+
+
+class BudgetLock:
+    """A file lock taken from counting the budget until the next trial is RUNNING, so that the jobs of
+    one machine never start more trials than --n_trials. Released by the trial itself, or on exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator["BudgetLock"]:
+        self._fh = open(self.path, "a")
+        fcntl.flock(self._fh, fcntl.LOCK_EX)
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
