@@ -1,0 +1,269 @@
+"""The starter kit's evaluation metrics (hit@1, PERR, GAP, per-class mAP), streamed over batches.
+
+Vectorized (NumPy, one torch reduction), memory O(videos x top_k), exact to the definitions below
+with a fixed tie order.
+
+Definitions (P scores, Y 0/1 labels, k = top_k, m = number of labels of a video):
+  hit_at_one       mean over videos of Y at the video's highest score.
+  perr             per video with m > 0: the fraction of its top-m scores that are labels and > 0;
+                   a video without labels counts 0; mean over all videos.
+  gap              pool every video's top-k (score, label) pairs, rank them by score; AP = sum over
+                   ranks r of precision@r at each positive, divided by the number of labels in Y
+                   (including labels outside the top-k).
+  map              per-class AP over the same pool (divided by the class's label count), averaged
+                   over the classes with at least one label.
+  map_all_classes  the same averaged over all classes, a class without labels counting 0 (the
+                   starter kit's mean of `peek_map_at_n()`).
+
+Tie order (the starter kit leaves it to argpartition and a seeded shuffle): within a video, equal
+scores rank by ascending class index (so hit@1 follows np.argmax); in the pooled GAP and per-class
+rankings, equal scores keep accumulation order (video order, then the within-video order).
+A score of -inf means "not predicted": it never enters a video's top-k and is never a hit.
+Scores are compared as float32; NaN scores are an error.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+# Rows handled per step: a chunk of scores and labels stays in cache between its passes.
+_CHUNK_ROWS = 128
+# About this many interleaved column blocks bound each row's top-k (see _candidates).
+_TARGET_BLOCKS = 64
+_LOWEST_FLOAT32 = np.finfo(np.float32).min
+_LOW_32_BITS = np.uint64(0xFFFFFFFF)
+# A batch's sort key packs row | 32-bit score | class into 64 bits, which bounds its rows.
+_KEY_BITS = 64
+_SCORE_BITS = 32
+
+
+def _descending_key(scores: np.ndarray) -> np.ndarray:
+    """uint32 keys whose ascending order is the float32 scores' descending order."""
+    bits = (scores + np.float32(0.0)).view(np.int32)  # + 0.0 folds -0.0 into 0.0
+    ascending = bits ^ ((bits >> 31) | np.int32(-0x80000000))  # flip negatives, set positives' sign bit
+    return ~ascending.view(np.uint32)
+
+
+def _with_position(key32: np.ndarray) -> np.ndarray:
+    """64-bit sort keys: the 32-bit key above, the entry's position below (ties keep order)."""
+    keys = key32.astype(np.uint64)
+    keys <<= np.uint64(32)
+    keys |= np.arange(len(key32), dtype=np.uint64)
+    return keys
+
+
+def _low_half(keys: np.ndarray) -> np.ndarray:
+    keys &= _LOW_32_BITS
+    return keys.view(np.int64)
+
+
+def _class_bits(num_classes: int) -> int:
+    return max(1, int(num_classes - 1).bit_length())
+
+
+def _batches(predictions: np.ndarray, labels: np.ndarray, top_k: int) -> Iterator["_Batch"]:
+    """The input as _Batch pieces small enough for the 64-bit sort key (one piece in practice)."""
+    scores, labels = _check_inputs(predictions, labels)
+    piece = 2 ** (_KEY_BITS - _SCORE_BITS - _class_bits(scores.shape[1]))
+    for start in range(0, len(scores), piece):
+        yield _Batch(scores[start:start + piece], labels[start:start + piece], top_k)
+
+
+def _candidates(scores: np.ndarray, depth: int) -> np.ndarray:
+    """Flat indices (row-major) of a superset of each row's top-`depth` entries, -inf excluded.
+
+    Columns are split into interleaved blocks (block b: columns b, b + num_blocks, ...). At least
+    `depth` entries reach the depth-th largest block maximum, so every entry of a row's top-depth,
+    ties with the last one included, is >= it; typically only a few more than `depth` pass.
+    """
+    rows, cols = scores.shape
+    num_blocks = min(cols, max(depth, _TARGET_BLOCKS))
+    block = cols // num_blocks
+    # torch's strided max runs about twice as fast as NumPy's on this layout.
+    body = torch.from_numpy(scores).as_strided((rows, block, num_blocks), (cols, num_blocks, 1))
+    block_max = body.amax(dim=1).numpy()
+    if np.isnan(block_max).any() or np.isnan(scores[:, num_blocks * block:]).any():
+        raise ValueError("predictions contain NaN")
+    bound = np.partition(block_max, num_blocks - depth, axis=1)[:, num_blocks - depth]
+    bound = np.maximum(bound, _LOWEST_FLOAT32)  # so that -inf never qualifies
+    return np.flatnonzero(scores >= bound[:, None])
+
+
+def _in_tie_order(scores: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Flat indices sorted by row, then score descending, then class (the within-video order)."""
+    cols = scores.shape[1]
+    class_bits = _class_bits(cols)
+    flat_rows = flat // cols
+    keys = flat_rows.astype(np.uint64) << np.uint64(_SCORE_BITS + class_bits)
+    keys |= _descending_key(scores.ravel()[flat]).astype(np.uint64) << np.uint64(class_bits)
+    keys |= (flat - flat_rows * cols).astype(np.uint64)
+    keys.sort()
+    ordered_rows = (keys >> np.uint64(_SCORE_BITS + class_bits)).view(np.int64)
+    return ordered_rows * cols + (keys & np.uint64((1 << class_bits) - 1)).view(np.int64)
+
+
+def _rank_in_row(entry_rows: np.ndarray, num_rows: int) -> np.ndarray:
+    """Position of each entry within its row, for entries grouped by ascending row."""
+    counts = np.bincount(entry_rows, minlength=num_rows)
+    return np.arange(len(entry_rows)) - (np.cumsum(counts) - counts)[entry_rows]
+
+
+def _check_inputs(predictions: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.ascontiguousarray(predictions, dtype=np.float32)
+    labels = np.ascontiguousarray(labels, dtype=np.float32)
+    if scores.ndim != 2 or labels.shape != scores.shape or scores.shape[1] == 0:
+        raise ValueError(f"predictions {scores.shape} and labels {labels.shape} must be equal "
+                         "[videos, classes] matrices")
+    return scores, labels
+
+
+class _Batch:
+    """One batch's contribution: its pool entries (each video's top-k), hit@1 and PERR sums."""
+
+    def __init__(self, scores: np.ndarray, labels: np.ndarray, top_k: int):
+        num_rows, num_classes = scores.shape
+        k = min(top_k, num_classes)
+        ones_for_rows, ones_for_classes = np.ones(_CHUNK_ROWS, np.float32), np.ones(num_classes, np.float32)
+        candidates, num_labels = [np.empty(0, np.int64)], [np.empty(0, np.float32)]
+        class_positives = np.zeros(num_classes)
+        for start in range(0, num_rows, _CHUNK_ROWS):
+            chunk_labels = labels[start:start + _CHUNK_ROWS]
+            chunk_num_labels = chunk_labels @ ones_for_classes
+            class_positives += ones_for_rows[:len(chunk_labels)] @ chunk_labels
+            depth = max(k, int(chunk_num_labels.max()))  # deep enough for PERR's top-m too
+            candidates.append(_candidates(scores[start:start + _CHUNK_ROWS], depth) + start * num_classes)
+            num_labels.append(chunk_num_labels)
+        self.num_videos = num_rows
+        self.class_positives = np.rint(class_positives).astype(np.int64)
+        self._summarize(scores, labels, _in_tie_order(scores, np.concatenate(candidates)),
+                        np.rint(np.concatenate(num_labels)).astype(np.int64), top_k)
+
+    def _summarize(self, scores: np.ndarray, labels: np.ndarray, flat: np.ndarray,
+                   num_labels: np.ndarray, top_k: int) -> None:
+        """From each row's candidates in tie order: PERR's top-m, hit@1 and the pooled top-k."""
+        num_rows, num_classes = scores.shape
+        rows = flat // num_classes
+        rank = _rank_in_row(rows, num_rows)
+        entry_scores = scores.ravel()[flat]
+        entry_labels = labels.ravel()[flat] > 0
+        counted = entry_labels & (entry_scores > 0) & (rank < num_labels[rows])
+        hits_in_top_m = np.bincount(rows[counted], minlength=num_rows)
+        labelled = num_labels > 0
+        self.perr_sum = float((hits_in_top_m[labelled] / num_labels[labelled]).sum())
+        self.hit_sum = float(entry_labels[rank == 0].sum())
+        in_pool = rank < top_k
+        self.scores = entry_scores[in_pool]
+        self.labels = entry_labels[in_pool]
+        self.classes = (flat[in_pool] - rows[in_pool] * num_classes).astype(np.int32)
+
+
+def _global_ap(ranked_labels: np.ndarray, num_positives: int) -> float:
+    """Sum of precision@r at each positive rank, over the number of positives."""
+    if num_positives == 0:
+        return 0.0
+    positive_ranks = np.flatnonzero(ranked_labels) + 1
+    return float((np.arange(1, len(positive_ranks) + 1) / positive_ranks).sum() / num_positives)
+
+
+def _per_class_ap(ranked_classes: np.ndarray, ranked_labels: np.ndarray,
+                  class_positives: np.ndarray) -> np.ndarray:
+    """AP of every class from pool entries already in global rank order (0 without labels)."""
+    num_classes = len(class_positives)
+    keys = _with_position(ranked_classes.view(np.uint32))
+    keys.sort()
+    by_class = (keys >> np.uint64(32)).view(np.int64)
+    labels = ranked_labels[_low_half(keys)]
+    counts = np.bincount(by_class, minlength=num_classes)
+    positives = np.flatnonzero(labels)
+    positive_class = by_class[positives]
+    rank_in_class = positives - (np.cumsum(counts) - counts)[positive_class] + 1
+    positive_counts = np.bincount(positive_class, minlength=num_classes)
+    hits_in_class = (np.arange(len(positives))
+                     - (np.cumsum(positive_counts) - positive_counts)[positive_class] + 1)
+    sums = np.bincount(positive_class, weights=hits_in_class / rank_in_class, minlength=num_classes)
+    return np.divide(sums, class_positives, out=np.zeros(num_classes), where=class_positives > 0)
+
+
+class EvaluationMetrics:
+    """Streams batches of predictions and labels; `get()` returns the starter kit's metrics."""
+
+    def __init__(self, num_classes: int, top_k: int = 20):
+        if int(num_classes) < 1 or int(top_k) < 1:
+            raise ValueError(f"num_classes ({num_classes}) and top_k ({top_k}) must be positive")
+        self.num_classes = int(num_classes)
+        self.top_k = int(top_k)
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything accumulated."""
+        self._scores: list[np.ndarray] = []
+        self._labels: list[np.ndarray] = []
+        self._classes: list[np.ndarray] = []
+        self._class_positives = np.zeros(self.num_classes, dtype=np.int64)
+        self._sum_hit = 0.0
+        self._sum_perr = 0.0
+        self._sum_loss = 0.0
+        self._num_videos = 0
+
+    def accumulate(self, predictions: np.ndarray, labels: np.ndarray, loss: float = 0.0) -> None:
+        """Add a batch: scores and 0/1 labels, both [videos, num_classes]; loss is the batch mean."""
+        if np.ndim(predictions) != 2 or np.shape(predictions)[1] != self.num_classes:
+            raise ValueError(f"predictions have shape {np.shape(predictions)}, "
+                             f"expected [videos, {self.num_classes}]")
+        for batch in _batches(predictions, labels, self.top_k):
+            self._scores.append(batch.scores)
+            self._labels.append(batch.labels)
+            self._classes.append(batch.classes)
+            self._class_positives += batch.class_positives
+            self._sum_hit += batch.hit_sum
+            self._sum_perr += batch.perr_sum
+            self._sum_loss += float(loss) * batch.num_videos
+            self._num_videos += batch.num_videos
+
+    def get(self) -> dict:
+        """gap, map, map_all_classes, hit_at_one, perr, loss (means over videos) and num_videos."""
+        if self._num_videos == 0:
+            raise ValueError("no videos were accumulated")
+        scores = np.concatenate(self._scores)
+        if len(scores) >= 2 ** 32:
+            raise ValueError(f"{len(scores)} pooled predictions: at most 2**32 - 1 are supported")
+        keys = _with_position(_descending_key(scores))
+        keys.sort()
+        order = _low_half(keys)
+        ranked_labels = np.concatenate(self._labels)[order]
+        class_ap = _per_class_ap(np.concatenate(self._classes)[order], ranked_labels,
+                                 self._class_positives)
+        labelled = self._class_positives > 0
+        return {
+            "gap": _global_ap(ranked_labels, int(self._class_positives.sum())),
+            "map": float(class_ap[labelled].mean()) if labelled.any() else 0.0,
+            "map_all_classes": float(class_ap.mean()),
+            "hit_at_one": self._sum_hit / self._num_videos,
+            "perr": self._sum_perr / self._num_videos,
+            "loss": self._sum_loss / self._num_videos,
+            "num_videos": self._num_videos,
+        }
+
+
+def _one_batch(predictions: np.ndarray, labels: np.ndarray, top_k: int) -> dict:
+    metrics = EvaluationMetrics(np.shape(predictions)[-1], top_k)
+    metrics.accumulate(predictions, labels)
+    return metrics.get()
+
+
+def calculate_hit_at_one(predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over the batch's videos of the label at the highest score."""
+    return _one_batch(predictions, labels, 1)["hit_at_one"]
+
+
+def calculate_perr(predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over the batch's videos of the precision at equal recall rate."""
+    return _one_batch(predictions, labels, 1)["perr"]
+
+
+def calculate_gap(predictions: np.ndarray, labels: np.ndarray, top_k: int = 20) -> float:
+    """Global average precision of one batch, over each video's top_k predictions."""
+    return _one_batch(predictions, labels, top_k)["gap"]
