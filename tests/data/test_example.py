@@ -92,6 +92,22 @@ def test_decode_video_matches_sidecar_bit_for_bit(fixtures_dir, name):
         assert np.array_equal(bits(features[row]), bits(expected))
 
 
+def test_batch_of_mixed_layouts_matches_sidecars(fixtures_dir):
+    """One batch over records of all video files shuffled: key orders, id keys and label counts vary
+    from record to record, as in real shards."""
+    pairs = []
+    for name in VIDEO_FILES:
+        path = fixtures_dir / name
+        pairs += zip((p for _, p in read_records(str(path))), load_sidecar(path)["records"], strict=True)
+    order = np.random.default_rng(11).permutation(len(pairs))
+    payloads = [pairs[i][0] for i in order]
+    records = [pairs[i][1] for i in order]
+    ids, labels, features = decode_video_batch(payloads, ["mean_audio", "mean_rgb"], [128, 1024], 3862)
+    assert ids == [r["id"] for r in records] and labels == [r["labels"] for r in records]
+    expected = np.stack([np.concatenate([as_float32(r["mean_audio"]), as_float32(r["mean_rgb"])]) for r in records])
+    assert np.array_equal(bits(features), bits(expected))
+
+
 def test_extreme_floats_survive(fixtures_dir):
     path = fixtures_dir / "video/train00.tfrecord"
     payload = [p for _, p in read_records(str(path))][70]
@@ -321,6 +337,10 @@ def test_real_2018_validate_shards(realdata_dir):
     assert (min(flat), max(flat)) == (0, 3860)
     assert features.shape == (18654, 1152) and -1.993 < features.min() and features.max() < 2.009
     assert ids[0] == "02aa" and labels[0] == [3, 4, 9, 34]
+    for row in range(0, len(payloads), 97):  # the batch path against the record-by-record parser
+        parsed = parse_record(payloads[row])["features"]
+        assert parsed["id"] == [ids[row].encode()] and parsed["labels"].tolist() == labels[row]
+        assert np.array_equal(bits(features[row]), bits(np.concatenate([parsed["mean_rgb"], parsed["mean_audio"]])))
 
 
 def test_real_2017_validate_and_test_shards(realdata_dir):

@@ -540,7 +540,7 @@ def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], 
         wanted[name.encode()] = (4 * size, 4 * sum(feature_sizes[:len(wanted)]))
     if len(wanted) != len(feature_names):
         raise ValueError(f"feature names repeat: {list(feature_names)}")
-    templates: list[tuple[bytes, bytes, int, int]] = []
+    templates: dict[bytes, tuple[bytes, bytes, int, int]] = {}
     ids: list[str] = []
     labels: list[list[int]] = []
     for row, payload in enumerate(payloads):
@@ -556,37 +556,45 @@ def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], 
     return ids, labels, out
 
 
-def _example_body(payload: bytes) -> Optional[int]:
-    """Where the Features message starts when it is the Example's one field, spanning the record."""
+def _example_body(payload: bytes) -> Optional[tuple[int, int]]:
+    """(start, end) of the Features message when it is the Example's first and only features field.
+
+    Real 2018 shards end with an empty field 2 (`12 00`, as a SequenceExample's empty feature_lists
+    would be); protobuf skips it as an unknown field, and so does this fast check.
+    """
     if payload[:1] != b"\x0a":
         return None
     if len(payload) >= 3 and payload[1] >= 0x80 and payload[2] < 0x80:  # a two-byte size: any YT8M video
         size, start = (payload[1] & 0x7F) | (payload[2] << 7), 3
     else:
         size, start = read_varint(payload, 1, len(payload))
-    return start if start + size == len(payload) else None
+    end = start + size
+    if end == len(payload) or payload[end:] == b"\x12\x00":
+        return start, end
+    return None
 
 
 def _decode_video_fast(payload: bytes, wanted: dict, num_classes: int, out_bytes: memoryview, out_pos: int,
-                       templates: list) -> Optional[tuple[str, list[int]]]:
+                       templates: dict) -> Optional[tuple[str, list[int]]]:
     """(id, labels), features copied into out_bytes, for a valid record in TensorFlow's layout; None
     for anything else (other encodings, and every error, go to the full path).
 
-    Records of one file share their entry headers (all but the labels'), so each header is first
-    compared with the one at the same index in the previous record (`templates`): one bytes
-    comparison instead of parsing four varints. Equal header bytes mean equal key, kind and sizes.
+    Records of one file share their entry headers (all but the labels', and in any order), so each
+    entry is first compared with the header seen before with the same first 8 bytes (`templates`):
+    one bytes comparison instead of parsing four varints. Equal header bytes mean equal key, kind
+    and sizes, so the result is the same as parsing.
     """
-    pos = _example_body(payload)
-    if pos is None:
+    body = _example_body(payload)
+    if body is None:
         return None
-    end = len(payload)
+    pos, end = body
     view = memoryview(payload)
     missing = set(wanted)
     found_id = found_video_id = None
     labels: list[int] = []
-    index = 0
     while pos < end:
-        template = templates[index] if index < len(templates) else None
+        prefix = payload[pos:pos + 8]
+        template = templates.get(prefix)
         if template is not None and payload.startswith(template[0], pos):
             header, key, kind, length = template
         else:
@@ -595,10 +603,9 @@ def _decode_video_fast(payload: bytes, wanted: dict, num_classes: int, out_bytes
                 return None
             size, key, kind, length = parsed
             header = payload[pos:pos + size]
-            templates[index:index + 1] = [(header, key, kind, length)]
+            templates[prefix] = (header, key, kind, length)
         start = pos + len(header)
         pos = start + length
-        index += 1
         target = wanted.get(key)
         if target is not None:
             if kind != KIND_FLOAT or length != target[0] or pos > end:
@@ -647,18 +654,25 @@ def _feature_list(data: bytes, start: int, end: int) -> list[tuple[int, object]]
     return [_parse_feature(data, s, e) for s, e in _len_fields(data, start, end, LIST_VALUE)]
 
 
-def _frame_bytes(name: str, data: bytes, start: int, end: int, size: int) -> np.ndarray:
-    """uint8 [frames, size] of a FeatureList holding one `size`-byte value per frame.
+def _uniform_frames(data: bytes, start: int, end: int, size: int) -> Optional[np.ndarray]:
+    """uint8 [frames, size] view when every frame of the FeatureList is TensorFlow's one-value layout.
 
-    Fast path: in the usual layout every frame is the same header plus its bytes, so the whole list
-    is one [frames, header + size] array whose header columns are checked at once.
+    Then every frame is the same header plus its bytes, so the list is one [frames, header + size]
+    array whose header columns are checked at once. None otherwise.
     """
     header = frame_header(size)
     stride = len(header) + size
-    if (end - start) % stride == 0:
-        rows = np.frombuffer(data, np.uint8, end - start, start).reshape(-1, stride)
-        if (rows[:, :len(header)] == header).all():
-            return rows[:, len(header):]
+    if (end - start) % stride:
+        return None
+    rows = np.frombuffer(data, np.uint8, end - start, start).reshape(-1, stride)
+    return rows[:, len(header):] if (rows[:, :len(header)] == header).all() else None
+
+
+def _frame_bytes(name: str, data: bytes, start: int, end: int, size: int) -> np.ndarray:
+    """uint8 [frames, size] of a FeatureList that must hold one `size`-byte value per frame."""
+    uniform = _uniform_frames(data, start, end, size)
+    if uniform is not None:
+        return uniform
     frames = _feature_list(data, start, end)
     out = np.empty((len(frames), size), dtype=np.uint8)
     for index, (kind, values) in enumerate(frames):
@@ -723,6 +737,18 @@ def _as_stored(kind: int, values: object) -> object:
     return np.array(values, dtype=np.int64) if kind == KIND_INT64 else values
 
 
+def _stored_frames(data: bytes, start: int, end: int) -> list:
+    """Each frame's values; YT8M's one bytes value per frame is sliced from one array at once."""
+    first = next(iter_fields(data, start, end), None)
+    if first is not None and first[0] == LIST_VALUE and first[1] == WIRE_LEN:
+        kind, values = _parse_feature(data, *first[2])
+        if kind == KIND_BYTES and len(values) == 1:
+            uniform = _uniform_frames(data, start, end, len(values[0]))
+            if uniform is not None:
+                return [[row.tobytes()] for row in uniform]
+    return [_as_stored(*frame) for frame in _feature_list(data, start, end)]
+
+
 def parse_record(payload: bytes, sequence: Optional[bool] = None) -> dict:
     """Everything a record holds, as stored: for inspection and tests, not for the training hot path.
 
@@ -730,15 +756,12 @@ def parse_record(payload: bytes, sequence: Optional[bool] = None) -> dict:
     "SequenceExample", "context": {name: values}, "feature_lists": {name: [values of each frame]}}.
     Values: float32 array (float_list), int64 array (int64_list), list of bytes (bytes_list, and an
     empty list for a Feature with no kind set). With `sequence=None` a record is a SequenceExample
-    when it has a feature_lists field: an Example and a SequenceExample without feature lists are
-    the same bytes, so no reader can tell them apart.
+    when it holds at least one feature list: an Example and a SequenceExample without feature lists
+    are the same bytes (real 2018 video-level shards even carry an empty feature_lists field).
     """
-    top = _top_level(payload)
-    context = _parse_features(*top[SEQUENCE_CONTEXT]) if SEQUENCE_CONTEXT in top else {}
+    context, lists = _sequence_example(payload)
     features = {key.decode(errors="backslashreplace"): _as_stored(*value) for key, value in context.items()}
-    if sequence is False or (sequence is None and SEQUENCE_FEATURE_LISTS not in top):
+    if sequence is False or (sequence is None and not lists):
         return {"message": "Example", "features": features}
-    lists = _parse_map(*top[SEQUENCE_FEATURE_LISTS]) if SEQUENCE_FEATURE_LISTS in top else {}
-    feature_lists = {key.decode(errors="backslashreplace"): [_as_stored(*frame) for frame in _feature_list(*region)]
-                     for key, region in lists.items()}
+    feature_lists = {key.decode(errors="backslashreplace"): _stored_frames(*region) for key, region in lists.items()}
     return {"message": "SequenceExample", "context": features, "feature_lists": feature_lists}

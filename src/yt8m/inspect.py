@@ -1,0 +1,197 @@
+"""`yt8m inspect PATTERN`: summarize YouTube-8M TFRecord shards, or dump every record as one JSON line.
+
+Reads whatever the data layer reads (local, gs://, s3://, GZIP; Example or SequenceExample), values as stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from yt8m.config import parse_bool
+from yt8m.data.example import RecordError, parse_record
+from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
+
+ID_KEYS = ("id", "video_id")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
+    parser.add_argument("pattern", help="File path or glob; comma-separated for several (gs://, s3:// too).")
+    parser.add_argument("--frame_features", nargs="?", const=True, default=None, type=parse_bool, metavar="BOOL",
+                        help="Read records as SequenceExamples (true) or Examples (false). Default: a record "
+                             "with a feature_lists field is a SequenceExample.")
+    parser.add_argument("--json", action="store_true",
+                        help='One JSON object per record and line: {"id", "labels", "features", "num_frames"}.')
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="Stop after N records in all.")
+    parser.add_argument("--skip_corrupt", nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL",
+                        help="Skip the rest of a file after a corrupt record (with a warning) instead of failing.")
+    return parser
+
+
+@dataclass
+class RecordSource:
+    """The records of the files matching a pattern, parsed, with the corrupt files skipped on the way."""
+
+    paths: list[str]
+    sequence: Optional[bool]
+    skip_corrupt: bool
+    limit: Optional[int]
+    skipped_files: list[str] = field(default_factory=list)
+
+    def _skipped(self, error: CorruptRecordError) -> None:
+        self.skipped_files.append(error.path)
+
+    def __iter__(self) -> Iterator[dict]:
+        count = 0
+        for path in self.paths:
+            for offset, payload in read_records(path, self.skip_corrupt, on_corrupt=self._skipped):
+                if self.limit is not None and count >= self.limit:
+                    return
+                try:
+                    yield parse_record(payload, self.sequence)
+                except RecordError as err:
+                    raise err.at(path, offset) from err
+                count += 1
+
+
+def _context(record: dict) -> dict:
+    return record["features"] if record["message"] == "Example" else record["context"]
+
+
+def _id_key(features: dict) -> Optional[str]:
+    return next((key for key in ID_KEYS if key in features), None)
+
+
+def _text(value: bytes) -> str:
+    return value.decode(errors="backslashreplace")
+
+
+def _values_json(values: object) -> list:
+    """float32 values become Python floats holding the same number exactly, so their repr round-trips."""
+    if isinstance(values, np.ndarray):
+        return values.tolist()
+    return [_text(value) for value in values]
+
+
+def _frame_json(values: object) -> list:
+    """A frame of one bytes value (YT8M: quantized uint8 features) as its list of ints."""
+    if isinstance(values, list) and len(values) == 1 and isinstance(values[0], bytes):
+        return list(values[0])
+    return _values_json(values)
+
+
+def record_json(record: dict) -> dict:
+    """{"id", "labels" (as stored), "features": {name: values}} plus "num_frames" for a SequenceExample."""
+    context = _context(record)
+    id_key = _id_key(context)
+    ids = context.get(id_key, [])
+    video_id = _text(ids[0]) if len(ids) == 1 and isinstance(ids[0], bytes) else None
+    labels = _values_json(context["labels"]) if "labels" in context else []
+    features = {name: _values_json(values) for name, values in context.items() if name not in (id_key, "labels")}
+    out = {"id": video_id, "labels": labels, "features": features}
+    if record["message"] == "SequenceExample":
+        lists = record["feature_lists"]
+        features.update({name: [_frame_json(frame) for frame in frames] for name, frames in lists.items()})
+        out["num_frames"] = max((len(frames) for frames in lists.values()), default=0)
+    return out
+
+
+def _kind(values: object) -> str:
+    if isinstance(values, np.ndarray):
+        return "float_list" if values.dtype == np.float32 else "int64_list"
+    return "bytes_list"
+
+
+@dataclass
+class Summary:
+    """Counts gathered over the records for the human summary."""
+
+    records: int = 0
+    messages: Counter = field(default_factory=Counter)
+    id_keys: Counter = field(default_factory=Counter)
+    feature_sizes: dict = field(default_factory=lambda: defaultdict(Counter))  # (name, kind) -> size counts
+    frame_sizes: dict = field(default_factory=lambda: defaultdict(Counter))  # (name, kind) -> values per frame
+    labels_per_video: Counter = field(default_factory=Counter)
+    classes: Counter = field(default_factory=Counter)
+    without_labels: int = 0
+    frames: list = field(default_factory=list)
+
+    def add(self, record: dict) -> None:
+        self.records += 1
+        self.messages[record["message"]] += 1
+        context = _context(record)
+        self.id_keys[_id_key(context) or "(none)"] += 1
+        for name, values in context.items():
+            self.feature_sizes[(name, _kind(values))][len(values)] += 1
+        if "labels" in context:
+            self.labels_per_video[len(context["labels"])] += 1
+            self.classes.update(context["labels"].tolist())
+        else:
+            self.without_labels += 1
+        if record["message"] == "SequenceExample":
+            lists = record["feature_lists"]
+            self.frames.append(max((len(frames) for frames in lists.values()), default=0))
+            for name, frames in lists.items():
+                for frame in frames:
+                    size = len(frame[0]) if _kind(frame) == "bytes_list" and len(frame) == 1 else len(frame)
+                    self.frame_sizes[(name, _kind(frame))][size] += 1
+
+
+def _sizes(counts: Counter) -> str:
+    if len(counts) == 1:
+        return f"{next(iter(counts))} values"
+    return f"{min(counts)}..{max(counts)} values"
+
+
+def _summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str]) -> list[str]:
+    lines = [f"files: {len(paths)}", f"records: {summary.records}",
+             "messages: " + ", ".join(f"{name} ({count})" for name, count in summary.messages.items()),
+             "id key: " + ", ".join(f"{name} ({count})" for name, count in summary.id_keys.items()),
+             "features:"]
+    for (name, kind), counts in sorted(summary.feature_sizes.items()):
+        lines.append(f"  {name}: {kind}, {_sizes(counts)} ({sum(counts.values())} records)")
+    for (name, kind), counts in sorted(summary.frame_sizes.items()):
+        per_frame = _sizes(counts).replace("values", "bytes" if kind == "bytes_list" else "values")
+        lines.append(f"  {name}: feature list of {kind}, {per_frame} per frame")
+    videos = sum(summary.labels_per_video.values())
+    total = sum(n * count for n, count in summary.labels_per_video.items())
+    if videos:
+        lines.append(f"labels: {total} in {videos} videos, {total / videos:.2f} per video "
+                     f"(min {min(summary.labels_per_video)}, max {max(summary.labels_per_video)}), "
+                     f"{len(summary.classes)} distinct classes"
+                     + (f", ids {min(summary.classes)}..{max(summary.classes)}" if summary.classes else ""))
+    lines.append(f"videos without a labels feature: {summary.without_labels}")
+    if summary.frames:
+        lines.append(f"frames per video: min {min(summary.frames)}, mean {np.mean(summary.frames):.1f}, "
+                     f"max {max(summary.frames)}")
+    if skipped:
+        lines.append(f"corrupt files skipped after their last good record: {len(skipped)} ({', '.join(skipped)})")
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.limit is not None and args.limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {args.limit}")
+    logging.basicConfig(format="%(levelname)s: %(message)s")
+    paths = expand_pattern(args.pattern)
+    source = RecordSource(paths, args.frame_features, args.skip_corrupt, args.limit)
+    if args.json:
+        for record in source:
+            sys.stdout.write(json.dumps(record_json(record)) + "\n")
+        if source.skipped_files:
+            print(f"yt8m inspect: skipped the rest of {len(source.skipped_files)} corrupt file(s)", file=sys.stderr)
+        return 0
+    summary = Summary()
+    for record in source:
+        summary.add(record)
+    print("\n".join(_summary_lines(summary, paths, source.skipped_files)))
+    return 0
