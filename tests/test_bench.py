@@ -36,9 +36,9 @@ def test_bench_read_prints_one_json_line_of_figures(data_dir, capsys, kind, work
     assert KEYS <= set(result)
     assert result["examples"] == 50 and result["batches"] == 4
     assert result["seconds"] > 0
-    assert result["examples_per_sec"] == pytest.approx(50 / result["seconds"], rel=0.01)
+    assert result["examples_per_sec"] == pytest.approx(50 / result["seconds"], rel=0.02)
     file_megabytes = sum(path.stat().st_size for path in (data_dir / kind).glob("train-*")) / 1e6
-    assert result["mb_per_sec"] * result["seconds"] == pytest.approx(file_megabytes, rel=0.01)
+    assert result["mb_per_sec"] * result["seconds"] == pytest.approx(file_megabytes, rel=0.02)
 
 
 def test_bench_read_stops_after_max_batches(data_dir, capsys):

@@ -33,8 +33,8 @@ def read_throughput(pattern: str, spec: FeatureSpec, batch_size: int, num_worker
         if max_batches is not None and batches >= max_batches:
             break
     seconds = time.perf_counter() - start
-    return {"examples": examples, "batches": batches, "seconds": round(seconds, 4),
-            "examples_per_sec": round(examples / seconds, 1), "mb_per_sec": round(record_bytes / MEGABYTE / seconds, 1),
+    return {"examples": examples, "batches": batches, "seconds": round(seconds, 6),
+            "examples_per_sec": round(examples / seconds, 1), "mb_per_sec": round(record_bytes / MEGABYTE / seconds, 3),
             "num_workers": num_workers, "batch_size": batch_size, "frame_features": spec.frame_features}
 
 

@@ -26,7 +26,7 @@ RECORD_OVERHEAD_BYTES = 16
 _RANDOM_BLOCK = 4096
 
 Batch = dict
-Record = tuple  # (path, byte offset, payload)
+Record = tuple  # (path, (byte offset, payload)): built by zip, with no Python frame per record
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
     held_bytes = 0
     for record in records:
         buffer.append(record)
-        held_bytes += len(record[2])
+        held_bytes += len(record[1][1])
         if len(buffer) >= capacity or held_bytes >= SHUFFLE_BUFFER_MAX_BYTES:
             break
     size = len(buffer)
@@ -102,14 +102,17 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
         yield buffer[slot]
 
 
-def _batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero-filled tensor; inside a DataLoader worker it is born in shared memory, so sending it costs no copy."""
+def _zero_features(shape: tuple[int, ...]) -> torch.Tensor:
+    """A zero float32 tensor whose pages are zeroed lazily by the kernel as they are first written.
+
+    Inside a DataLoader worker it is born in shared memory, so sending it to the main process copies nothing.
+    """
     if get_worker_info() is None:
-        return torch.zeros(shape, dtype=dtype)
+        return torch.from_numpy(np.zeros(shape, np.float32))
     count = int(np.prod(shape))
     # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
-    storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
+    storage = torch.UntypedStorage._new_shared(count * torch.float32.itemsize)
+    return torch.empty(0, dtype=torch.float32).set_(storage, 0, (count,)).view(shape)
 
 
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
@@ -124,9 +127,9 @@ def _video_batch(records: list[Record], spec: FeatureSpec) -> Batch:
     """One video-level batch, decoded straight into one [B, D] array; labels stay lists (see finish_batch)."""
     try:
         video_ids, labels, features = decode_video_batch(
-            [payload for _, _, payload in records], spec.feature_names, spec.feature_sizes, spec.num_classes)
+            [payload for _, (_, payload) in records], spec.feature_names, spec.feature_sizes, spec.num_classes)
     except RecordError as err:
-        path, offset, _ = records[err.batch_index]
+        path, (offset, _) = records[err.batch_index]
         raise err.at(path, offset) from err
     return {"video_ids": video_ids, "features": torch.from_numpy(features), "labels": labels}
 
@@ -134,7 +137,7 @@ def _video_batch(records: list[Record], spec: FeatureSpec) -> Batch:
 def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
     """One frame-level batch: dequantized frames zero-padded to the batch's longest video, plus num_frames."""
     video_ids, labels, frames = [], [], []
-    for path, offset, payload in records:
+    for path, (offset, payload) in records:
         try:
             video_id, video_labels, video_frames, _ = decode_frame(
                 payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.max_frames)
@@ -144,7 +147,7 @@ def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
         labels.append(video_labels.tolist())
         frames.append(video_frames)
     num_frames = np.array([len(video_frames) for video_frames in frames], np.int64)
-    features = _batch_tensor((len(records), int(num_frames.max(initial=0)), spec.feature_size), torch.float32)
+    features = _zero_features((len(records), int(num_frames.max(initial=0)), spec.feature_size))
     padded = features.numpy()
     for row, video_frames in enumerate(frames):
         padded[row, :len(video_frames)] = dequantize(video_frames)
@@ -214,10 +217,13 @@ class YT8MDataset(IterableDataset):
         self.corrupt_files_skipped += 1
 
     def _records(self, shares: Iterable[tuple[str, int, int]]) -> Iterator[Record]:
-        for path, stride, phase in shares:
-            records = read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
-            for offset, payload in itertools.islice(records, phase, None, stride):
-                yield path, offset, payload
+        """The shares' records, each paired with its file's path; iterated at C speed (chain, zip, islice)."""
+        per_file = (zip(itertools.repeat(path), itertools.islice(self._read(path), phase, None, stride))
+                    for path, stride, phase in shares)
+        return itertools.chain.from_iterable(per_file)
+
+    def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
+        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
@@ -230,7 +236,7 @@ class YT8MDataset(IterableDataset):
                 return
             batch = decode(chunk, self.spec)
             if self.record_bytes:
-                batch["record_bytes"] = sum(len(record[2]) + RECORD_OVERHEAD_BYTES for record in chunk)
+                batch["record_bytes"] = sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
             yield batch
 
     def load_cache(self, num_workers: int = 0) -> None:
