@@ -1,0 +1,55 @@
+"""The starter kit's label losses by `--label_loss` name: CrossEntropyLoss, HingeLoss, SoftmaxLoss.
+
+Each is called as `loss_fn(model_output, labels)` and returns the mean over the batch of a per-video sum.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CrossEntropyLoss(nn.Module):
+    """Binary cross-entropy summed over classes, averaged over videos (the starter kit's
+    reduce_mean(reduce_sum(ce, 1))), computed from logits: exact where the starter kit's
+    log(p + 1e-5) form saturates at confident predictions."""
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        logits = output["logits"].float()
+        per_class = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none")
+        return per_class.sum(dim=1).mean()
+
+
+class HingeLoss(nn.Module):
+    """sum over classes of max(0, b - y * p) with y = +1/-1 and p the predicted probability (the
+    starter kit applies it to the model's predictions), averaged over videos."""
+
+    def __init__(self, b: float = 1.0):
+        super().__init__()
+        self.b = b
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        predictions = output["predictions"].float()
+        signs = 2 * labels.to(predictions.dtype) - 1
+        return torch.clamp(self.b - signs * predictions, min=0).sum(dim=1).mean()
+
+
+class SoftmaxLoss(nn.Module):
+    """Cross-entropy between each video's labels normalized to sum 1 and a softmax over the
+    predicted probabilities, as the starter kit computes it; a video without labels adds 0."""
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        predictions = output["predictions"].float()
+        labels = labels.to(predictions.dtype)
+        normalized = labels / labels.sum(dim=1, keepdim=True).clamp(min=1e-7)
+        return -(normalized * F.log_softmax(predictions, dim=1)).sum(dim=1).mean()
+
+
+LOSSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (CrossEntropyLoss, HingeLoss, SoftmaxLoss)}
+
+
+def create_loss(name: str) -> nn.Module:
+    if name not in LOSSES:
+        raise ValueError(f"unknown label loss {name!r}; known losses: {', '.join(LOSSES)}")
+    return LOSSES[name]()

@@ -1,0 +1,69 @@
+"""The contract every model keeps: L2-normalized input in, logits and probabilities for every class out,
+plus the starter kit's L2 weight penalties."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class BaseModel(nn.Module):
+    """Input `[batch, features]` (video-level) or `[batch, frames, features]` with `num_frames`
+    (frame-level, zero-padded); output `{"logits": [batch, classes], "predictions": sigmoid(logits)}`.
+
+    Subclasses implement `compute_logits` on already normalized input, and list the weights their
+    own `l2_penalty` applies to in `penalized_weights` (sub-models list their own).
+    """
+
+    frame_level: ClassVar[bool] = False
+
+    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):
+        super().__init__()
+        if feature_size < 1 or num_classes < 1:
+            raise ValueError(f"{type(self).__name__}: feature_size ({feature_size}) and num_classes "
+                             f"({num_classes}) must be positive")
+        self.feature_size = feature_size
+        self.num_classes = num_classes
+        self.l2_penalty = l2_penalty
+
+    def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        self._check_shape(features)
+        # The starter kit L2-normalizes along the feature axis (per frame for frame-level input);
+        # all-zero padding frames stay zero.
+        logits = self.compute_logits(F.normalize(features, dim=-1), num_frames)
+        return {"logits": logits, "predictions": torch.sigmoid(logits)}
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """Logits [batch, classes] from normalized features (frame models: `num_frames` None = all)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compute_logits")
+
+    def penalized_weights(self) -> list[torch.Tensor]:
+        """The weights this model's own `l2_penalty` applies to (not those of its sub-models)."""
+        return []
+
+    def regularization_loss(self) -> torch.Tensor:
+        """Sum over this model and its sub-models of l2_penalty * sum(w^2) / 2 (slim.l2_regularizer)."""
+        total = torch.zeros((), device=next(self.parameters()).device)
+        for module in self.modules():
+            if isinstance(module, BaseModel):
+                for weight in module.penalized_weights():
+                    total = total + module.l2_penalty * weight.square().sum() / 2
+        return total
+
+    def _check_shape(self, features: torch.Tensor) -> None:
+        expected = "[batch, frames, features]" if self.frame_level else "[batch, features]"
+        if features.dim() != (3 if self.frame_level else 2) or features.shape[-1] != self.feature_size:
+            raise ValueError(f"{type(self).__name__} expects input {expected} with features = "
+                             f"{self.feature_size}, got shape {tuple(features.shape)}")
+
+
+def starter_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
+    """A layer initialized as slim.fully_connected: Glorot-uniform weights, zero bias."""
+    layer = nn.Linear(in_features, out_features, bias=bias)
+    nn.init.xavier_uniform_(layer.weight)
+    if bias:
+        nn.init.zeros_(layer.bias)
+    return layer

@@ -1,0 +1,157 @@
+"""Frame-level models of the starter kit: FrameLevelLogisticModel, DbofModel (deep bag of frames) and
+LstmModel, on zero-padded `[batch, frames, features]` input whose padding never changes the output."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from yt8m.models.base import BaseModel, starter_linear
+from yt8m.models.registry import create_classifier, register_model
+
+
+def _frame_counts(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+    """Real frames per video, in [1, frames]: None means all; a video without frames reads one
+    (zero) padding frame, as the starter kit's samplers do."""
+    batch, frames = features.shape[:2]
+    if num_frames is None:
+        return torch.full((batch,), frames, dtype=torch.long, device=features.device)
+    return num_frames.to(device=features.device, dtype=torch.long).clamp(1, frames)
+
+
+@register_model
+class FrameLevelLogisticModel(BaseModel):
+    """Logistic regression on the average of the real frames (padding excluded)."""
+
+    frame_level = True
+
+    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float = 1e-8):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        self.linear = starter_linear(feature_size, num_classes)
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        counts = _frame_counts(features, num_frames)
+        real = torch.arange(features.shape[1], device=features.device) < counts[:, None]
+        average = (features * real.unsqueeze(-1)).sum(dim=1) / counts.unsqueeze(-1)
+        return self.linear(average)
+
+    def penalized_weights(self) -> list[torch.Tensor]:
+        return [self.linear.weight]
+
+
+@register_model
+class DbofModel(BaseModel):
+    """Deep bag of frames: sample `iterations` real frames per video, project each into a
+    `dbof_cluster_size` space (batch norm or bias, ReLU6), pool over frames (max or average),
+    a `dbof_hidden_size` layer (batch norm or bias, ReLU6), then the video-level classifier.
+
+    Training samples frames at random with replacement (`sample_random_frames`) or a random
+    contiguous run, as the starter kit does. In eval mode sampling is deterministic, so a video's
+    prediction does not change from run to run: `iterations` evenly spaced frames, or the middle run.
+    Batch norm uses slim's epsilon (1e-3) with a moving-average decay of 0.99 (slim: 0.999), so that
+    short runs also evaluate with settled statistics.
+    """
+
+    frame_level = True
+
+    def __init__(self, feature_size: int, num_classes: int, iterations: int = 30,
+                 sample_random_frames: bool = True, dbof_cluster_size: int = 8192,
+                 dbof_hidden_size: int = 1024, dbof_add_batch_norm: bool = True,
+                 dbof_pooling_method: str = "max", video_level_classifier_model: str = "MoeModel",
+                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        if dbof_pooling_method not in ("max", "average"):
+            raise ValueError(f"dbof_pooling_method must be 'max' or 'average', got {dbof_pooling_method!r}")
+        if iterations < 1:
+            raise ValueError(f"iterations must be at least 1, got {iterations}")
+        self.iterations = iterations
+        self.sample_random_frames = sample_random_frames
+        self.pooling = dbof_pooling_method
+        self.input_norm = self._batch_norm(feature_size, dbof_add_batch_norm)
+        self.cluster_weights = nn.Parameter(torch.randn(feature_size, dbof_cluster_size) / math.sqrt(feature_size))
+        self.cluster_norm, self.cluster_bias = self._norm_or_bias(
+            dbof_cluster_size, dbof_add_batch_norm, 1 / math.sqrt(feature_size))
+        self.hidden_weights = nn.Parameter(torch.randn(dbof_cluster_size, dbof_hidden_size)
+                                           / math.sqrt(dbof_cluster_size))
+        self.hidden_norm, self.hidden_bias = self._norm_or_bias(dbof_hidden_size, dbof_add_batch_norm, 0.01)
+        self.classifier = create_classifier(video_level_classifier_model, dbof_hidden_size, num_classes,
+                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+
+    @staticmethod
+    def _batch_norm(size: int, enabled: bool) -> nn.Module:
+        return nn.BatchNorm1d(size, eps=1e-3, momentum=0.01) if enabled else nn.Identity()
+
+    def _norm_or_bias(self, size: int, batch_norm: bool, bias_stddev: float) -> tuple[nn.Module, Optional[nn.Parameter]]:
+        if batch_norm:
+            return self._batch_norm(size, True), None
+        return nn.Identity(), nn.Parameter(torch.randn(size) * bias_stddev)
+
+    def frame_indices(self, counts: torch.Tensor) -> torch.Tensor:
+        """[batch, iterations] indices of real frames to read, given each video's frame count."""
+        steps = torch.arange(self.iterations, device=counts.device)
+        if self.sample_random_frames:
+            if self.training:
+                uniform = torch.rand(len(counts), self.iterations, device=counts.device)
+                return (uniform * counts[:, None]).long()
+            return ((steps + 0.5) * counts[:, None] / self.iterations).long()
+        last_start = (counts - self.iterations).clamp(min=0)
+        if self.training:
+            start = (torch.rand(len(counts), device=counts.device) * (last_start + 1)).long()
+        else:
+            start = last_start // 2
+        return torch.minimum(start[:, None] + steps, counts[:, None] - 1)
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        batch, _, size = features.shape
+        index = self.frame_indices(_frame_counts(features, num_frames))
+        frames = features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size)
+        clusters = self._activate(self.cluster_norm, self.input_norm(frames) @ self.cluster_weights, self.cluster_bias)
+        clusters = clusters.view(batch, self.iterations, -1)
+        pooled = clusters.amax(dim=1) if self.pooling == "max" else clusters.mean(dim=1)
+        hidden = self._activate(self.hidden_norm, pooled @ self.hidden_weights, self.hidden_bias)
+        return self.classifier.compute_logits(hidden, None)
+
+    @staticmethod
+    def _activate(norm: nn.Module, activation: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        return F.relu6(norm(activation) if bias is None else activation + bias)
+
+
+@register_model
+class LstmModel(BaseModel):
+    """A stack of `lstm_layers` LSTMs of `lstm_cells` units over the real frames (packed sequences,
+    so padding never enters the state); the last layer's final state feeds the video-level classifier."""
+
+    frame_level = True
+
+    def __init__(self, feature_size: int, num_classes: int, lstm_cells: int = 1024, lstm_layers: int = 2,
+                 video_level_classifier_model: str = "MoeModel", moe_num_mixtures: int = 2,
+                 l2_penalty: float = 1e-8):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        self.lstm = nn.LSTM(feature_size, lstm_cells, lstm_layers, batch_first=True)
+        self._init_like_basic_lstm_cell(feature_size, lstm_cells)
+        self.classifier = create_classifier(video_level_classifier_model, lstm_cells, num_classes,
+                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+
+    def _init_like_basic_lstm_cell(self, feature_size: int, cells: int) -> None:
+        """tf BasicLSTMCell: Glorot-uniform over its [input + cells, 4 * cells] kernel, zero biases,
+        and forget_bias=1.0 added to the forget gate."""
+        for name, parameter in self.lstm.named_parameters():
+            layer_input = feature_size if name.endswith("_l0") else cells
+            if name.startswith("weight"):
+                limit = math.sqrt(6 / (layer_input + cells + 4 * cells))
+                nn.init.uniform_(parameter, -limit, limit)
+            else:
+                nn.init.zeros_(parameter)
+                if name.startswith("bias_ih"):
+                    nn.init.ones_(parameter[cells:2 * cells])  # PyTorch gate order: input, forget, cell, output
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        lengths = _frame_counts(features, num_frames).cpu()
+        packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+        _, (hidden, _) = self.lstm(packed)
+        return self.classifier.compute_logits(hidden[-1], None)

@@ -1,0 +1,58 @@
+"""Video-level models of the starter kit: LogisticModel and MoeModel (mixture of logistic experts),
+on one feature vector per video."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from yt8m.models.base import BaseModel, starter_linear
+from yt8m.models.registry import register_model
+
+
+@register_model
+class LogisticModel(BaseModel):
+    """One logistic regression per class, its weights L2-penalized."""
+
+    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float = 1e-8):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        self.linear = starter_linear(feature_size, num_classes)
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.linear(features)
+
+    def penalized_weights(self) -> list[torch.Tensor]:
+        return [self.linear.weight]
+
+
+@register_model
+class MoeModel(BaseModel):
+    """Per class, a softmax gate over `moe_num_mixtures` logistic experts plus a dummy expert that
+    always predicts 0: p = sum_i gate_i * sigmoid(expert_i).
+
+    Logits are log p - log(1 - p), each side a logsumexp of log-gates and log-sigmoids, so they stay
+    finite and exact where p rounds to 0 or 1 (1 - p = gate_dummy + sum_i gate_i * sigmoid(-expert_i)).
+    """
+
+    def __init__(self, feature_size: int, num_classes: int, moe_num_mixtures: int = 2,
+                 l2_penalty: float = 1e-8):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        if moe_num_mixtures < 1:
+            raise ValueError(f"moe_num_mixtures must be at least 1, got {moe_num_mixtures}")
+        self.num_mixtures = moe_num_mixtures
+        self.gates = starter_linear(feature_size, num_classes * (moe_num_mixtures + 1), bias=False)
+        self.experts = starter_linear(feature_size, num_classes * moe_num_mixtures)
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        batch, mixtures = features.shape[0], self.num_mixtures
+        log_gates = F.log_softmax(self.gates(features).view(batch, self.num_classes, mixtures + 1), dim=-1)
+        experts = self.experts(features).view(batch, self.num_classes, mixtures)
+        expert_gates, dummy_gate = log_gates[..., :mixtures], log_gates[..., mixtures:]
+        log_p = torch.logsumexp(expert_gates + F.logsigmoid(experts), dim=-1)
+        log_not_p = torch.logsumexp(torch.cat([dummy_gate, expert_gates + F.logsigmoid(-experts)], dim=-1), dim=-1)
+        return log_p - log_not_p
+
+    def penalized_weights(self) -> list[torch.Tensor]:
+        return [self.gates.weight, self.experts.weight]

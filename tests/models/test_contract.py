@@ -1,0 +1,51 @@
+"""One contract for every registered model: shapes, probabilities, logits, regularization, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from yt8m.models import is_frame_level, list_models
+
+from model_helpers import random_input, tiny_model
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_model_contract(name):
+    torch.manual_seed(0)
+    model = tiny_model(name, feature_size=12, num_classes=7)
+    features, num_frames = random_input(name, batch=5, feature_size=12)
+    output = model(features, num_frames)
+    assert set(output) == {"logits", "predictions"}
+    assert output["logits"].shape == output["predictions"].shape == (5, 7)
+    assert ((output["predictions"] >= 0) & (output["predictions"] <= 1)).all()
+    torch.testing.assert_close(torch.sigmoid(output["logits"]), output["predictions"])
+    penalty = model.regularization_loss()
+    assert penalty.dim() == 0 and torch.isfinite(penalty) and penalty > 0
+    (output["logits"].sum() + penalty).backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert type(model).frame_level == is_frame_level(name)
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_wrong_input_shape_is_a_clear_error(name):
+    model = tiny_model(name, feature_size=12, num_classes=7)
+    with pytest.raises(ValueError, match="expects input"):
+        model(torch.zeros(2, 3, 11) if is_frame_level(name) else torch.zeros(2, 11))
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_input_is_l2_normalized_inside_the_model(name):
+    torch.manual_seed(0)
+    model = tiny_model(name, feature_size=12, num_classes=7).eval()
+    features, num_frames = random_input(name, batch=4, feature_size=12)
+    torch.testing.assert_close(model(features * 37.0, num_frames)["logits"], model(features, num_frames)["logits"])
+
+
+def test_regularization_loss_is_half_the_penalized_squared_weights():
+    model = tiny_model("LogisticModel", feature_size=3, num_classes=2, l2_penalty=0.5)
+    expected = 0.5 * model.linear.weight.square().sum() / 2
+    torch.testing.assert_close(model.regularization_loss(), expected)
+    dbof = tiny_model("DbofModel", feature_size=3, num_classes=2, l2_penalty=0.5)
+    classifier = dbof.classifier
+    torch.testing.assert_close(dbof.regularization_loss(), classifier.regularization_loss())

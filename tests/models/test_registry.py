@@ -1,0 +1,56 @@
+"""The model registry: names, errors, hyper-parameter names and defaults equal to ModelConfig's."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from yt8m.config import ModelConfig
+from yt8m.models import (BaseModel, create_model, hparam_names, is_frame_level, list_models, model_class,
+                         model_hparams, register_model)
+from yt8m.models.registry import create_classifier
+
+STARTER_MODELS = ["DbofModel", "FrameLevelLogisticModel", "LogisticModel", "LstmModel", "MoeModel"]
+
+
+def test_the_starter_kit_models_are_registered():
+    assert set(STARTER_MODELS) <= set(list_models())
+    assert [name for name in STARTER_MODELS if is_frame_level(name)] == [
+        "DbofModel", "FrameLevelLogisticModel", "LstmModel"]
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_hyper_parameters_are_config_fields_with_config_defaults(name):
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    signature = inspect.signature(model_class(name).__init__).parameters
+    for hparam in hparam_names(name):
+        assert hparam in defaults, f"{name}.{hparam} is not a ModelConfig field"
+        assert signature[hparam].default == defaults[hparam], f"{name}.{hparam} default differs from config"
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown model 'NoSuchModel'; known models: .*MoeModel"):
+        create_model("NoSuchModel", 4, 3)
+
+
+def test_create_model_ignores_hyper_parameters_the_model_does_not_take():
+    config = ModelConfig(moe_num_mixtures=3, lstm_cells=7)
+    model = create_model("MoeModel", 4, 3, **dataclasses.asdict(config))
+    assert model.num_mixtures == 3
+    assert model_hparams("MoeModel", config) == {"moe_num_mixtures": 3, "l2_penalty": 1e-8}
+
+
+def test_frame_level_classifier_and_bad_settings_are_errors():
+    with pytest.raises(ValueError, match="must be a video-level model"):
+        create_classifier("LstmModel", 4, 3)
+    with pytest.raises(ValueError, match="dbof_pooling_method"):
+        create_model("DbofModel", 4, 3, dbof_pooling_method="median", dbof_cluster_size=8)
+    with pytest.raises(ValueError, match="moe_num_mixtures"):
+        create_model("MoeModel", 4, 3, moe_num_mixtures=0)
+
+
+def test_registering_a_name_twice_is_an_error():
+    with pytest.raises(ValueError, match="already registered"):
+        register_model(type("MoeModel", (BaseModel,), {}))

@@ -1,0 +1,67 @@
+"""The label losses against straightforward formulas (the starter kit's), and stable at the extremes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from yt8m.losses import create_loss
+
+LABELS = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+
+
+def output_for(logits: torch.Tensor) -> dict:
+    return {"logits": logits, "predictions": torch.sigmoid(logits)}
+
+
+def random_logits(seed: int = 0) -> torch.Tensor:
+    return torch.randn(3, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+
+
+def test_cross_entropy_equals_the_starter_formula_on_moderate_logits():
+    logits = random_logits()
+    p = torch.sigmoid(logits)
+    expected = -(LABELS * torch.log(p) + (1 - LABELS) * torch.log(1 - p)).sum(1).mean()
+    assert create_loss("CrossEntropyLoss")(output_for(logits), LABELS).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_cross_entropy_stays_exact_where_log_p_plus_epsilon_saturates():
+    logits = torch.tensor([[-200.0, 200.0]])
+    labels = torch.tensor([[1.0, 0.0]])
+    p = torch.sigmoid(logits)
+    starter = -(labels * torch.log(p + 1e-5) + (1 - labels) * torch.log(1 - p + 1e-5)).sum(1).mean()
+    assert starter.item() == pytest.approx(2 * 11.51, rel=1e-3)  # capped: no gradient signal left
+    loss = create_loss("CrossEntropyLoss")(output_for(logits.requires_grad_()), labels)
+    assert loss.item() == pytest.approx(400.0)
+    loss.backward()
+    assert torch.isfinite(logits.grad).all() and (logits.grad.abs() > 0.4).all()
+
+
+def test_hinge_loss_on_predictions_with_margin_one():
+    logits = random_logits(1)
+    p = torch.sigmoid(logits)
+    expected = torch.clamp(1.0 - (2 * LABELS - 1) * p, min=0).sum(1).mean()
+    assert create_loss("HingeLoss")(output_for(logits), LABELS).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_softmax_loss_normalizes_labels_per_video():
+    logits = random_logits(2)
+    p = torch.sigmoid(logits)
+    softmax = torch.exp(p) / torch.exp(p).sum(1, keepdim=True)
+    per_video = [-(LABELS[i] / LABELS[i].sum() * torch.log(softmax[i])).sum() if LABELS[i].sum() else torch.tensor(0.0)
+                 for i in range(3)]
+    expected = torch.stack([v.double() for v in per_video]).mean()
+    assert create_loss("SoftmaxLoss")(output_for(logits), LABELS).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["CrossEntropyLoss", "HingeLoss", "SoftmaxLoss"])
+def test_losses_are_scalars_with_gradients(name):
+    logits = random_logits(3).float().requires_grad_()
+    loss = create_loss(name)(output_for(logits), LABELS)
+    loss.backward()
+    assert loss.dim() == 0 and torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+
+
+def test_unknown_loss_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown label loss 'L1'; known losses: CrossEntropyLoss, HingeLoss, SoftmaxLoss"):
+        create_loss("L1")
