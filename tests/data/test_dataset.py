@@ -150,17 +150,20 @@ def test_cache_filled_inside_plain_dataloader_workers_is_complete(tmp_path):
 def test_shuffle_is_seeded_and_changes_with_epoch_and_seed(tmp_path):
     ids = write_small_shards(tmp_path, [40, 40, 40])
 
-    def order(seed: int, epoch: int) -> list[str]:
+    def order(seed: int, epoch: int, num_workers: int = 0) -> list[str]:
         dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=16, shuffle=True, seed=seed,
                               shuffle_buffer=32)
         dataset.set_epoch(epoch)
-        return ids_of(read_all(dataset))
+        return ids_of(read_all(dataset, num_workers))
 
     first = order(seed=5, epoch=0)
     assert sorted(first) == ids and first != ids
     assert order(seed=5, epoch=0) == first
     assert order(seed=5, epoch=1) != first
     assert order(seed=6, epoch=0) != first
+    in_workers = order(seed=5, epoch=0, num_workers=2)
+    assert sorted(in_workers) == ids and order(seed=5, epoch=0, num_workers=2) == in_workers
+    assert order(seed=5, epoch=1, num_workers=2) != in_workers
 
 
 def test_evaluation_order_is_fixed_with_workers(tmp_path):
