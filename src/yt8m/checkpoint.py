@@ -110,7 +110,7 @@ def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -
     model = create_model_for(config)
     model.load_state_dict(payload["model"])
     model.to(device).eval()
-    return model, config, int(payload["step"])
+    return model, config, int(payload["progress"]["step"])
 
 
 def create_model_for(config: TrainConfig) -> torch.nn.Module:

@@ -410,11 +410,16 @@ def write_scalars(writer, scalars: dict[str, float], step: int) -> None:
             writer.add_scalar(name, value, step)
 
 
-def main(argv: Sequence[str]) -> int:
+def parse_args(argv: Sequence[str]) -> TrainConfig:
+    """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed config."""
     parser = argparse.ArgumentParser(prog="yt8m train", description=__doc__)
     add_config_file_argument(parser)
     add_config_arguments(parser, TrainConfig)
-    config, _ = parse_config(TrainConfig, parser.parse_args(argv))
+    return parse_config(TrainConfig, parser.parse_args(argv))[0]
+
+
+def main(argv: Sequence[str]) -> int:
+    config = parse_args(argv)
     setup_logging()
     summary = train(config)
     print(json.dumps(summary), flush=True)

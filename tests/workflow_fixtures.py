@@ -1,0 +1,54 @@
+"""Fixtures for the train/eval/predict/demo tests: tiny synthetic shards and a trained train dir, once per session.
+
+Test modules import what they use (`from workflow_fixtures import ...`); pytest then treats them as fixtures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from yt8m.config import TrainConfig
+from yt8m.data.synthetic import write_synthetic
+
+NUM_CLASSES = 12
+FEATURE_SIZES = (16, 8)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> dict:
+    """Video-level shards (train 240, validate 64, test 48 videos; 2 shards each) with small features."""
+    root = tmp_path_factory.mktemp("tiny_data")
+    written = write_synthetic(str(root), kind="video", num_classes=NUM_CLASSES, train_videos=240,
+                              validate_videos=64, test_videos=48, shards=2, feature_sizes=FEATURE_SIZES, seed=3)
+    folder = root / "video"
+    return {**written, **{f"{split}_pattern": str(folder / f"{split}-*.tfrecord")
+                          for split in ("train", "validate", "test")}}
+
+
+def tiny_train_config(data: dict, train_dir: Path, **overrides) -> TrainConfig:
+    """A fast, deterministic MoeModel run: 4 steps per epoch, in-process reading."""
+    values = dict(train_data_pattern=data["train_pattern"], train_dir=str(train_dir), model="MoeModel",
+                  feature_names="mean_rgb,mean_audio", feature_sizes=",".join(map(str, FEATURE_SIZES)),
+                  num_classes=NUM_CLASSES, batch_size=64, num_epochs=3, export_model_steps=4, num_readers=0,
+                  base_learning_rate=0.05, log_every_steps=4, metrics_every_steps=4, seed=7)
+    return TrainConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="session")
+def trained_dir(tiny_data, tmp_path_factory) -> Path:
+    """A finished run of 12 steps (checkpoints at 4, 8 and the final 12); copy it before changing anything in it."""
+    from yt8m.trainer import train
+
+    train_dir = tmp_path_factory.mktemp("trained") / "run"
+    train(tiny_train_config(tiny_data, train_dir))
+    return train_dir
+
+
+@pytest.fixture
+def trained_copy(trained_dir, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained_dir, copy)
+    return copy
