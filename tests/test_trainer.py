@@ -177,3 +177,96 @@ def test_resume_config_is_recorded(tmp_path):
     run_fit(config)
     payload = load_checkpoint(final_checkpoint(config.train_dir))
     assert payload["config"] == dataclasses.asdict(config)
+
+
+# --- `train` end to end on tiny synthetic shards --------------------------------------------------------
+
+from workflow_fixtures import tiny_data, tiny_train_config  # noqa: E402,F401  (fixture)
+
+from yt8m.checkpoint import build_model_from_checkpoint  # noqa: E402
+from yt8m.config import load_config  # noqa: E402
+from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
+from yt8m.evaluate import evaluate_model  # noqa: E402
+from yt8m.losses import create_loss  # noqa: E402
+from yt8m.trainer import parse_args, train  # noqa: E402
+
+
+def validation_metrics(train_dir, data) -> dict:
+    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(train_dir)))
+    dataset = YT8MDataset(data["validate_pattern"], FeatureSpec.from_config(config), 32)
+    return evaluate_model(model, dataset, create_loss(config.label_loss), config.num_classes)
+
+
+def test_interrupted_run_resumes_to_the_same_steps_and_metrics(tiny_data, tmp_path):
+    """Tolerance: identical step counts, metrics within 1e-6 (CPU, num_readers=0: bit-exact in practice)."""
+    reference = train(tiny_train_config(tiny_data, tmp_path / "a", export_model_steps=3))
+    config = tiny_train_config(tiny_data, tmp_path / "b", export_model_steps=3)
+    with pytest.raises(Crash):
+        train(config, hooks=[crash_after_checkpoint(6)])  # epoch 2, after 2 of its 4 batches
+    assert latest_checkpoint_step(config.train_dir) == 6 and final_checkpoint(config.train_dir) is None
+    resumed = train(config)
+    assert resumed["global_step"] == reference["global_step"] == 12
+    assert resumed["examples"] == reference["examples"] == 3 * 240
+    assert resumed["loss"] == pytest.approx(reference["loss"], abs=1e-6)
+    expected = validation_metrics(tmp_path / "a", tiny_data)
+    for name, value in validation_metrics(tmp_path / "b", tiny_data).items():
+        assert value == pytest.approx(expected[name], abs=1e-6), name
+
+
+def latest_checkpoint_step(train_dir: str) -> int:
+    return list_checkpoints(train_dir)[-1][0]
+
+
+def test_resuming_a_different_model_is_refused_naming_each_field(tiny_data, tmp_path):
+    train(tiny_train_config(tiny_data, tmp_path, max_steps=2))
+    changed = tiny_train_config(tiny_data, tmp_path, model="LogisticModel", feature_names="mean_rgb",
+                                feature_sizes="16", label_loss="HingeLoss")
+    with pytest.raises(ValueError) as error:
+        train(changed)
+    message = str(error.value)
+    for line in ("--model: checkpoint has 'MoeModel', this run asks for 'LogisticModel'",
+                 "--feature_names: checkpoint has 'mean_rgb,mean_audio', this run asks for 'mean_rgb'",
+                 "--feature_sizes", "--label_loss", "--start_new_model", "--train_dir"):
+        assert line in message
+    with pytest.raises(ValueError, match="--moe_num_mixtures: checkpoint has 2, this run asks for 3") as error:
+        train(tiny_train_config(tiny_data, tmp_path, moe_num_mixtures=3))
+    assert "--model" not in str(error.value)
+    assert latest_checkpoint_step(str(tmp_path)) == 2  # nothing was touched
+
+
+def test_start_new_model_starts_over(tiny_data, tmp_path):
+    train(tiny_train_config(tiny_data, tmp_path, max_steps=5, export_model_steps=2))
+    summary = train(tiny_train_config(tiny_data, tmp_path, model="LogisticModel", max_steps=3,
+                                      export_model_steps=2, start_new_model=True))
+    assert summary["global_step"] == 3
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2, 3]
+    assert load_config(TrainConfig, str(tmp_path / "config.yaml")).model == "LogisticModel"
+
+
+def test_resume_continues_and_saves_the_resolved_config(tiny_data, tmp_path):
+    first = train(tiny_train_config(tiny_data, tmp_path, max_steps=5))
+    config = tiny_train_config(tiny_data, tmp_path, max_steps=7, base_learning_rate=0.01)
+    second = train(config)
+    assert (first["global_step"], second["global_step"]) == (5, 7)
+    assert second["examples"] == 7 * 64 - 16  # epoch 1 ended with a short batch of 48
+    assert load_config(TrainConfig, str(tmp_path / "config.yaml")) == config
+    assert any(name.startswith("events.out.tfevents.") for name in os.listdir(tmp_path))
+
+
+def test_frame_model_on_video_features_is_refused(tiny_data, tmp_path):
+    with pytest.raises(ValueError, match="DbofModel is a frame-level model but --frame_features is False"):
+        train(tiny_train_config(tiny_data, tmp_path, model="DbofModel"))
+
+
+def test_yaml_config_equals_the_same_flags(tmp_path):
+    flags = ["--train_data_pattern", "d/train*", "--model", "MoeModel", "--moe_num_mixtures", "4",
+             "--feature_names", "mean_rgb,mean_audio", "--feature_sizes", "1024,128", "--frame_features=false",
+             "--base_learning_rate", "0.002", "--max_steps", "50", "--optimizer", "AdamOptimizer"]
+    (tmp_path / "train.yaml").write_text(
+        "train_data_pattern: d/train*\nmodel: MoeModel\nmoe_num_mixtures: 4\nfeature_names: mean_rgb,mean_audio\n"
+        "feature_sizes: 1024,128\nframe_features: false\nbase_learning_rate: 0.002\nmax_steps: 50\n"
+        "optimizer: AdamOptimizer\n")
+    from_yaml = parse_args(["--config", str(tmp_path / "train.yaml")])
+    assert from_yaml == parse_args(flags)
+    assert from_yaml.batch_size == 1024 and from_yaml.learning_rate_decay_examples == 4000000  # starter defaults
+    assert parse_args(["--config", str(tmp_path / "train.yaml"), "--max_steps", "7"]).max_steps == 7

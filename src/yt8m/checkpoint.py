@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout
+from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout, split_list
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
 FINAL_MARKER = "final"
@@ -125,9 +125,8 @@ def create_model_for(config: TrainConfig) -> torch.nn.Module:
 def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:
     """(name, old value, new value) of each named config field that differs; feature lists compare as lists."""
     def comparable(config: Any, name: str) -> Any:
-        if name in ("feature_names", "feature_sizes"):
-            return feature_layout(config)[0 if name == "feature_names" else 1]
-        return getattr(config, name)
+        value = getattr(config, name)
+        return split_list(value) if name in ("feature_names", "feature_sizes") else value
 
     return [(name, getattr(old, name), getattr(new, name))
             for name in names if comparable(old, name) != comparable(new, name)]

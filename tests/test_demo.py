@@ -1,0 +1,24 @@
+"""`yt8m demo`: every stage runs and the report says where things are (a small set, to stay fast)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from yt8m.demo import main
+
+
+def test_demo_runs_every_stage_and_reports(tmp_path, capsys):
+    output = tmp_path / "demo"
+    assert main(["--output_dir", str(output), "--num_classes", "20", "--train_videos", "512",
+                 "--num_epochs", "2"]) == 0
+    report = capsys.readouterr().out
+    train_dir = output / "train_dir"
+    for text in ("validate       GAP", "test (scored)  GAP", f"tensorboard --logdir {train_dir}",
+                 str(output / "predictions.csv")):
+        assert text in report
+    assert os.path.exists(train_dir / "checkpoints" / "final")
+    with open(train_dir / "eval" / "metrics-00000004.json") as fh:
+        assert json.load(fh)["num_videos"] == 128
+    with open(output / "predictions.csv") as fh:
+        assert sum(1 for _ in fh) == 1 + 128

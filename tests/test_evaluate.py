@@ -1,0 +1,97 @@
+"""`yt8m eval`: the JSON line and metrics files of a checkpoint, flag agreement, errors, and watch mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+
+import pytest
+
+from workflow_fixtures import tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
+from yt8m.checkpoint import build_model_from_checkpoint, final_checkpoint
+from yt8m.config import EvalConfig
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.evaluate import METRIC_KEYS, evaluate_checkpoints, evaluate_model, main
+from yt8m.losses import create_loss
+from yt8m.trainer import train
+
+
+def eval_flags(data: dict, train_dir, *extra: str) -> list[str]:
+    return ["--eval_data_pattern", data["validate_pattern"], "--train_dir", str(train_dir), "--num_readers", "0",
+            *extra]
+
+
+def test_run_once_prints_json_and_writes_metrics(tiny_data, trained_copy, capsys):
+    assert main(eval_flags(tiny_data, trained_copy, "--run_once")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert list(result) == ["global_step", *METRIC_KEYS]
+    assert result["global_step"] == 12 and result["num_videos"] == 64
+    with open(trained_copy / "eval" / "metrics-00000012.json") as fh:
+        assert json.load(fh) == result
+    assert any(name.startswith("events.out.tfevents.") for name in os.listdir(trained_copy / "eval"))
+
+
+def test_metrics_are_those_of_the_checkpoint(tiny_data, trained_copy):
+    result = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=tiny_data["validate_pattern"],
+                                                  train_dir=str(trained_copy), run_once=True, batch_size=16)))
+    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_copy)))
+    model.train()
+    dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 64)
+    expected = evaluate_model(model, dataset, create_loss(config.label_loss), config.num_classes)
+    assert model.training  # evaluate_model gives the model back in the mode it found it
+    for name in METRIC_KEYS:
+        assert result[name] == pytest.approx(expected[name], rel=1e-5), name
+    assert result["gap"] > 0.3  # the tiny run learned something
+
+
+def test_flags_must_agree_with_the_train_dir(tiny_data, trained_copy, capsys):
+    with pytest.raises(ValueError) as error:
+        main(eval_flags(tiny_data, trained_copy, "--run_once", "--model", "LogisticModel",
+                        "--feature_sizes", "16,9", "--frame_features"))
+    message = str(error.value)
+    assert "--model: given 'LogisticModel'" in message and "has 'MoeModel'" in message
+    assert "--feature_sizes: given '16,9'" in message and "--frame_features: given True" in message
+    assert main(eval_flags(tiny_data, trained_copy, "--run_once", "--model", "MoeModel",
+                           "--feature_sizes", "16, 8")) == 0
+    assert json.loads(capsys.readouterr().out)["global_step"] == 12
+
+
+def test_missing_train_dir_or_checkpoint_names_the_dir(tiny_data, trained_copy, tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'nowhere'} is not a yt8m train dir"):
+        main(eval_flags(tiny_data, tmp_path / "nowhere", "--run_once"))
+    for name in os.listdir(trained_copy / "checkpoints"):
+        os.remove(trained_copy / "checkpoints" / name)
+    with pytest.raises(FileNotFoundError, match=f"no checkpoint in {trained_copy}"):
+        main(eval_flags(tiny_data, trained_copy, "--run_once"))
+
+
+class Stop(RuntimeError):
+    pass
+
+
+def test_watch_mode_evaluates_new_checkpoints_until_the_final_one(tiny_data, tmp_path):
+    config = tiny_train_config(tiny_data, tmp_path)
+
+    def stop_at_step_4(event):
+        if event.kind == "checkpoint" and event.step == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(config, hooks=[stop_at_step_4])
+    steps: queue.Queue = queue.Queue()
+    watcher = EvalConfig(eval_data_pattern=tiny_data["validate_pattern"], train_dir=str(tmp_path),
+                         num_readers=0, poll_interval_secs=0.05)
+    thread = threading.Thread(target=lambda: [steps.put(r["global_step"]) for r in evaluate_checkpoints(watcher)],
+                              daemon=True)
+    thread.start()
+    assert steps.get(timeout=60) == 4
+    train(config)  # resumes: checkpoints at 8 and 12, the final one
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the watcher did not exit after the final checkpoint"
+    seen = [4, *steps.queue]
+    assert seen == sorted(set(seen)) and seen[-1] == 12
+    assert sorted(os.listdir(tmp_path / "eval"))[-1] == "metrics-00000012.json"
