@@ -140,3 +140,26 @@ def test_writer_adds_only_the_framing():
     write_records(path, [b"payload"])
     with fsspec.open(path, "rb") as fh:
         assert len(fh.read()) == 12 + 7 + 4
+
+
+def test_damaged_gzip_stream_is_a_corrupt_record(tmp_path):
+    path = tmp_path / "cut.tfrecord.gz"
+    payloads = [bytes([i]) * 50_000 for i in range(1, 40)]
+    write_records(str(path), payloads, "GZIP")
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    read = []
+    with pytest.raises(CorruptRecordError, match=r"cut.tfrecord.gz: corrupted record at \d+ \(GZIP stream"):
+        for _, payload in read_records(str(path)):
+            read.append(payload)
+    assert 0 < len(read) < len(payloads) and read == payloads[:len(read)]
+    assert [p for _, p in read_records(str(path), skip_corrupt=True)] == read
+
+
+def test_gzip_highly_compressible_and_concatenated_members(tmp_path):
+    first, second = tmp_path / "a.gz", tmp_path / "b.gz"
+    write_records(str(first), [bytes(3_000_000), b"x"], "GZIP")  # compresses about 1000:1
+    write_records(str(second), [b"second member"], "GZIP")
+    joined = tmp_path / "joined.tfrecord"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+    assert [p for _, p in read_records(str(joined))] == [bytes(3_000_000), b"x", b"second member"]

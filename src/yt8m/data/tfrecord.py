@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import logging
 import struct
+import zlib
 from typing import BinaryIO, Callable, Iterator, Optional
 
 import crc32c
@@ -46,7 +47,10 @@ def _has_glob(part: str) -> bool:
 
 
 def _expand_one(glob: str) -> list[str]:
-    fs, stripped = fsspec.core.url_to_fs(glob)
+    try:
+        fs, stripped = fsspec.core.url_to_fs(glob)
+    except ImportError as err:  # e.g. gs:// without gcsfs
+        raise ValueError(f"cannot read {glob!r}: {err}") from err
     if _has_glob(stripped):
         found = [path for path, info in fs.glob(stripped, detail=True).items() if info.get("type") == "file"]
     else:
@@ -80,6 +84,48 @@ def _is_plain_tfrecord(head: bytes) -> bool:
     return masked_crc32c(head[:8]) == length_crc
 
 
+class _GzipStream:
+    """readinto() over a GZIP file that, unlike gzip.GzipFile, hands out everything decompressed before
+    a cut or damaged spot and only then raises, so the records before the damage are still read."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16: expect the gzip header and trailer
+        self._pending = memoryview(b"")
+        self._error: Optional[Exception] = None
+
+    def _decompress_more(self) -> bool:
+        """Fill the pending output; False at the clean end of the stream."""
+        while not self._pending:
+            if self._error is not None:
+                raise self._error
+            if self._inflate.eof:  # a member ended: another may follow (concatenated gzip files)
+                data = self._inflate.unused_data or self._raw.read(_CHUNK_SIZE)
+                if not data:
+                    return False
+                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif self._inflate.unconsumed_tail:  # input left over when the output limit below was reached
+                data = self._inflate.unconsumed_tail
+            else:
+                data = self._raw.read(_CHUNK_SIZE)
+                if not data:
+                    self._error = EOFError("the GZIP stream ends before its end marker")
+                    continue
+            try:
+                self._pending = memoryview(self._inflate.decompress(data, _CHUNK_SIZE))
+            except zlib.error as err:
+                self._error = err
+        return True
+
+    def readinto(self, view: memoryview) -> int:
+        if not self._decompress_more():
+            return 0
+        count = min(len(view), len(self._pending))
+        view[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+
 def _record_stream(raw: BinaryIO) -> BinaryIO:
     """The uncompressed record stream: GZIP is recognized by its magic bytes, whatever the file's name.
 
@@ -88,14 +134,16 @@ def _record_stream(raw: BinaryIO) -> BinaryIO:
     head = raw.read(HEADER_SIZE)
     raw.seek(0)
     if head[:2] == _GZIP_MAGIC and not _is_plain_tfrecord(head):
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return _GzipStream(raw)
     return raw
 
 
-def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int) -> tuple[memoryview, int]:
+def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int,
+            path: str, offset: int) -> tuple[memoryview, int]:
     """Move the unread bytes view[pos:fill] to the front and read more, until `needed` bytes or the end.
 
     Reading into one reused buffer avoids allocating (and page-faulting) a fresh chunk per read.
+    A damaged GZIP stream is a corrupt record at `offset`, the first record not read whole.
     """
     tail = bytes(view[pos:fill])
     if needed > len(view):
@@ -103,7 +151,10 @@ def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int
     view[:len(tail)] = tail
     fill = len(tail)
     while fill < needed:
-        count = stream.readinto(view[fill:])
+        try:
+            count = stream.readinto(view[fill:])
+        except (EOFError, zlib.error) as err:
+            raise CorruptRecordError(path, offset, "corrupted record", f"GZIP stream: {err}") from err
         if not count:
             break
         fill += count
@@ -116,7 +167,7 @@ def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
     pos = fill = base = 0  # view[pos:fill] holds unread bytes; base is the stream offset of view[0]
     while True:
         if fill - pos < HEADER_SIZE:
-            view, fill = _refill(stream, view, pos, fill, HEADER_SIZE)
+            view, fill = _refill(stream, view, pos, fill, HEADER_SIZE, path, base + pos)
             base, pos = base + pos, 0
             if fill < HEADER_SIZE:
                 if fill == 0:
@@ -129,7 +180,7 @@ def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
             raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
         record_size = HEADER_SIZE + length + FOOTER_SIZE
         if pos + record_size > fill:
-            view, fill = _refill(stream, view, pos, fill, record_size)
+            view, fill = _refill(stream, view, pos, fill, record_size, path, base + pos)
             base, pos = base + pos, 0
             if record_size > fill:
                 raise CorruptRecordError(path, base, "truncated record",
