@@ -147,7 +147,8 @@ class Summary:
 
 def _sizes(counts: Counter) -> str:
     if len(counts) == 1:
-        return f"{next(iter(counts))} values"
+        size = next(iter(counts))
+        return f"{size} value" + ("" if size == 1 else "s")
     return f"{min(counts)}..{max(counts)} values"
 
 
@@ -159,7 +160,7 @@ def _summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str
     for (name, kind), counts in sorted(summary.feature_sizes.items()):
         lines.append(f"  {name}: {kind}, {_sizes(counts)} ({sum(counts.values())} records)")
     for (name, kind), counts in sorted(summary.frame_sizes.items()):
-        per_frame = _sizes(counts).replace("values", "bytes" if kind == "bytes_list" else "values")
+        per_frame = _sizes(counts).replace("value", "byte") if kind == "bytes_list" else _sizes(counts)
         lines.append(f"  {name}: feature list of {kind}, {per_frame} per frame")
     videos = sum(summary.labels_per_video.values())
     total = sum(n * count for n, count in summary.labels_per_video.items())

@@ -263,7 +263,7 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
 # microsecond. `_entry_header` reads the layout TensorFlow writes in a few microseconds; anything
 # else goes through the complete parser (`_parse_features_full`), which also produces every error.
 
-_KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list", 0: "no kind set"}
+_KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
 _ID_KEYS = (b"id", b"video_id")
 _LABELS = b"labels"
 _FLOAT32_LE = np.dtype("<f4")
@@ -472,7 +472,7 @@ def _example_features(payload: bytes) -> Features:
 
 
 def _describe(kind: int, values: object) -> str:
-    return f"{_KIND_NAMES[kind]} of {len(values)} values"
+    return f"{_KIND_NAMES[kind]} of {len(values)} values" if kind else "a Feature with no kind set"
 
 
 def _video_id(features: Features) -> str:
