@@ -112,6 +112,12 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
     assert not (tmp_path / "study").exists()
 
 
+@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_frame.yaml"])
+def test_example_configs_are_valid(name):
+    spec = load_tune_spec(str(REPO_ROOT / "configs" / name))
+    assert spec.search and spec.enqueue and spec.settings.study_dir == os.path.join("studies", name[:-5])
+
+
 def test_when_makes_a_field_conditional(tmp_path, shards):
     spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards))
     logistic = spec.sample(optuna.trial.FixedTrial({"model": "LogisticModel", "base_learning_rate": 0.01}))
@@ -182,7 +188,13 @@ def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys
     best = yaml.safe_load((study_dir / "best.yaml").read_text())
     assert {k: best[k] for k in more["best_params"]} == more["best_params"]
 
-    assert cli.main(["train", "--config", str(study_dir / "best.yaml"), "--num_epochs", "1"]) == 0
+    # Retraining the best config (same seed, same data) reproduces its validation score.
+    assert cli.main(["tune-report", str(study_dir), "--retrain_best"]) == 0
+    retrain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["retrain"]
+    assert retrain["validation"]["gap"] == pytest.approx(more["best_value"], abs=1e-4)
+
+    assert cli.main(["train", "--config", str(study_dir / "best.yaml"), "--train_dir", str(tmp_path / "again"),
+                     "--num_epochs", "1"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["global_step"] > 0
 
 
@@ -197,7 +209,7 @@ def test_resuming_with_another_search_space_is_refused(tmp_path, shards, capsys)
 
 def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shards):
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
-                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=20)
     study_dir = tmp_path / "study"
     process = yt8m_process("tune", "--config", path, "--n_trials", "2", stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -225,7 +237,7 @@ def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shar
 
 
 def test_two_jobs_share_one_study(tmp_path, shards):
-    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=6)
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=3)
     result = finish(yt8m_process("tune", "--config", path, "--n_trials", "4", "--n_jobs", "2",
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     assert result["n_trials"]["complete"] == 4

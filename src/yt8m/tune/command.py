@@ -14,6 +14,7 @@ import signal
 import time
 from typing import Any, Optional, Sequence
 
+import optuna
 import yaml
 
 from yt8m.config import add_config_arguments, field_names
@@ -45,7 +46,19 @@ def main(argv: Sequence[str]) -> int:
 
     setup_logging()
     overrides = {name: value for name, value in vars(args).items() if name in field_names(TuneSettings)}
+    signal.signal(signal.SIGTERM, _interrupt_once)
     spec = load_tune_spec(args.config, overrides)
+    study, summary = run_tune(spec)
+    print_leaderboard(study, spec)
+    print(json.dumps(summary), flush=True)
+    if summary["interrupted"]:
+        return 130
+    return 0 if summary["best_value"] is not None else 1
+
+
+def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
+    """Create or resume the study, run trials until it has --n_trials, write the report; returns the study and
+    the summary. On Ctrl+C (or SIGTERM) the running trials are re-queued and the report is still written."""
     _check_data(spec)
     settings = spec.settings
     os.makedirs(settings.study_dir, exist_ok=True)
@@ -53,13 +66,15 @@ def main(argv: Sequence[str]) -> int:
     study = open_study(spec, open_storage(settings))
     log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
              display_url(storage_url(settings)), settings.study_dir, state_counts(study), settings.n_trials)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     deadline = time.time() + settings.timeout if settings.timeout else None
-    run_jobs(spec, deadline)
-    summary = write_report(study, spec)
-    print_leaderboard(study, spec)
-    print(json.dumps(summary), flush=True)
-    return 0 if summary["best_value"] is not None else 1
+    interrupted = False
+    try:
+        run_jobs(spec, deadline)
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: the running trials were marked FAILED and re-queued; run the same command "
+                    "again to resume the study")
+    return study, {**write_report(study, spec), "interrupted": interrupted}
 
 
 def _check_data(spec: TuneSpec) -> None:
@@ -89,7 +104,7 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
         run_worker(spec, 0, deadline)
         return
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=run_worker, args=(spec, index, deadline, True), name=f"tune-job-{index}")
+    workers = [context.Process(target=_job_process, args=(spec, index, deadline), name=f"tune-job-{index}")
                for index in range(n_jobs)]
     for worker in workers:
         worker.start()
@@ -97,7 +112,10 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
         for worker in workers:
             worker.join()
     except KeyboardInterrupt:
-        # The jobs got the same Ctrl+C (one process group); let them mark their trials interrupted.
+        # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, then let
+        # each job mark its trial interrupted.
+        for worker in workers:
+            worker.terminate()
         for worker in workers:
             worker.join()
         raise
@@ -107,10 +125,8 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
                     ", ".join(failed))
 
 
-def run_worker(spec: TuneSpec, job_index: int, deadline: Optional[float], child: bool = False) -> None:
+def run_worker(spec: TuneSpec, job_index: int, deadline: Optional[float]) -> None:
     """Run trials one at a time until the study's budget is met or the deadline passes."""
-    if child:
-        _set_up_job_process(spec.settings.n_jobs)
     settings = spec.settings
     storage = open_storage(settings)
     study = open_study(spec, storage, job_index)
@@ -129,16 +145,26 @@ def run_worker(spec: TuneSpec, job_index: int, deadline: Optional[float], child:
     log.info("--timeout reached: no new trial started")
 
 
-def _set_up_job_process(n_jobs: int) -> None:
+def _job_process(spec: TuneSpec, job_index: int, deadline: Optional[float]) -> None:
+    """A spawned job: its share of the cores, SIGTERM handled like Ctrl+C, then trials until the budget is met."""
     import torch
 
     from yt8m.runtime import available_cpus, setup_logging
 
     setup_logging()
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGINT, _interrupt_once)
+    signal.signal(signal.SIGTERM, _interrupt_once)
     # J jobs share the machine's cores instead of each starting one thread per core.
-    torch.set_num_threads(max(1, available_cpus() // n_jobs))
+    torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
+    try:
+        run_worker(spec, job_index, deadline)
+    except KeyboardInterrupt:
+        pass  # the trial is marked interrupted and re-queued; the parent writes the report
 
 
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """SIGTERM (and in jobs SIGINT) as KeyboardInterrupt, once: a second signal, e.g. the parent passing
+    the same Ctrl+C on, must not break off the recording of the interrupted trial."""
+    for name in ("SIGINT", "SIGTERM"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from yt8m.config import TrainConfig, load_config, save_config
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
 from yt8m.tune.space import TuneSpec, load_tune_spec
-from yt8m.tune.study import STUDY_FILE, FAIL_REASON_ATTR, interrupted_trials, load_existing_study, state_counts
+from yt8m.tune.study import STUDY_FILE, FAIL_REASON_ATTR, RETRY_OF_ATTR, interrupted_trials, load_existing_study, state_counts
 
 log = logging.getLogger("yt8m.tune")
 
@@ -48,6 +48,9 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
     reason = interruption or trial.user_attrs.get(FAIL_REASON_ATTR, "")
     if trial.state == TrialState.PRUNED and reports:
         reason = f"pruned after report step {max(reports)}"
+    elif trial.state == TrialState.WAITING:
+        retry_of = trial.user_attrs.get(RETRY_OF_ATTR)
+        reason = "queued" + (f": re-runs the parameters of interrupted trial {retry_of}" if retry_of is not None else "")
     return {"trial": trial.number, "state": state, "value": trial.value,
             "last_report": reports[max(reports)] if reports else None, "params": trial.params,
             "duration_s": round(trial.duration.total_seconds(), 1) if trial.duration else None,
