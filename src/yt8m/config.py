@@ -77,6 +77,7 @@ class TrainConfig(ModelConfig, DataConfig):
     seed: int = _f(0, "Seed for initialization, shuffling and sampling.")
     device: str = _f("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
     mixed_precision: bool = _f(False, "CUDA: train with bfloat16/float16 autocast.")
+    compile: bool = _f(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
     log_every_steps: int = _f(1, "Log the step's loss and examples/s every this many steps.")
     metrics_every_steps: int = _f(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.")
 

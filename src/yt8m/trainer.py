@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import inspect
 import itertools
 import json
 import logging
@@ -119,7 +120,15 @@ def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) ->
     if class_name.lower() not in classes:
         known = sorted(cls.__name__ for cls in classes.values()) + sorted(TF_OPTIMIZERS)
         raise ValueError(f"--optimizer {name!r} is not a torch.optim class; known: {', '.join(known)}")
-    return classes[class_name.lower()](parameters, lr=lr, **defaults)
+    cls = classes[class_name.lower()]
+    parameters = list(parameters)
+    if "fused" in inspect.signature(cls).parameters:
+        # One fused kernel per step instead of a dozen passes over the weights: several times faster.
+        try:
+            return cls(parameters, lr=lr, fused=True, **defaults)
+        except RuntimeError:  # the device or dtype has no fused kernel
+            pass
+    return cls(parameters, lr=lr, **defaults)
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -230,6 +239,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
     """
     rank, world_size = distributed_rank()
     chief = rank == 0
+    forward_loss = torch.compile(model_loss) if config.compile else model_loss
     scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
                                   and autocast_uses_float16())
     progress = Progress()
@@ -275,9 +285,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                 meter.data_ready()
 
                 with autocast(device, config.mixed_precision):
-                    output = model(batch["features"], batch.get("num_frames"))
-                    label_loss = loss_fn(output, batch["labels"])
-                    loss = label_loss + config.regularization_penalty * model.regularization_loss()
+                    output, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
                 if config.clip_gradient_norm > 0:
@@ -330,6 +338,13 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                "input_wait_fraction": round(meter.input_wait_fraction(), 4)}
     log.info("done: %s", summary)
     return summary
+
+
+def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, regularization_penalty: float):
+    """(model output, label loss, label loss + weighted L2 penalty) of one batch."""
+    output = model(batch["features"], batch.get("num_frames"))
+    label_loss = loss_fn(output, batch["labels"])
+    return output, label_loss, label_loss + regularization_penalty * model.regularization_loss()
 
 
 def reached_max_steps(config: TrainConfig, progress: Progress) -> bool:
