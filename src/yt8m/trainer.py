@@ -261,9 +261,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                    "progress": dataclasses.asdict(progress), "rng": capture_rng_state()}
         return save_checkpoint(config.train_dir, payload, progress.step, config.keep_checkpoints, final=final)
 
-    def notify(kind: str, checkpoint_path: Optional[str] = None) -> bool:
+    def notify(kind: str, checkpoint_path: Optional[str] = None, final: bool = False) -> bool:
         event = TrainEvent(kind, model, optimizer, config, progress.step, progress.epoch,
-                           progress.examples, loss_value, checkpoint_path)
+                           progress.examples, loss_value, checkpoint_path, final)
         # A list, not a generator: every hook sees the event even when an earlier one asks to stop.
         return any([bool(hook(event)) for hook in hooks])
 
@@ -286,13 +286,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
 
                 with autocast(device, config.mixed_precision):
                     output, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if config.clip_gradient_norm > 0:
-                    scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(model.parameters(), config.clip_gradient_norm)
-                scaler.step(optimizer)
-                scaler.update()
+                backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm)
                 loss_value = label_loss.item()
 
                 batch_examples = batch["labels"].shape[0] * world_size
@@ -323,12 +317,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                 stop = notify("epoch_end")
 
     bar.close()
-    final_path = save(final=True) if chief else None
-    if chief and progress.step != hooked_step:
-        event = TrainEvent("checkpoint", model, optimizer, config, progress.step, progress.epoch,
-                           progress.examples, loss_value, final_path, final=True)
-        for hook in hooks:
-            hook(event)
+    if chief:
+        final_path = save(final=True)
+        if progress.step != hooked_step:
+            notify("checkpoint", final_path, final=True)
     if writer is not None:
         writer.close()
     summary = {"global_step": progress.step, "examples": progress.examples,
@@ -338,6 +330,18 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                "input_wait_fraction": round(meter.input_wait_fraction(), 4)}
     log.info("done: %s", summary)
     return summary
+
+
+def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        scaler: torch.amp.GradScaler, clip_gradient_norm: float) -> None:
+    """One optimizer step on the gradient of `loss`, its global norm clipped (the starter kit's order)."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if clip_gradient_norm > 0:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), clip_gradient_norm)
+    scaler.step(optimizer)
+    scaler.update()
 
 
 def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, regularization_penalty: float):
