@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import resource
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -52,9 +53,12 @@ def batches(payloads: Sequence[bytes]) -> list[Sequence[bytes]]:
     return [payloads[i:i + BATCH] for i in range(0, len(payloads), BATCH)]
 
 
-def decode_video_batches(chunks: Sequence[Sequence[bytes]]) -> None:
-    for chunk in chunks:
-        _, labels, _ = decode_video_batch(chunk, VIDEO_NAMES, VIDEO_SIZES, NUM_CLASSES)
+def decode_video_batches(chunks: Sequence[Sequence[bytes]]) -> list[list[list[int]]]:
+    return [decode_video_batch(chunk, VIDEO_NAMES, VIDEO_SIZES, NUM_CLASSES)[1] for chunk in chunks]
+
+
+def multi_hot(label_batches: Sequence[list[list[int]]]) -> None:
+    for labels in label_batches:
         labels_to_multi_hot(labels, NUM_CLASSES)
 
 
@@ -66,6 +70,47 @@ def decode_video_each(payloads: Sequence[bytes]) -> None:
 def decode_frames(payloads: Sequence[bytes]) -> None:
     for payload in payloads:
         dequantize(decode_frame(payload, FRAME_NAMES, FRAME_SIZES, NUM_CLASSES)[2])
+
+
+def protobuf_example_class() -> type:
+    """tf.train.Example built at run time for the `protobuf` package (TensorFlow's .proto, no TensorFlow)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="yt8m_bench_example.proto", package="bench", syntax="proto3")
+
+    def message(name: str, fields: list, container=proto.message_type) -> descriptor_pb2.DescriptorProto:
+        built = container.add(name=name)
+        for number, (field_name, kind, type_name) in enumerate(fields, start=1):
+            repeated = field_name == "feature" or (field_name == "value" and name.endswith("List"))
+            label = field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL
+            built.field.add(name=field_name, number=number, type=kind, label=label, type_name=type_name)
+        return built
+
+    message("BytesList", [("value", field.TYPE_BYTES, None)])
+    message("FloatList", [("value", field.TYPE_FLOAT, None)])
+    message("Int64List", [("value", field.TYPE_INT64, None)])
+    feature = message("Feature", [(f"{kind}_list", field.TYPE_MESSAGE, f".bench.{kind.capitalize()}List")
+                                  for kind in ("bytes", "float", "int64")])
+    feature.oneof_decl.add(name="kind")
+    for member in feature.field:
+        member.oneof_index = 0
+    features = message("Features", [("feature", field.TYPE_MESSAGE, ".bench.Features.FeatureEntry")])
+    entry = message("FeatureEntry", [("key", field.TYPE_STRING, None), ("value", field.TYPE_MESSAGE, ".bench.Feature")],
+                    container=features.nested_type)
+    entry.options.map_entry = True
+    message("Example", [("features", field.TYPE_MESSAGE, ".bench.Features")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Example"))
+
+
+def decode_with_protobuf(example_class: type, payloads: Sequence[bytes]) -> None:
+    for payload in payloads:
+        feature = example_class.FromString(payload).features.feature
+        feature["id"].bytes_list.value[0].decode()
+        np.array(feature["labels"].int64_list.value, dtype=np.int64)
+        np.concatenate([np.array(feature[name].float_list.value, dtype=np.float32) for name in VIDEO_NAMES])
 
 
 def read_only(path: str) -> int:
@@ -89,12 +134,19 @@ def read_decode_frames(path: str) -> int:
     return count
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children: on a shared machine, wall time overstates cost."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def report(label: str, records: int, nbytes: int, run: Callable[[], object]) -> None:
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     run()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     print(f"{label:<44} {records:>8} rec {wall:7.2f} s  {records / wall:>10,.0f} rec/s  "
-          f"{nbytes / wall / 1e6:>8,.0f} MB/s  (cpu {records / max(cpu, 1e-9):>10,.0f} rec/s)", flush=True)
+          f"{nbytes / wall / 1e6:>7,.0f} MB/s  | per core-second of CPU: {records / max(cpu, 1e-9):>9,.0f} rec, "
+          f"{nbytes / max(cpu, 1e-9) / 1e6:>6,.0f} MB", flush=True)
 
 
 def run_parallel(function: Callable[[str], int], paths: Sequence[str]) -> None:
@@ -113,7 +165,15 @@ def bench_kind(kind: str, payloads: list[bytes], folder: str, processes: int) ->
     if kind == "video":
         report("video: decode_video, one record at a time", n, nbytes, lambda: decode_video_each(payloads))
         chunks = batches(payloads)
-        report(f"video: decode_video_batch({BATCH}) + multi-hot", n, nbytes, lambda: decode_video_batches(chunks))
+        report(f"video: decode_video_batch({BATCH})", n, nbytes, lambda: decode_video_batches(chunks))
+        example_class = protobuf_example_class()
+        sample = payloads[:20_000]
+        report("video: protobuf (upb) parse only", len(sample), sum(map(len, sample)),
+               lambda: [example_class.FromString(p) for p in sample])
+        report("video: protobuf (upb) parse + numpy", len(sample), sum(map(len, sample)),
+               lambda: decode_with_protobuf(example_class, sample))
+        label_batches = decode_video_batches(chunks)
+        report(f"video: labels_to_multi_hot({BATCH} x {NUM_CLASSES})", n, 0, lambda: multi_hot(label_batches))
         pipeline = read_decode_video
     else:
         report("frame: decode_frame + dequantize", n, nbytes, lambda: decode_frames(payloads))
