@@ -160,6 +160,9 @@ def test_dequantize_follows_yt8m_formula():
     assert result.dtype == np.float32 and np.array_equal(bits(result), bits(expected))
     assert abs(result[0, 0] - (-2 + 4 / 512)) < 1e-6 and abs(result[0, -1] - (2 + 4 / 512)) < 1e-6
     assert np.allclose(dequantize(values, 1.0, 0.0), values / 255 + 1 / 512)
+    padded = np.zeros((3, 6), np.float32)
+    assert dequantize(values, out=padded[1:2]) is not None and np.array_equal(bits(padded[1:2]), bits(expected))
+    assert not padded[0].any() and not padded[2].any()
 
 
 def test_labels_to_multi_hot():

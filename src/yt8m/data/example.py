@@ -713,13 +713,16 @@ def decode_frame(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     return video_id, np.array(labels, dtype=np.int64), out, num_frames
 
 
-def dequantize(values: np.ndarray, max_quantized_value: float = 2.0, min_quantized_value: float = -2.0) -> np.ndarray:
+def dequantize(values: np.ndarray, max_quantized_value: float = 2.0, min_quantized_value: float = -2.0,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
     """uint8 quantized features back to float32 as the YT8M starter code does, with its float32 rounding:
-    q * (max - min) / 255 + (max - min) / 512 + min."""
+    q * (max - min) / 255 + (max - min) / 512 + min. `out` (float32, same shape) saves a copy, e.g.
+    straight into a padded batch."""
     quantized_range = max_quantized_value - min_quantized_value
     scalar = np.float32(quantized_range / 255.0)
     bias = np.float32(quantized_range / 512.0 + min_quantized_value)
-    return values.astype(np.float32) * scalar + bias
+    out = np.multiply(values, scalar, out=out, dtype=np.float32)
+    return np.add(out, bias, out=out)
 
 
 def labels_to_multi_hot(labels_list: Sequence[Sequence[int]], num_classes: int) -> np.ndarray:
