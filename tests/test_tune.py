@@ -268,16 +268,18 @@ def test_two_tune_processes_share_one_postgres_study(tmp_path, shards):
     assert len(set(params)) == len(params)  # the same command on two machines samples different points
 
 
-def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys):
+@pytest.mark.parametrize("report_every_steps, first_report, examples", [(0, 1, 240), (4, 4, 120)])
+def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_steps, first_report, examples):
+    """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30."""
     search = {"base_learning_rate": {"type": "float", "low": 1e-7, "high": 0.5, "log": True}}
     enqueue = [{"base_learning_rate": 0.1}, {"base_learning_rate": 1e-7}]
     path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=4,
-                     tune={"enqueue": enqueue, "n_startup_trials": 1})
+                     tune={"enqueue": enqueue, "n_startup_trials": 1, "report_every_steps": report_every_steps})
     result = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "pruned")
     trials = load_study(result["study_dir"], "pruned").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"]
-    assert trials[1].user_attrs["epochs"] == 1 < trials[0].user_attrs["epochs"] == 4
-    assert trials[1].user_attrs["examples"] * 4 == trials[0].user_attrs["examples"]
+    assert list(trials[1].intermediate_values) == [first_report]
+    assert trials[1].user_attrs["examples"] == examples and trials[0].user_attrs["examples"] == 4 * 240
 
     unpruned = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "unpruned",
                                "--pruner", "none")

@@ -9,7 +9,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
 import torch
@@ -20,12 +20,15 @@ from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
     INTERRUPTED_PREFIX,
+    WORKER_ATTR,
     BudgetLock,
     counted_trials,
     record_interruption,
     worker_identity,
-    WORKER_ATTR,
 )
+
+if TYPE_CHECKING:
+    from yt8m.trainer import TrainEvent
 
 log = logging.getLogger("yt8m.tune")
 
@@ -67,7 +70,7 @@ class ValidationReporter:
     failure: Optional[str] = None
     _batches: Any = None
 
-    def __call__(self, event) -> bool:
+    def __call__(self, event: "TrainEvent") -> bool:
         self.epochs, self.examples = event.epoch, event.examples
         if not math.isfinite(event.loss):
             self.failure = f"the training loss became {event.loss} by step {event.step}"
@@ -88,7 +91,7 @@ class ValidationReporter:
                 return True
         return False
 
-    def _is_last(self, event) -> bool:
+    def _is_last(self, event: "TrainEvent") -> bool:
         max_steps = self.config.max_steps
         return event.epoch >= self.config.num_epochs or (max_steps is not None and event.step >= max_steps)
 

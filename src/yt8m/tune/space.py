@@ -135,6 +135,7 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
     enqueue = _read_enqueue(path, raw_enqueue, search, problems)
     _check_modes(path, train, search, problems)
+    _check_report_schedule(path, settings, train, search, problems)
     if problems:
         raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
     name = settings.study_name or os.path.splitext(os.path.basename(path))[0]
@@ -349,6 +350,15 @@ def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str])
                 problems.append(f"{where}: {name}={value!r} lies outside its search space")
         entries.append(coerced)
     return entries
+
+
+def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, Any], search: list[Param],
+                           problems: list[str]) -> None:
+    """Trials report at their checkpoints when --report_every_steps is set, so it owns export_model_steps."""
+    owned = "export_model_steps"
+    if settings.report_every_steps and (owned in train or any(param.name == owned for param in search)):
+        problems.append(f"{path}: tune.report_every_steps sets each trial's {owned} (trials report at their "
+                        f"checkpoints); remove {owned} from train: and search:")
 
 
 def _check_modes(path: str, train: dict[str, Any], search: list[Param], problems: list[str]) -> None:
