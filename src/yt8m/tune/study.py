@@ -19,6 +19,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
+from yt8m.config import TrainConfig
 from yt8m.tune.space import TuneSettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -114,14 +115,15 @@ def create_sampler(settings: TuneSettings, job_index: int = 0) -> optuna.sampler
                                           multivariate=True, group=True, constant_liar=True)
 
 
-def create_pruner(settings: TuneSettings, num_epochs: int) -> optuna.pruners.BasePruner:
+def create_pruner(settings: TuneSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
+    """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode."""
     if settings.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=settings.n_startup_trials,
                                            n_warmup_steps=settings.n_warmup_steps)
     if settings.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner()
     if settings.pruner == "hyperband":
-        max_resource = num_epochs if settings.report_every_steps == 0 else "auto"
+        max_resource = num_epochs if num_epochs and settings.report_every_steps == 0 else "auto"
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_resource)
     return optuna.pruners.NopPruner()
 
@@ -129,7 +131,8 @@ def create_pruner(settings: TuneSettings, num_epochs: int) -> optuna.pruners.Bas
 def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage, job_index: int = 0) -> optuna.Study:
     """Create the study or resume it; refuses to resume one made with another space, objective or train set."""
     settings = spec.settings
-    num_epochs = spec.trial_config({}, settings.study_dir).num_epochs
+    searched = {param.name for param in spec.search}
+    num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", TrainConfig.num_epochs)
     study = optuna.create_study(storage=storage, study_name=settings.study_name, direction=spec.direction,
                                 sampler=create_sampler(settings, job_index),
                                 pruner=create_pruner(settings, num_epochs), load_if_exists=True)
@@ -149,7 +152,7 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage, job_index: i
 def load_existing_study(settings: TuneSettings) -> optuna.Study:
     """An existing study, for reports; a clear error when there is none."""
     storage = open_storage(settings)
-    names = [summary.study_name for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    names = optuna.study.get_all_study_names(storage)
     if settings.study_name not in names:
         raise ValueError(f"no study '{settings.study_name}' in {display_url(storage_url(settings))} "
                          f"(studies there: {', '.join(names) or 'none'})")
