@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import pytest
 import torch
 
@@ -21,14 +20,11 @@ def one_class_moe(gate: float, dummy_gate: float, expert: float):
 
 
 def exact_logit(gate: float, dummy_gate: float, expert: float) -> float:
-    """log p - log(1 - p) in float64 for p = softmax(gate, dummy)[0] * sigmoid(expert)."""
-    log_gate = gate - math.log(math.exp(gate - max(gate, dummy_gate)) + math.exp(dummy_gate - max(gate, dummy_gate))) - max(gate, dummy_gate)
-    log_dummy = dummy_gate - gate + log_gate
-    log_sigmoid = lambda x: -math.log1p(math.exp(-x)) if x > 0 else x - math.log1p(math.exp(x))  # noqa: E731
-    log_p = log_gate + log_sigmoid(expert)
-    other = log_gate + log_sigmoid(-expert)
-    log_not_p = max(log_dummy, other) + math.log1p(math.exp(min(log_dummy, other) - max(log_dummy, other)))
-    return log_p - log_not_p
+    """log p - log(1 - p) in float64 for p = softmax(gate, dummy_gate)[0] * sigmoid(expert)."""
+    log_gate, log_dummy = np.array([gate, dummy_gate]) - np.logaddexp(gate, dummy_gate)
+    log_p = log_gate - np.logaddexp(0.0, -expert)
+    log_not_p = np.logaddexp(log_dummy, log_gate - np.logaddexp(0.0, expert))
+    return float(log_p - log_not_p)
 
 
 @pytest.mark.parametrize("gate, dummy_gate, expert", [
