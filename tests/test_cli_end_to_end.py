@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from workflow_fixtures import NUM_CLASSES, tiny_data  # noqa: F401  (fixture)
+from workflow_fixtures import NUM_CLASSES
 from yt8m.config import EvalConfig, PredictConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.evaluate import evaluate_checkpoints

@@ -12,9 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from yt8m.checkpoint import final_checkpoint, list_checkpoints, load_checkpoint
-from yt8m.config import TrainConfig
-from yt8m.trainer import TrainEvent, build_optimizer, fit, learning_rate
+from workflow_fixtures import tiny_data, tiny_train_config  # noqa: F401  (fixture)
+from yt8m.checkpoint import build_model_from_checkpoint, final_checkpoint, list_checkpoints, load_checkpoint
+from yt8m.config import TrainConfig, load_config
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.evaluate import evaluate_model
+from yt8m.losses import create_loss
+from yt8m.trainer import TrainEvent, build_optimizer, fit, learning_rate, parse_args, train
 
 FEATURES, CLASSES, BATCH = 6, 4, 8
 
@@ -180,15 +184,6 @@ def test_resume_config_is_recorded(tmp_path):
 
 
 # --- `train` end to end on tiny synthetic shards --------------------------------------------------------
-
-from workflow_fixtures import tiny_data, tiny_train_config  # noqa: E402,F401  (fixture)
-
-from yt8m.checkpoint import build_model_from_checkpoint  # noqa: E402
-from yt8m.config import load_config  # noqa: E402
-from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
-from yt8m.evaluate import evaluate_model  # noqa: E402
-from yt8m.losses import create_loss  # noqa: E402
-from yt8m.trainer import parse_args, train  # noqa: E402
 
 
 def validation_metrics(train_dir, data) -> dict:

@@ -93,7 +93,7 @@ class EvalConfig(ModelConfig, DataConfig):
 
     eval_data_pattern: str = _f("", "File glob(s) of the shards to evaluate on; comma-separated for several.")
     train_dir: str = _f("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.")
-    label_loss: str = _f("CrossEntropyLoss", "Loss reported in the metrics (default: the train dir's).")
+    label_loss: str = _f("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.")
     run_once: bool = _f(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
     top_k: int = _f(20, "Predictions per video counted by GAP.")
     batch_size: int = _f(1024, "Examples per evaluation batch.")
@@ -103,11 +103,14 @@ class EvalConfig(ModelConfig, DataConfig):
 
 @dataclass
 class PredictConfig:
-    """Everything `yt8m predict` needs; features and model come from the train dir's checkpoint."""
+    """Everything `yt8m predict` needs; features and model come from the train dir's checkpoint or the
+    ONNX export's metadata."""
 
     input_data_pattern: str = _f("", "File glob(s) of the shards to predict; labels are not needed.")
-    train_dir: str = _f("", "The train dir whose latest checkpoint predicts.")
-    output_file: str = _f("", "The Kaggle CSV to write (VideoId,LabelConfidencePairs).")
+    train_dir: str = _f("", "The train dir whose latest checkpoint predicts (or give --model).")
+    model: str = _f("", "An ONNX export (`yt8m export --output`: FILE.onnx or DIR) to predict with onnxruntime.")
+    output_file: str = _f("", "The file to write: a Kaggle CSV (VideoId,LabelConfidencePairs) or JSON lines.")
+    output_format: str = _f("csv", "'csv' (Kaggle) or 'jsonl': one {video_id, class_indexes, predictions} per line.")
     top_k: int = _f(20, "Predictions written per video.")
     batch_size: int = _f(8192, "Examples per prediction batch.")
     num_readers: int = _f(1, "DataLoader worker processes reading the shards.")
