@@ -1,0 +1,165 @@
+"""Training examples/s of `yt8m train` against the dense-matmul ceiling of the same step, measured in one run.
+
+The ceiling times only the matmuls a forward+backward step performs (shapes recorded by the profiler); the
+bare loop runs the same model, loss and optimizer step without input pipeline, logging or checkpoints.
+Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,DbofModel] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+from yt8m.checkpoint import create_model_for
+from yt8m.config import TrainConfig
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.data.synthetic import write_synthetic
+from yt8m.losses import create_loss
+from yt8m.runtime import setup_logging
+from yt8m.trainer import WARMUP_STEPS, backward_and_update, build_optimizer, model_loss, train
+
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+# The starter kit under TF 2.x on this machine (issue 4), for scale.
+STARTER_KIT = {"LogisticModel": 2600, "MoeModel": 370}
+
+
+def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple[str, list[list[int]]]]:
+    """(op, input shapes) of every top-level matmul one forward+backward step runs."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        output = model(batch["features"], batch.get("num_frames"))
+        (loss_fn(output, batch["labels"]) + model.regularization_loss()).backward()
+    found = []
+    for event in prof.events():
+        parent, nested = event.cpu_parent, False
+        while parent is not None:
+            nested = nested or parent.name in MATMUL_OPS
+            parent = parent.cpu_parent
+        if event.name in MATMUL_OPS and not nested:
+            found.append((event.name, [list(shape) for shape in event.input_shapes]))
+    return found
+
+
+def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5) -> float:
+    """Best-of-`repeats` seconds to run the recorded matmuls once each, on fresh random operands."""
+    calls = []
+    for name, shapes in matmuls:
+        operands = [torch.randn(shape) for shape in shapes if shape]
+        calls.append((getattr(torch, name.split("::")[1]), operands))
+    timings = []
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        for function, operands in calls:
+            function(*operands)
+        timings.append(time.perf_counter() - started)
+    return min(timings[1:])
+
+
+def one_batch(config: TrainConfig) -> dict:
+    return next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
+
+
+def ceiling_examples_per_sec(config: TrainConfig) -> tuple[float, int]:
+    torch.manual_seed(0)
+    model = create_model_for(config).train()
+    batch = one_batch(config)
+    matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
+    return batch["labels"].shape[0] / time_matmuls(matmuls), len(matmuls)
+
+
+def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
+    """The same model, loss and optimizer step on one batch in a bare loop: no input, logging or checkpoints."""
+    torch.manual_seed(0)
+    model = create_model_for(config).train()
+    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    loss_fn, batch = create_loss(config.label_loss), one_batch(config)
+    forward_loss = torch.compile(model_loss) if config.compile else model_loss
+
+    def step() -> None:
+        _, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
+        backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm)
+        label_loss.item()
+
+    step(), step()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps * batch["labels"].shape[0] / (time.perf_counter() - started)
+
+
+def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
+    frame = model == "DbofModel"
+    config = TrainConfig(
+        train_data_pattern=pattern, train_dir=os.path.join(work_dir, model), model=model,
+        feature_names="rgb,audio" if frame else "mean_rgb,mean_audio", feature_sizes="1024,128",
+        frame_features=frame, batch_size=args.frame_batch_size if frame else args.batch_size,
+        num_epochs=1000, max_steps=WARMUP_STEPS + args.steps, export_model_steps=10 ** 9,
+        num_readers=args.num_readers, cache_in_memory=args.cache and not frame, start_new_model=True,
+        compile=args.compile, log_every_steps=5)
+    # The machine is shared and its load swings within seconds: the three measures alternate for a few
+    # rounds and each keeps its best round (the least disturbed), as timeit does.
+    rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
+    for _ in range(args.rounds):
+        ceiling, matmuls = ceiling_examples_per_sec(config)
+        summary = train(config)
+        rounds["ceiling"].append(round(ceiling, 1))
+        rounds["trainer"].append(summary["examples_per_sec"])
+        rounds["input_wait"].append(summary["input_wait_fraction"])
+        rounds["bare"].append(round(bare_loop_examples_per_sec(config), 1))
+    trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
+    result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
+              "compile": config.compile, "num_readers": config.num_readers, "matmuls_per_step": matmuls,
+              "trainer_examples_per_sec": trainer, "bare_loop_examples_per_sec": bare,
+              "matmul_ceiling_examples_per_sec": ceiling, "input_wait_fraction": min(rounds["input_wait"]),
+              "trainer_over_ceiling": round(trainer / ceiling, 3), "trainer_over_bare_loop": round(trainer / bare, 3),
+              "rounds": rounds}
+    if model in STARTER_KIT:
+        result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", default="LogisticModel,MoeModel,DbofModel")
+    parser.add_argument("--steps", type=int, default=20, help="Timed steps per model, after the warm-up steps.")
+    parser.add_argument("--batch_size", type=int, default=1024, help="Video-level batch size.")
+    parser.add_argument("--frame_batch_size", type=int, default=64, help="DbofModel batch size.")
+    parser.add_argument("--videos", type=int, default=8192, help="Synthetic training videos per kind.")
+    parser.add_argument("--num_readers", type=int, default=1)
+    parser.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                        help="Video level: serve the decoded set from RAM (--no-cache streams from the shards).")
+    parser.add_argument("--rounds", type=int, default=3, help="Alternating measurement rounds; the best counts.")
+    parser.add_argument("--compile", action="store_true", help="Train with --compile (torch.compile).")
+    parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
+    args = parser.parse_args()
+    setup_logging()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", file=sys.stderr)
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-bench-train-")
+    results = []
+    for model in args.models.split(","):
+        kind = "frame" if model == "DbofModel" else "video"
+        videos = args.videos // 8 if kind == "frame" else args.videos
+        data_dir = os.path.join(work_dir, "data")
+        if not os.path.isdir(os.path.join(data_dir, kind)):
+            write_synthetic(data_dir, kind=kind, num_classes=3862, train_videos=videos, validate_videos=0,
+                            test_videos=0, shards=8)
+        results.append(bench_model(model, os.path.join(data_dir, kind, "train-*"), work_dir, args))
+        print(json.dumps(results[-1]), flush=True)
+    print("\nmodel           batch  compile  trainer ex/s  bare loop  ceiling ex/s  trainer/ceiling  "
+          "trainer/bare  input wait", file=sys.stderr)
+    for r in results:
+        print(f"{r['model']:<15} {r['batch_size']:>5}  {str(r['compile']):>7}  {r['trainer_examples_per_sec']:>12.0f}  "
+              f"{r['bare_loop_examples_per_sec']:>9.0f}  {r['matmul_ceiling_examples_per_sec']:>12.0f}  "
+              f"{r['trainer_over_ceiling']:>15.0%}  {r['trainer_over_bare_loop']:>12.0%}  "
+              f"{r['input_wait_fraction']:>10.1%}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
