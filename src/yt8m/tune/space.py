@@ -38,9 +38,9 @@ def _setting(default: Any, help: str) -> Any:
 class TuneSettings:
     """The `tune:` section of the file; each field is also a `yt8m tune` flag, which wins over the file."""
 
-    study_dir: str = _setting("", "Directory of the study: database, trials/, report, plots (default: studies/<study_name>).")
-    study_name: str = _setting("", "Study name in the storage (default: the config file's name without .yaml).")
-    storage: str = _setting("", "Optuna storage URL, e.g. postgresql://user@host/db (default: sqlite:///<study_dir>/study.db).")
+    study_dir: str = _setting("", "Directory of the study: database, trials/, report, plots; empty: studies/<study_name>.")
+    study_name: str = _setting("", "Study name in the storage; empty: the config file's name without .yaml.")
+    storage: str = _setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: sqlite:///<study_dir>/study.db.")
     n_trials: int = _setting(20, "The study's total of finished trials; re-running carries on to this total.")
     timeout: Optional[float] = _setting(None, "Start no new trial after this many seconds of this run.")
     n_jobs: int = _setting(1, "Trial processes run in parallel on this machine.")
@@ -54,8 +54,8 @@ class TuneSettings:
                                       "training steps with --report_every_steps).")
     report_every_steps: int = _setting(0, "Evaluate and report to the pruner every this many training steps "
                                           "(0: at each epoch end).")
-    keep_best: Optional[int] = _setting(None, "Keep the checkpoints of the best K complete trials only "
-                                              "(default: keep all).")
+    keep_best: Optional[int] = _setting(None, "Keep the checkpoints of the best K complete trials only; "
+                                              "None keeps all.")
     heartbeat_seconds: int = _setting(30, "Running trials record a heartbeat this often; one silent for 4 "
                                           "heartbeats is taken as interrupted.")
 
