@@ -150,7 +150,7 @@ def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
     features = _zero_features((len(records), int(num_frames.max(initial=0)), spec.feature_size))
     padded = features.numpy()
     for row, video_frames in enumerate(frames):
-        padded[row, :len(video_frames)] = dequantize(video_frames)
+        dequantize(video_frames, out=padded[row, :len(video_frames)])
     return {"video_ids": video_ids, "features": features, "num_frames": torch.from_numpy(num_frames),
             "labels": labels}
 
