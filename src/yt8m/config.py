@@ -61,7 +61,9 @@ class TrainConfig(ModelConfig, DataConfig):
     train_dir: str = _f("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.")
     label_loss: str = _f("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.")
     regularization_penalty: float = _f(1.0, "Weight of the models' L2 penalties in the loss.")
-    batch_size: int = _f(1024, "Examples per training step (per process when distributed).")
+    batch_size: int = _f(1024, "Examples per batch in each process; one optimizer step takes the global batch "
+                               "batch_size x processes x --numbatches_to_aggregate (4 torchrun processes with "
+                               "--batch_size 256 step on 1024 examples, as one process with 1024).")
     base_learning_rate: float = _f(0.01, "Initial learning rate.")
     learning_rate_decay: float = _f(0.95, "Learning rate multiplier per --learning_rate_decay_examples.")
     learning_rate_decay_examples: int = _f(4000000, "Examples between learning-rate decays (staircase).")
@@ -69,6 +71,10 @@ class TrainConfig(ModelConfig, DataConfig):
     max_steps: Optional[int] = _f(None, "Stop after this many steps (None: after --num_epochs).")
     optimizer: str = _f("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).")
     clip_gradient_norm: float = _f(1.0, "Clip the global gradient norm to this (0 disables).")
+    clip_gradient_value: float = _f(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
+                                         "disables); --clip_gradient_norm 0 leaves value clipping alone.")
+    numbatches_to_aggregate: int = _f(1, "Accumulate gradients over this many batches per optimizer step: the "
+                                         "same update as one batch this many times larger.")
     export_model_steps: int = _f(1000, "Write a checkpoint every this many steps.")
     keep_checkpoints: int = _f(5, "Keep only the newest N periodic checkpoints.")
     start_new_model: bool = _f(False, "Delete the train dir's checkpoints and start from scratch.")
@@ -80,6 +86,27 @@ class TrainConfig(ModelConfig, DataConfig):
     compile: bool = _f(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
     log_every_steps: int = _f(1, "Log the step's loss and examples/s every this many steps.")
     metrics_every_steps: int = _f(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.")
+    init_from: str = _f("", "A new run starts from the parameters of this checkpoint (or train dir) that match "
+                            "by name and shape; the log lists what was not loaded.")
+    num_gpu: int = _f(1, "GPUs to train on, one process each: above 1, `yt8m train` relaunches itself under "
+                         "torchrun (--nproc_per_node N); under torchrun it is informational.")
+    eval_data_pattern: str = _f("", "Train and evaluate: evaluate on these shards after each checkpoint, export "
+                                    "the best, latest and final models to <train_dir>/export.")
+    eval_steps: Optional[int] = _f(None, "Evaluate on the first N batches of --eval_data_pattern (None: all).")
+    eval_throttle_secs: float = _f(0.0, "Skip a checkpoint's evaluation when the previous one started less "
+                                        "than this many seconds ago (the final checkpoint is always evaluated).")
+    eval_start_delay_secs: float = _f(0.0, "Evaluate no checkpoint in the first N seconds of training (the "
+                                           "final one is always evaluated).")
+    best_metric: str = _f("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
+                                 "hit_at_one, perr (higher is better) or loss (lower is better).")
+    keep_best_exports: int = _f(1, "Keep the newest N exports that improved --best_metric (export/best).")
+    keep_latest_exports: int = _f(1, "Keep the newest N evaluated checkpoints (export/latest).")
+    early_stopping_patience: int = _f(0, "Stop after this many evaluations in a row without improving "
+                                         "--best_metric (0: never).")
+    lr_halving_patience: int = _f(0, "Halve the learning rate after this many evaluations in a row without "
+                                     "improvement (0: never); the factor is kept in checkpoints.")
+    revert_to_best: bool = _f(False, "With --lr_halving_patience: each halving also reloads the best export's "
+                                     "weights and optimizer state.")
 
 
 # The fields that define what a checkpoint's model is: resuming, evaluating or predicting with other
