@@ -107,7 +107,8 @@ def test_fit_runs_epochs_and_keeps_the_newest_checkpoints(tmp_path):
     assert steps == [12, 15]  # every 4 steps, 2 kept, plus the final one
     assert final_checkpoint(config.train_dir).endswith("ckpt-00000015.pt")
     payload = load_checkpoint(final_checkpoint(config.train_dir))
-    assert payload["progress"] == {"step": 15, "examples": 120, "epoch": 3, "batches_in_epoch": 0}
+    assert payload["progress"] == {"step": 15, "examples": 120, "epoch": 3, "batches_in_epoch": 0, "lr_factor": 1.0,
+                                   "world_size": 1}
 
 
 def test_max_steps_stops_mid_epoch(tmp_path):

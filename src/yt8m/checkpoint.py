@@ -6,9 +6,11 @@ Everything stored is loadable with `torch.load(weights_only=True)`: tensors, num
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import re
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -111,6 +113,48 @@ def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -
     model.load_state_dict(payload["model"])
     model.to(device).eval()
     return model, config, int(payload["progress"]["step"])
+
+
+@dataclass
+class InitReport:
+    """What `init_from_checkpoint` loaded: the model's tensors taken, those left as initialized (and why),
+    and the checkpoint's tensors no model tensor matched."""
+
+    source: str
+    loaded: list[str]
+    not_loaded: dict[str, str]
+    unused: list[str]
+
+    def log(self, logger: logging.Logger) -> None:
+        total = len(self.loaded) + len(self.not_loaded)
+        logger.info("--init_from %s: loaded %d of %d tensors: %s", self.source, len(self.loaded), total,
+                    ", ".join(self.loaded) or "none")
+        if self.not_loaded:
+            logger.warning("--init_from %s: not loaded (kept their initialization): %s", self.source,
+                           "; ".join(f"{name} ({why})" for name, why in self.not_loaded.items()))
+        if self.unused:
+            logger.info("--init_from %s: checkpoint tensors the model has no place for: %s", self.source,
+                        ", ".join(self.unused))
+
+
+def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
+    """Copy into `model` the checkpoint tensors whose names and shapes match; `source` is a checkpoint file
+    or a train dir (its latest checkpoint)."""
+    path = latest_checkpoint(source) if os.path.isdir(source) else source
+    if path is None:
+        raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
+    saved = load_checkpoint(path)["model"]
+    own = model.state_dict()
+    loaded, not_loaded = [], {}
+    for name, tensor in own.items():
+        if name not in saved:
+            not_loaded[name] = "not in the checkpoint"
+        elif saved[name].shape != tensor.shape:
+            not_loaded[name] = f"shape {list(saved[name].shape)} in the checkpoint, {list(tensor.shape)} here"
+        else:
+            loaded.append(name)
+    model.load_state_dict({name: saved[name] for name in loaded}, strict=False)
+    return InitReport(path, loaded, not_loaded, [name for name in saved if name not in own])
 
 
 def create_model_for(config: TrainConfig) -> torch.nn.Module:

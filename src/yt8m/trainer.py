@@ -1,13 +1,18 @@
-"""`yt8m train`: the starter kit's train.py as one PyTorch loop, readable top to bottom.
+"""`yt8m train`: the starter kit's train.py as one PyTorch loop, on one process or many under torchrun.
 
-Resumes from the train dir's latest checkpoint (model, optimizer, step, epoch position, RNG state),
-checkpoints atomically, logs to stderr and TensorBoard, and prints one JSON summary line on stdout.
+Resumes from the train dir's latest checkpoint (model, optimizer, step, epoch position, RNG state, LR factor),
+checkpoints atomically, evaluates and exports when given --eval_data_pattern, logs to stderr and TensorBoard,
+and prints one JSON summary line on stdout. Distributed: `torchrun --nproc_per_node N -m yt8m train ...`
+(DistributedDataParallel; each process reads its share of the records; rank 0 writes every file).
+Debugging the data split: with YT8M_TRAINED_IDS_DIR=DIR each process appends "<epoch> <video id>" for
+every example it trains on to DIR/rank-<rank>.txt.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -20,7 +25,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,9 +37,11 @@ from yt8m.checkpoint import (
     capture_rng_state,
     checkpoint_config,
     checkpoint_dir,
+    checkpoint_path,
     clear_final_marker,
     create_model_for,
     differing_fields,
+    init_from_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
@@ -49,12 +56,33 @@ from yt8m.config import (
     parse_config,
     save_config,
 )
-from yt8m.runtime import amp_dtype, autocast, reader_workers, resolve_device, setup_logging, to_device
+from yt8m.distributed import (
+    all_reduce_sum,
+    barrier,
+    broadcast_from_rank0,
+    env_rank,
+    launched_by_torchrun,
+    process_group,
+    rank_and_world_size,
+    relaunch_for_gpus,
+    training_device,
+)
+from yt8m.runtime import amp_dtype, autocast, reader_workers, setup_logging, to_device
+from yt8m.train_eval import (
+    EvaluateFn,
+    TrainEvaluator,
+    Verdict,
+    best_export_checkpoint,
+    validate_train_eval_config,
+    validation_evaluator,
+)
 
 log = logging.getLogger("yt8m.train")
 
 # Steps left out of the steady-state examples/s: worker start-up, allocator warm-up, first-touch page faults.
 WARMUP_STEPS = 5
+
+TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
 
 # TensorFlow optimizer class names from starter-kit command lines, with the TF defaults torch lacks.
 TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -74,7 +102,9 @@ class Progress:
     step: int = 0
     examples: int = 0  # global: summed over all processes of a distributed run
     epoch: int = 0  # epochs completed
-    batches_in_epoch: int = 0  # batches of the current epoch already trained on
+    batches_in_epoch: int = 0  # batches of the current epoch each process has taken
+    lr_factor: float = 1.0  # multiplies the staircase schedule; --lr_halving_patience halves it
+    world_size: int = 1  # processes that trained; the epoch position holds only for the same number
 
 
 @dataclass
@@ -91,6 +121,7 @@ class TrainEvent:
     loss: float  # the last step's label loss
     checkpoint_path: Optional[str] = None
     final: bool = False
+    metrics: Optional[dict[str, Any]] = None  # this checkpoint's validation metrics, when it was evaluated
 
     @property
     def train_dir(self) -> str:
@@ -98,7 +129,8 @@ class TrainEvent:
 
 
 # A hook is any callable taking a TrainEvent; returning True asks training to stop (it then saves a
-# final checkpoint). In-process evaluation, early stopping and tuning pruners plug in here.
+# final checkpoint). Hooks run in rank 0 only; their stop request reaches every process. In-process
+# evaluation, early stopping and tuning pruners plug in here.
 TrainHook = Callable[[TrainEvent], Optional[bool]]
 
 
@@ -131,14 +163,8 @@ def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) ->
     return cls(parameters, lr=lr, **defaults)
 
 
-def distributed_rank() -> tuple[int, int]:
-    """(rank, world_size), (0, 1) outside torch.distributed."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def validate_config(config: TrainConfig) -> None:
+def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
+    """One ValueError listing every problem; `evaluating`: train-and-evaluate has an evaluation to run."""
     from yt8m.models import is_frame_level
 
     problems = []
@@ -147,11 +173,15 @@ def validate_config(config: TrainConfig) -> None:
     if is_frame_level(config.model) != config.frame_features:
         kind = "frame-level" if is_frame_level(config.model) else "video-level"
         problems.append(f"--model {config.model} is a {kind} model but --frame_features is {config.frame_features}")
-    for name in ("batch_size", "export_model_steps", "log_every_steps", "metrics_every_steps", "num_epochs"):
+    for name in ("batch_size", "export_model_steps", "log_every_steps", "metrics_every_steps", "num_epochs",
+                 "numbatches_to_aggregate"):
         if getattr(config, name) < 1:
             problems.append(f"--{name} must be at least 1, got {getattr(config, name)}")
     if config.max_steps is not None and config.max_steps < 0:
         problems.append(f"--max_steps must not be negative, got {config.max_steps}")
+    if config.clip_gradient_value < 0:
+        problems.append(f"--clip_gradient_value must not be negative, got {config.clip_gradient_value}")
+    problems += validate_train_eval_config(config, evaluating)
     feature_layout(config)
     if problems:
         raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
@@ -175,8 +205,10 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
 
 
 def remove_previous_run(train_dir: str) -> None:
-    """--start_new_model: drop the checkpoints, evaluations and summaries a previous run left."""
-    for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval")):
+    """--start_new_model: drop the checkpoints, evaluations, exports and summaries a previous run left."""
+    from yt8m.exporters import EXPORT_DIR
+
+    for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval"), os.path.join(train_dir, EXPORT_DIR)):
         shutil.rmtree(path, ignore_errors=True)
     if os.path.isdir(train_dir):
         for name in os.listdir(train_dir):
@@ -185,41 +217,61 @@ def remove_previous_run(train_dir: str) -> None:
     log.info("--start_new_model: removed the previous checkpoints and summaries in %s", train_dir)
 
 
-def train(config: TrainConfig, hooks: Sequence[TrainHook] = ()) -> dict[str, Any]:
-    """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary."""
+def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Optional[EvaluateFn] = None) -> dict[str, Any]:
+    """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary.
+
+    Under torchrun every process calls it and it joins the process group itself. With --eval_data_pattern,
+    or an `evaluate(model) -> metrics` function (which replaces that evaluation), it trains and evaluates.
+    """
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.losses import create_loss
 
-    validate_config(config)
-    device = resolve_device(config.device)
-    rank, _ = distributed_rank()
+    validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
+    device = training_device(config.device)
+    with process_group(device):
+        rank, world_size = rank_and_world_size()
+        resume = prepare_train_dir(config, rank)
+        seed_everything(config.seed)
+        model = create_model_for(config).to(device)
+        if resume is None and config.init_from:
+            init_from_checkpoint(model, config.init_from).log(log)
+        optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
+        dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
+                              shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+                              skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
+        loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
+
+        def epoch_batches(epoch: int) -> Iterable[dict]:
+            dataset.set_epoch(epoch)
+            return loader
+
+        evaluator = None
+        if rank == 0 and (config.eval_data_pattern or evaluate is not None):
+            evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
+        log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
+                 config.model, sum(p.numel() for p in model.parameters()), device, world_size,
+                 config.batch_size * world_size * config.numbatches_to_aggregate)
+        return fit(model, optimizer, create_loss(config.label_loss), epoch_batches, config,
+                   hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+
+
+def prepare_train_dir(config: TrainConfig, rank: int) -> Optional[dict]:
+    """Start over or find the checkpoint to resume from (every process reads the same one); rank 0 writes
+    the resolved config."""
     if config.start_new_model and rank == 0:
         remove_previous_run(config.train_dir)
+    barrier()  # no process may pick up a checkpoint that --start_new_model is deleting
     resume_path = latest_checkpoint(config.train_dir)
-    resume = load_checkpoint(resume_path, map_location=device) if resume_path else None
+    resume = load_checkpoint(resume_path, map_location="cpu") if resume_path else None
     if resume is not None:
         refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
         log.info("resuming from %s", resume_path)
+        if config.init_from:
+            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
     if rank == 0:
         save_config(config, os.path.join(config.train_dir, "config.yaml"))
         clear_final_marker(config.train_dir)
-
-    seed_everything(config.seed)
-    model = create_model_for(config).to(device)
-    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                          shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                          skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
-    loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
-
-    def epoch_batches(epoch: int) -> Iterable[dict]:
-        dataset.set_epoch(epoch)
-        return loader
-
-    log.info("training %s (%d parameters) on %s", config.model,
-             sum(p.numel() for p in model.parameters()), device)
-    return fit(model, optimizer, create_loss(config.label_loss), epoch_batches, config,
-               hooks=hooks, resume=resume, device=device)
+    return resume
 
 
 def seed_everything(seed: int) -> None:
@@ -228,127 +280,320 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def process_seed(seed: int, rank: int, step: int) -> int:
+    """A seed of its own for each process (dropout, frame sampling), derived from the run's seed."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
         epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, *,
         hooks: Sequence[TrainHook] = (), resume: Optional[dict] = None,
-        device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+        device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
     `resume` is a checkpoint payload: the loop restores it, skips the batches of the current epoch it
     already saw, and then restores the RNG state, so that the rest matches an uninterrupted run.
+    `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
+    rate, revert to the best weights or stop.
     """
-    rank, world_size = distributed_rank()
-    chief = rank == 0
-    forward_loss = torch.compile(model_loss) if config.compile else model_loss
-    scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
-                                  and autocast_uses_float16())
-    progress = Progress()
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scaler.load_state_dict(resume["scaler"])
-        progress = Progress(**resume["progress"])
-    writer = summary_writer(config.train_dir, progress.step) if chief else None
-    meter = ThroughputMeter()
-    hooked_step, loss_value, stop = progress.step, math.nan, False
-    started = time.perf_counter()
-    bar = tqdm(total=config.max_steps, initial=progress.step, unit="step", dynamic_ncols=True,
-               disable=not (chief and sys.stderr.isatty()))
+    return TrainingLoop(model, optimizer, loss_fn, epoch_batches, config, hooks, resume, device, evaluator).run()
 
-    def save(final: bool = False) -> str:
-        payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                   "scaler": scaler.state_dict(), "config": dataclasses.asdict(config),
-                   "progress": dataclasses.asdict(progress), "rng": capture_rng_state()}
-        return save_checkpoint(config.train_dir, payload, progress.step, config.keep_checkpoints, final=final)
 
-    def notify(kind: str, checkpoint_path: Optional[str] = None, final: bool = False) -> bool:
-        event = TrainEvent(kind, model, optimizer, config, progress.step, progress.epoch,
-                           progress.examples, loss_value, checkpoint_path, final)
-        # A list, not a generator: every hook sees the event even when an earlier one asks to stop.
-        return any([bool(hook(event)) for hook in hooks])
+class TrainingLoop:
+    """One `fit` call: the model (in DistributedDataParallel across processes), its optimizer and progress,
+    stepped on groups of --numbatches_to_aggregate batches, checkpointed, evaluated and shown to hooks."""
 
-    model.train()
-    with logging_redirect_tqdm():
-        while not stop and progress.epoch < config.num_epochs and not reached_max_steps(config, progress):
-            batches = iter(epoch_batches(progress.epoch))
-            if resume is not None:
-                # Fast-forward to where the checkpoint was taken, then continue its random streams.
-                collections.deque(itertools.islice(batches, progress.batches_in_epoch), maxlen=0)
-                restore_rng_state(resume["rng"])
-                resume = None
-            meter.start_wait()
-            for batch in batches:
-                lr = learning_rate(config, progress.examples)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                batch = to_device(batch, device)
-                meter.data_ready()
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
+                 epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, hooks: Sequence[TrainHook],
+                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
+        self.rank, self.world_size = rank_and_world_size()
+        self.chief = self.rank == 0
+        self.model, self.optimizer, self.loss_fn, self.config = model, optimizer, loss_fn, config
+        self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
+        self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
+        self.scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
+                                           and autocast_uses_float16())
+        self.progress = Progress(world_size=self.world_size)
+        self.resume = resume
+        if resume is not None:
+            self._restore(resume)
+        elif not self.chief:
+            seed_everything(process_seed(config.seed, self.rank, 0))
+        self.network = distributed_model(model, device)
+        self.meter = ThroughputMeter()
+        self.loss_value = math.nan
+        self.stop = False
+        self.hooked_step = self.progress.step
+        self.pending_revert: Optional[int] = None
+        self.last_batch: Optional[dict] = None
+        self.writer = None
+        self.bar = None
 
-                with autocast(device, config.mixed_precision):
-                    output, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
-                backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm)
-                loss_value = label_loss.item()
+    def run(self) -> dict[str, Any]:
+        config, progress = self.config, self.progress
+        started = time.perf_counter()
+        self.writer = summary_writer(config.train_dir, progress.step) if self.chief else None
+        self.bar = tqdm(total=config.max_steps, initial=progress.step, unit="step", dynamic_ncols=True,
+                        disable=not (self.chief and sys.stderr.isatty()))
+        self._settle(self._replayed_verdict())
+        self.model.train()
+        with logging_redirect_tqdm():
+            while not self.stop and progress.epoch < config.num_epochs and not reached_max_steps(config, progress):
+                self._train_epoch()
+        self.bar.close()
+        self._finish()
+        return self._summary(started)
 
-                batch_examples = batch["labels"].shape[0] * world_size
-                progress.step += 1
-                progress.batches_in_epoch += 1
-                progress.examples += batch_examples
-                examples_per_sec = meter.step_done(batch_examples)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.4f}", ex_s=f"{examples_per_sec:.0f}", refresh=False)
-                scalars = {"loss": loss_value, "learning_rate": lr, "examples_per_sec": examples_per_sec}
-                metrics_now = progress.step % config.metrics_every_steps == 0
-                if metrics_now:
-                    scalars.update(batch_metrics(output["predictions"], batch["labels"]))
-                if metrics_now or progress.step % config.log_every_steps == 0:
-                    log_step(progress, scalars, meter)
-                    write_scalars(writer, scalars, progress.step)
+    def _restore(self, resume: dict) -> None:
+        self.model.load_state_dict(resume["model"])
+        self.optimizer.load_state_dict(resume["optimizer"])
+        self.scaler.load_state_dict(resume["scaler"])
+        saved = Progress(**resume["progress"])
+        if saved.world_size != self.world_size and saved.batches_in_epoch:
+            log.warning("the checkpoint was written by %d process(es) in the middle of epoch %d; under %d the "
+                        "records split differently, so that epoch starts over", saved.world_size,
+                        saved.epoch + 1, self.world_size)
+            saved.batches_in_epoch = 0
+        self.progress = dataclasses.replace(saved, world_size=self.world_size)
+        if self.evaluator is not None and "validation" in resume:
+            self.evaluator.load_state_dict(resume["validation"])
 
-                if chief and progress.step % config.export_model_steps == 0:
-                    path = save()
-                    hooked_step = progress.step
-                    stop = notify("checkpoint", path)
-                if stop or reached_max_steps(config, progress):
-                    break
-                meter.start_wait()
-            else:
+    def _replayed_verdict(self) -> Verdict:
+        """A resumed run re-evaluates its checkpoint when the interrupted run's verdict on it was lost."""
+        if self.evaluator is None or self.resume is None:
+            return Verdict()
+        step = self.progress.step
+        return self.evaluator.replay(self.model, checkpoint_path(self.config.train_dir, step), step)
+
+    def _train_epoch(self) -> None:
+        config, progress = self.config, self.progress
+        batches = iter(self.epoch_batches(progress.epoch))
+        self._fast_forward(batches)
+        while True:
+            self.meter.start_wait()
+            group = list(itertools.islice(batches, config.numbatches_to_aggregate))
+            examples = all_reduce_sum(sum(batch["labels"].shape[0] for batch in group), self.device)
+            if examples == 0:  # every process has finished its share of the epoch
                 progress.epoch += 1
                 progress.batches_in_epoch = 0
-                stop = notify("epoch_end")
+                self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
+                return
+            progress.batches_in_epoch += config.numbatches_to_aggregate
+            self._step(group, examples)
+            if progress.step % config.export_model_steps == 0:
+                self._checkpoint()
+            if self.stop or reached_max_steps(config, progress):
+                return
 
-    bar.close()
-    if chief:
-        final_path = save(final=True)
-        if progress.step != hooked_step:
-            notify("checkpoint", final_path, final=True)
-    if writer is not None:
-        writer.close()
-    summary = {"global_step": progress.step, "examples": progress.examples,
-               "seconds": round(time.perf_counter() - started, 3),
-               "examples_per_sec": round(meter.steady_examples_per_sec(), 1),
-               "loss": None if math.isnan(loss_value) else loss_value,
-               "input_wait_fraction": round(meter.input_wait_fraction(), 4)}
-    log.info("done: %s", summary)
-    return summary
+    def _fast_forward(self, batches: Iterator[dict]) -> None:
+        """After a resume: skip the batches the checkpoint had taken, then continue its random streams."""
+        if self.resume is None:
+            return
+        collections.deque(itertools.islice(batches, self.progress.batches_in_epoch), maxlen=0)
+        if self.chief:
+            restore_rng_state(self.resume["rng"])
+        else:
+            seed_everything(process_seed(self.config.seed, self.rank, self.progress.step))
+        self.resume = None
+
+    def _step(self, group: list[dict], examples: int) -> None:
+        """One optimizer step on `examples` examples, summed over processes and the group's batches."""
+        config, progress = self.config, self.progress
+        if self.pending_revert is not None:
+            self._revert_to_best(self.pending_revert)
+        lr = learning_rate(config, progress.examples) * progress.lr_factor
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        group = [to_device(batch, self.device) for batch in group]
+        self.meter.data_ready()
+        last_output = self._accumulate_gradients(group, examples)
+        apply_update(self.model, self.optimizer, self.scaler, config.clip_gradient_norm, config.clip_gradient_value)
+        record_trained_ids(self.rank, progress.epoch, group)
+
+        progress.step += 1
+        progress.examples += examples
+        examples_per_sec = self.meter.step_done(examples)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{self.loss_value:.4f}", ex_s=f"{examples_per_sec:.0f}", refresh=False)
+        scalars = {"loss": self.loss_value, "learning_rate": lr, "examples_per_sec": examples_per_sec}
+        metrics_now = progress.step % config.metrics_every_steps == 0
+        if metrics_now and last_output is not None:
+            scalars.update(batch_metrics(last_output["predictions"], group[-1]["labels"]))
+        if metrics_now or progress.step % config.log_every_steps == 0:
+            log_step(progress, scalars, self.meter)
+            write_scalars(self.writer, scalars, progress.step)
+
+    def _accumulate_gradients(self, group: list[dict], examples: int) -> Optional[dict]:
+        """Backpropagate each batch's loss scaled by its share of the step's examples (times the processes,
+        whose gradients DDP averages), so the update is that of one batch of all `examples`.
+
+        A process whose share of the epoch has run out still joins the step's gradient averaging, on its
+        last batch weighted 0. Returns the output of the group's last batch (None without one)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        weighted = [(batch, batch["labels"].shape[0] * self.world_size / examples) for batch in group]
+        if not weighted:
+            weighted = [(self._stand_in_batch(), 0.0)]
+        label_loss_sum, output = torch.zeros((), dtype=torch.float64, device=self.device), None
+        for index, (batch, weight) in enumerate(weighted):
+            last = index == len(weighted) - 1
+            with self._gradient_sync(last):
+                with autocast(self.device, self.config.mixed_precision):
+                    output, label_loss, loss = self.forward_loss(
+                        self.network, self.loss_fn, batch, self.config.regularization_penalty if last else 0.0,
+                        weight)
+                self.scaler.scale(loss).backward()
+            label_loss_sum += label_loss.detach().double() * batch["labels"].shape[0]
+        if group:
+            self.last_batch = group[-1]
+            self.loss_value = label_loss_sum.item() / sum(batch["labels"].shape[0] for batch in group)
+            return output
+        return None
+
+    def _gradient_sync(self, sync: bool) -> ContextManager:
+        """DDP averages gradients on the group's last backward only; the others accumulate locally."""
+        if sync or self.network is self.model:
+            return contextlib.nullcontext()
+        return self.network.no_sync()
+
+    def _stand_in_batch(self) -> dict:
+        if self.last_batch is None:
+            raise ValueError(f"process {self.rank} of {self.world_size} got no training records in epoch "
+                             f"{self.progress.epoch + 1}: {self.config.train_data_pattern} has fewer records "
+                             f"(or files) than processes x --num_readers can share")
+        return self.last_batch
+
+    def _checkpoint(self) -> None:
+        """Rank 0 saves, evaluates and calls the hooks; every process then applies the verdict."""
+        verdict = Verdict()
+        if self.chief:
+            path = self._save()
+            self.hooked_step = self.progress.step
+            metrics = None
+            if self.evaluator is not None:
+                verdict, metrics = self.evaluator.after_checkpoint(self.model, path, self.progress.step)
+            verdict.stop = self._notify("checkpoint", path, metrics=metrics) or verdict.stop
+        self._settle(verdict)
+
+    def _settle(self, verdict: Verdict) -> None:
+        """Rank 0's verdict, applied on every process: halve the LR factor, revert before the next step, stop."""
+        stop, halve, revert = broadcast_from_rank0(
+            [verdict.stop, verdict.halve_learning_rate,
+             -1 if verdict.revert_to_step is None else verdict.revert_to_step], self.device)
+        if halve:
+            self.progress.lr_factor *= 0.5
+            log.info("step %d: learning-rate factor halved to %g", self.progress.step, self.progress.lr_factor)
+        if revert >= 0:
+            # Applied at the next step: when training ends here, the final checkpoint stays the evaluated one.
+            self.pending_revert = int(revert)
+        self.stop = self.stop or bool(stop)
+
+    def _revert_to_best(self, step: int) -> None:
+        path = best_export_checkpoint(self.config.train_dir, step)
+        payload = load_checkpoint(path, map_location=self.device)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.pending_revert = None
+        log.info("step %d: reverted to the weights and optimizer state of the best model, step %d (%s)",
+                 self.progress.step, step, path)
+
+    def _save(self, final: bool = False) -> str:
+        payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                   "scaler": self.scaler.state_dict(), "config": dataclasses.asdict(self.config),
+                   "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}
+        if self.evaluator is not None:
+            payload["validation"] = self.evaluator.state_dict()
+        return save_checkpoint(self.config.train_dir, payload, self.progress.step, self.config.keep_checkpoints,
+                               final=final)
+
+    def _notify(self, kind: str, checkpoint_path: Optional[str] = None, final: bool = False,
+                metrics: Optional[dict] = None) -> bool:
+        progress = self.progress
+        event = TrainEvent(kind, self.model, self.optimizer, self.config, progress.step, progress.epoch,
+                           progress.examples, self.loss_value, checkpoint_path, final, metrics)
+        # A list, not a generator: every hook sees the event even when an earlier one asks to stop.
+        return any([bool(hook(event)) for hook in self.hooks])
+
+    def _finish(self) -> None:
+        if self.chief:
+            final_path = self._save(final=True)
+            metrics = None
+            if self.evaluator is not None:
+                metrics = self.evaluator.after_final(self.model, final_path, self.progress.step)
+            if self.progress.step != self.hooked_step:
+                self._notify("checkpoint", final_path, final=True, metrics=metrics)
+        if self.writer is not None:
+            self.writer.close()
+        barrier()  # the others wait for rank 0's final evaluation before the process group goes away
+
+    def _summary(self, started: float) -> dict[str, Any]:
+        meter = self.meter
+        summary = {"global_step": self.progress.step, "examples": self.progress.examples,
+                   "seconds": round(time.perf_counter() - started, 3),
+                   "examples_per_sec": round(meter.steady_examples_per_sec(), 1),
+                   "loss": None if math.isnan(self.loss_value) else self.loss_value,
+                   "input_wait_fraction": round(meter.input_wait_fraction(), 4), "processes": self.world_size}
+        if self.evaluator is not None:
+            summary.update(self.evaluator.summary(), lr_factor=self.progress.lr_factor)
+        log.info("done: %s", summary)
+        return summary
 
 
-def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scaler: torch.amp.GradScaler, clip_gradient_norm: float) -> None:
-    """One optimizer step on the gradient of `loss`, its global norm clipped (the starter kit's order)."""
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    if clip_gradient_norm > 0:
+def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """The model itself in one process; wrapped in DistributedDataParallel across several."""
+    if rank_and_world_size()[1] == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)
+
+
+def apply_update(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                 clip_gradient_norm: float, clip_gradient_value: float = 0.0) -> None:
+    """The optimizer step on the accumulated gradients: clipped by value, then by global norm (the starter kit's order)."""
+    if clip_gradient_norm > 0 or clip_gradient_value > 0:
         scaler.unscale_(optimizer)
+    if clip_gradient_value > 0:
+        nn.utils.clip_grad_value_(model.parameters(), clip_gradient_value)
+    if clip_gradient_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), clip_gradient_norm)
     scaler.step(optimizer)
     scaler.update()
 
 
-def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, regularization_penalty: float):
-    """(model output, label loss, label loss + weighted L2 penalty) of one batch."""
+def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        scaler: torch.amp.GradScaler, clip_gradient_norm: float,
+                        clip_gradient_value: float = 0.0) -> None:
+    """One optimizer step on the gradient of one batch's `loss` (a bare loop's step, as bench_train's)."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    apply_update(model, optimizer, scaler, clip_gradient_norm, clip_gradient_value)
+
+
+def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, regularization_penalty: float,
+               example_weight: float = 1.0):
+    """(model output, label loss, example_weight x label loss + weighted L2 penalty) of one batch.
+
+    `model` may be DDP-wrapped; a zero penalty leaves the L2 terms out (accumulation adds them once per step).
+    """
     output = model(batch["features"], batch.get("num_frames"))
     label_loss = loss_fn(output, batch["labels"])
-    return output, label_loss, label_loss + regularization_penalty * model.regularization_loss()
+    loss = label_loss * example_weight
+    if regularization_penalty:
+        loss = loss + regularization_penalty * unwrap(model).regularization_loss()
+    return output, label_loss, loss
+
+
+def record_trained_ids(rank: int, epoch: int, group: list[dict]) -> None:
+    """YT8M_TRAINED_IDS_DIR: append "<epoch> <video id>" per trained example to DIR/rank-<rank>.txt."""
+    directory = os.environ.get(TRAINED_IDS_ENV)
+    if not directory:
+        return
+    with open(os.path.join(directory, f"rank-{rank}.txt"), "a") as fh:
+        fh.writelines(f"{epoch} {video_id}\n" for batch in group for video_id in batch["video_ids"])
 
 
 def reached_max_steps(config: TrainConfig, progress: Progress) -> bool:
@@ -439,7 +684,10 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
 
 def main(argv: Sequence[str]) -> int:
     config = parse_args(argv)
-    setup_logging()
+    setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
+    if config.num_gpu > 1 and not launched_by_torchrun():
+        relaunch_for_gpus(argv, config.num_gpu)
     summary = train(config)
-    print(json.dumps(summary), flush=True)
+    if env_rank() == 0:
+        print(json.dumps(summary), flush=True)
     return 0

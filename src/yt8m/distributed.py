@@ -1,0 +1,113 @@
+"""torch.distributed for `yt8m train`: the process group from torchrun's environment (gloo on CPU, NCCL on
+CUDA), the few collectives the training loop needs, and the torchrun command line behind --num_gpu.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import shlex
+import sys
+from typing import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+from yt8m.runtime import resolve_device
+
+log = logging.getLogger("yt8m.distributed")
+
+# Rank 0 evaluates the validation set after checkpoints while the other ranks wait in a collective, so the
+# timeout must outlast a full evaluation pass; a dead peer is still caught at once by torchrun's agent.
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a process started by torchrun (or any launcher that sets its env:// variables)."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """(rank, world_size) of the initialized process group, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def env_rank() -> int:
+    """This process's rank as torchrun announces it, readable before the process group exists."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def training_device(name: str) -> torch.device:
+    """--device resolved for this process: under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."""
+    device = resolve_device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[None]:
+    """Join torchrun's process group for the duration (NCCL for CUDA, gloo otherwise), then leave it.
+
+    Outside torchrun, or when the caller already initialized one, nothing is set up or torn down.
+    """
+    if not launched_by_torchrun() or dist.is_initialized():
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+                            device_id=device if device.type == "cuda" else None)
+    log.info("process %d of %d joined the %s process group", dist.get_rank(), dist.get_world_size(), backend)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(value: int, device: torch.device) -> int:
+    """The sum of `value` over all processes (the value itself in one process)."""
+    if rank_and_world_size()[1] == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return int(tensor.item())
+
+
+def broadcast_from_rank0(values: Sequence[float], device: torch.device) -> list[float]:
+    """Rank 0's `values` on every process (all must pass the same length)."""
+    if rank_and_world_size()[1] == 1:
+        return list(values)
+    tensor = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.broadcast(tensor, src=0)
+    return tensor.tolist()
+
+
+def barrier() -> None:
+    if rank_and_world_size()[1] > 1:
+        dist.barrier()
+
+
+def torchrun_command(train_argv: Sequence[str], processes: int) -> list[str]:
+    """The torchrun command line that runs `yt8m train train_argv` as `processes` processes on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+            "-m", "yt8m", "train", *train_argv]
+
+
+def relaunch_for_gpus(train_argv: Sequence[str], num_gpu: int) -> None:
+    """--num_gpu N > 1 outside torchrun: replace this process with torchrun running N processes, one per GPU."""
+    command = torchrun_command(train_argv, num_gpu)
+    printable = shlex.join(["torchrun", *command[3:]])
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if available < num_gpu:
+        raise ValueError(f"--num_gpu {num_gpu}: this machine has {available} CUDA GPU(s). To train "
+                         f"{num_gpu} processes anyway (gloo on CPU), run:\n  {printable}")
+    log.info("--num_gpu %d: relaunching as %s", num_gpu, printable)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
