@@ -61,7 +61,12 @@ def process_group(device: torch.device) -> Iterator[None]:
         yield
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=COLLECTIVE_TIMEOUT))
+    # After a worker failure torchrun restarts every process against the same store, where the previous
+    # attempt's connection addresses would still be found: each attempt gets keys of its own.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"yt8m/attempt-{attempt}", store), rank=rank,
+                            world_size=world_size, timeout=COLLECTIVE_TIMEOUT,
                             device_id=device if device.type == "cuda" else None)
     log.info("process %d of %d joined the %s process group", dist.get_rank(), dist.get_world_size(), backend)
     try:

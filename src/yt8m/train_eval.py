@@ -24,8 +24,8 @@ log = logging.getLogger("yt8m.train_eval")
 HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
                     "loss": False}
 
-# Evaluates a model (on rank 0, in eval mode) and returns its metrics: `evaluate_model`'s keys.
-EvaluateFn = Callable[[nn.Module], dict[str, Any]]
+# evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
+EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
 
 
 @dataclass
@@ -35,10 +35,6 @@ class Verdict:
     stop: bool = False
     halve_learning_rate: bool = False
     revert_to_step: Optional[int] = None  # reload the best export of this step
-
-    def merge(self, other: "Verdict") -> "Verdict":
-        return Verdict(self.stop or other.stop, self.halve_learning_rate or other.halve_learning_rate,
-                       other.revert_to_step if other.revert_to_step is not None else self.revert_to_step)
 
 
 @dataclass
@@ -90,7 +86,7 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
     loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)
 
-    def evaluate(model: nn.Module) -> dict[str, Any]:
+    def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
         batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
         return evaluate_model(model, batches, loss_fn, config.num_classes, device=device)
 
@@ -176,7 +172,7 @@ class TrainEvaluator:
         # Evaluation may draw random numbers (frame sampling, the loader's seed): keep them out of training's.
         devices = [next(model.parameters()).device] if next(model.parameters()).is_cuda else []
         with torch.random.fork_rng(devices=devices):
-            metrics = self.evaluate(model)
+            metrics = self.evaluate(model, step)
         result = {"global_step": step, **metrics}
         write_metrics(self.config.train_dir, result, self._summary_writer())
         return result

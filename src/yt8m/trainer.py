@@ -221,7 +221,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary.
 
     Under torchrun every process calls it and it joins the process group itself. With --eval_data_pattern,
-    or an `evaluate(model) -> metrics` function (which replaces that evaluation), it trains and evaluates.
+    or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it trains and evaluates.
     """
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.losses import create_loss
