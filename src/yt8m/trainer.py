@@ -389,7 +389,9 @@ class TrainingLoop:
         """After a resume: skip the batches the checkpoint had taken, then continue its random streams."""
         if self.resume is None:
             return
-        collections.deque(itertools.islice(batches, self.progress.batches_in_epoch), maxlen=0)
+        skipped = collections.deque(itertools.islice(batches, self.progress.batches_in_epoch), maxlen=1)
+        if skipped:  # a process whose share ran out before the checkpoint needs a stand-in batch at once
+            self.last_batch = to_device(skipped[0], self.device)
         if self.chief:
             restore_rng_state(self.resume["rng"])
         else:
