@@ -25,6 +25,13 @@ def test_cross_entropy_equals_the_starter_formula_on_moderate_logits():
     assert create_loss("CrossEntropyLoss")(output_for(logits), LABELS).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
+def test_cross_entropy_gradient_equals_the_formula_gradient():
+    logits = random_logits(4).requires_grad_()
+    create_loss("CrossEntropyLoss")(output_for(logits), LABELS).backward()
+    expected = (torch.sigmoid(logits.detach()) - LABELS) / len(LABELS)
+    torch.testing.assert_close(logits.grad, expected)
+
+
 def test_cross_entropy_stays_exact_where_log_p_plus_epsilon_saturates():
     logits = torch.tensor([[-200.0, 200.0]])
     labels = torch.tensor([[1.0, 0.0]])

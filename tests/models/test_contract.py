@@ -46,6 +46,8 @@ def test_regularization_loss_is_half_the_penalized_squared_weights():
     model = tiny_model("LogisticModel", feature_size=3, num_classes=2, l2_penalty=0.5)
     expected = 0.5 * model.linear.weight.square().sum() / 2
     torch.testing.assert_close(model.regularization_loss(), expected)
+    model.regularization_loss().backward()
+    torch.testing.assert_close(model.linear.weight.grad, 0.5 * model.linear.weight.detach())
     dbof = tiny_model("DbofModel", feature_size=3, num_classes=2, l2_penalty=0.5)
     classifier = dbof.classifier
     torch.testing.assert_close(dbof.regularization_loss(), classifier.regularization_loss())
