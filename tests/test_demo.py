@@ -11,13 +11,15 @@ from yt8m.demo import main
 def test_demo_runs_every_stage_and_reports(tmp_path, capsys):
     output = tmp_path / "demo"
     assert main(["--output_dir", str(output), "--num_classes", "20", "--train_videos", "512",
-                 "--num_epochs", "2"]) == 0
+                 "--num_epochs", "2", "--tune_trials", "2"]) == 0
     report = capsys.readouterr().out
     train_dir = output / "train_dir"
-    for text in ("validate       GAP", "test (scored)  GAP", f"tensorboard --logdir {train_dir}",
+    for text in ("validate       GAP", "tune           best validate GAP", "test (scored)  GAP", f"tensorboard --logdir {train_dir}",
                  str(output / "predictions.csv")):
         assert text in report
     assert os.path.exists(train_dir / "checkpoints" / "final")
+    assert os.path.exists(output / "study" / "best.yaml")
+    assert len(os.listdir(output / "study" / "trials")) == 2
     with open(train_dir / "eval" / "metrics-00000004.json") as fh:
         assert json.load(fh)["num_videos"] == 128
     with open(output / "predictions.csv") as fh:

@@ -1,4 +1,4 @@
-"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate, predict, score, report.
+"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate, tune, predict, score.
 
 Each stage calls the same public function as its own command, so the demo runs the real workflow in minutes.
 """
@@ -18,7 +18,7 @@ log = logging.getLogger("yt8m.demo")
 
 
 def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 8000, num_epochs: int = 5,
-             seed: int = 0) -> dict[str, Any]:
+             tune_trials: int = 4, seed: int = 0) -> dict[str, Any]:
     """Every stage of the workflow on fresh synthetic data in `output_dir`; returns what the report shows."""
     from yt8m.data.synthetic import write_synthetic
     from yt8m.evaluate import evaluate_checkpoints
@@ -29,12 +29,12 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     started = time.perf_counter()
     data_dir = os.path.join(output_dir, "data")
     train_dir = os.path.join(output_dir, "train_dir")
-    log.info("1/5 synthesizing %d training videos with %d classes in %s", train_videos, num_classes, data_dir)
+    log.info("1/6 synthesizing %d training videos with %d classes in %s", train_videos, num_classes, data_dir)
     data = write_synthetic(data_dir, kind="video", num_classes=num_classes, train_videos=train_videos,
                            validate_videos=train_videos // 4, test_videos=train_videos // 4, seed=seed)
     pattern = os.path.join(data_dir, "video", "{}-*.tfrecord")
 
-    log.info("2/5 training a MoeModel for %d epochs in %s", num_epochs, train_dir)
+    log.info("2/6 training a MoeModel for %d epochs in %s", num_epochs, train_dir)
     summary = train(TrainConfig(
         train_data_pattern=pattern.format("train"), train_dir=train_dir, model="MoeModel",
         feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=num_classes,
@@ -42,32 +42,61 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
         batch_size=256, base_learning_rate=0.05, num_epochs=num_epochs, export_model_steps=train_videos // 256,
         num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10))
 
-    log.info("3/5 evaluating the final checkpoint on the validate split")
+    log.info("3/6 evaluating the final checkpoint on the validate split")
     metrics = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=pattern.format("validate"),
                                                    train_dir=train_dir, run_once=True, num_readers=1),
                                         given={"num_readers"}))
 
-    log.info("4/5 predicting the test split")
+    study = _tune(output_dir, pattern, num_classes, tune_trials, seed) if tune_trials else None
+
+    log.info("5/6 predicting the test split")
     predictions = os.path.join(output_dir, "predictions.csv")
     run_predict(PredictConfig(input_data_pattern=pattern.format("test"), train_dir=train_dir,
                               output_file=predictions))
 
-    log.info("5/5 scoring the predictions against the test labels")
+    log.info("6/6 scoring the predictions against the test labels")
     score = score_files(predictions, data["test_labels"], num_classes=num_classes)
-    return {"train": summary, "validate": metrics, "test": score, "train_dir": train_dir,
+    return {"train": summary, "validate": metrics, "tune": study, "test": score, "train_dir": train_dir,
             "predictions": predictions, "test_labels": data["test_labels"],
             "seconds": time.perf_counter() - started}
+
+
+def _tune(output_dir: str, pattern: str, num_classes: int, n_trials: int, seed: int) -> dict[str, Any]:
+    """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning."""
+    import yaml
+
+    from yt8m.tune.command import run_tune
+    from yt8m.tune.space import load_tune_spec
+
+    study_dir = os.path.join(output_dir, "study")
+    tune_file = os.path.join(output_dir, "tune_demo.yaml")
+    document = {
+        "train": {"train_data_pattern": pattern.format("train"), "eval_data_pattern": pattern.format("validate"),
+                  "feature_names": "mean_rgb,mean_audio", "feature_sizes": "1024,128", "num_classes": num_classes,
+                  "model": "MoeModel", "batch_size": 256, "num_epochs": 2, "num_readers": 1,
+                  "cache_in_memory": True, "keep_checkpoints": 1, "seed": seed, "log_every_steps": 50},
+        "search": {"base_learning_rate": {"type": "float", "low": 0.005, "high": 0.2, "log": True},
+                   "moe_num_mixtures": {"type": "int", "low": 1, "high": 4}},
+        "objective": {"metric": "gap", "direction": "maximize"},
+        "tune": {"study_dir": study_dir, "n_trials": n_trials, "n_startup_trials": 2, "seed": seed},
+    }
+    with open(tune_file, "w") as fh:
+        yaml.safe_dump(document, fh, sort_keys=False)
+    log.info("4/6 tuning: %d trials of 2 epochs (TPE, median pruning, SQLite) in %s", n_trials, study_dir)
+    _, summary = run_tune(load_tune_spec(tune_file))
+    return {**summary, "tune_file": tune_file}
 
 
 def format_report(result: dict[str, Any]) -> str:
     train, validate, test = result["train"], result["validate"], result["test"]
     return "\n".join([
         "",
-        "yt8m demo: synthetic data -> train MoeModel -> eval -> predict -> score",
+        "yt8m demo: synthetic data -> train MoeModel -> eval -> tune -> predict -> score",
         f"  trained        {train['global_step']} steps, {train['examples']} examples, "
         f"{train['examples_per_sec']:.0f} examples/s",
         f"  validate       GAP {validate['gap']:.4f}  mAP {validate['map']:.4f}  "
         f"Hit@1 {validate['hit_at_one']:.4f}  PERR {validate['perr']:.4f}  ({validate['num_videos']} videos)",
+        *_tune_lines(result["tune"]),
         f"  test (scored)  GAP {test['gap']:.4f}",
         f"  train dir      {result['train_dir']}  (checkpoints/, config.yaml, eval/metrics-*.json)",
         f"  predictions    {result['predictions']}",
@@ -77,16 +106,26 @@ def format_report(result: dict[str, Any]) -> str:
     ])
 
 
+def _tune_lines(study: Any) -> list[str]:
+    if not study:
+        return []
+    return [f"  tune           best validate GAP {study['best_value']:.4f} with {study['best_params']} "
+            f"(trials: {study['n_trials']})",
+            f"  study          {study['study_dir']}  (report, best.yaml, plots; "
+            f"yt8m tune --config {study['tune_file']} resumes it)"]
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="yt8m demo", description=__doc__)
     parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
     parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
     parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")
     parser.add_argument("--num_epochs", type=int, default=5, help="Training epochs.")
+    parser.add_argument("--tune_trials", type=int, default=4, help="Trials of the short tuning study (0: skip).")
     parser.add_argument("--seed", type=int, default=0, help="Seed for the data and the training.")
     args = parser.parse_args(argv)
     setup_logging()
     result = run_demo(args.output_dir, num_classes=args.num_classes, train_videos=args.train_videos,
-                      num_epochs=args.num_epochs, seed=args.seed)
+                      num_epochs=args.num_epochs, tune_trials=args.tune_trials, seed=args.seed)
     print(format_report(result), flush=True)
     return 0
