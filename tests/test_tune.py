@@ -209,7 +209,7 @@ def test_resuming_with_another_search_space_is_refused(tmp_path, shards, capsys)
 
 def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shards):
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
-                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=20)
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=12)
     study_dir = tmp_path / "study"
     process = yt8m_process("tune", "--config", path, "--n_trials", "2", stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
