@@ -18,7 +18,7 @@ log = logging.getLogger("yt8m.demo")
 
 
 def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 8000, num_epochs: int = 5,
-             tune_trials: int = 4, seed: int = 0) -> dict[str, Any]:
+             tune_trials: int = 6, seed: int = 0) -> dict[str, Any]:
     """Every stage of the workflow on fresh synthetic data in `output_dir`; returns what the report shows."""
     from yt8m.data.synthetic import write_synthetic
     from yt8m.evaluate import evaluate_checkpoints
@@ -47,7 +47,7 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
                                                    train_dir=train_dir, run_once=True, num_readers=1),
                                         given={"num_readers"}))
 
-    study = _tune(output_dir, pattern, num_classes, tune_trials, seed) if tune_trials else None
+    study = _tune(output_dir, pattern, num_classes, num_epochs, tune_trials, seed) if tune_trials else None
 
     log.info("5/6 predicting the test split")
     predictions = os.path.join(output_dir, "predictions.csv")
@@ -61,7 +61,7 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
             "seconds": time.perf_counter() - started}
 
 
-def _tune(output_dir: str, pattern: str, num_classes: int, n_trials: int, seed: int) -> dict[str, Any]:
+def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_trials: int, seed: int) -> dict[str, Any]:
     """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning."""
     import yaml
 
@@ -73,7 +73,7 @@ def _tune(output_dir: str, pattern: str, num_classes: int, n_trials: int, seed: 
     document = {
         "train": {"train_data_pattern": pattern.format("train"), "eval_data_pattern": pattern.format("validate"),
                   "feature_names": "mean_rgb,mean_audio", "feature_sizes": "1024,128", "num_classes": num_classes,
-                  "model": "MoeModel", "batch_size": 256, "num_epochs": 2, "num_readers": 1,
+                  "model": "MoeModel", "batch_size": 256, "num_epochs": num_epochs, "num_readers": 1,
                   "cache_in_memory": True, "keep_checkpoints": 1, "seed": seed, "log_every_steps": 50},
         "search": {"base_learning_rate": {"type": "float", "low": 0.005, "high": 0.2, "log": True},
                    "moe_num_mixtures": {"type": "int", "low": 1, "high": 4}},
@@ -82,7 +82,8 @@ def _tune(output_dir: str, pattern: str, num_classes: int, n_trials: int, seed: 
     }
     with open(tune_file, "w") as fh:
         yaml.safe_dump(document, fh, sort_keys=False)
-    log.info("4/6 tuning: %d trials of 2 epochs (TPE, median pruning, SQLite) in %s", n_trials, study_dir)
+    log.info("4/6 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
+             study_dir)
     _, summary = run_tune(load_tune_spec(tune_file))
     return {**summary, "tune_file": tune_file}
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
     parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")
     parser.add_argument("--num_epochs", type=int, default=5, help="Training epochs.")
-    parser.add_argument("--tune_trials", type=int, default=4, help="Trials of the short tuning study (0: skip).")
+    parser.add_argument("--tune_trials", type=int, default=6, help="Trials of the short tuning study (0: skip).")
     parser.add_argument("--seed", type=int, default=0, help="Seed for the data and the training.")
     args = parser.parse_args(argv)
     setup_logging()
