@@ -102,7 +102,7 @@ class Progress:
     step: int = 0
     examples: int = 0  # global: summed over all processes of a distributed run
     epoch: int = 0  # epochs completed
-    batches_in_epoch: int = 0  # batches of the current epoch each process has taken
+    batches_in_epoch: int = 0  # batches of the current epoch each process has drawn (steps x aggregated)
     lr_factor: float = 1.0  # multiplies the staircase schedule; --lr_halving_patience halves it
     world_size: int = 1  # processes that trained; the epoch position holds only for the same number
 
