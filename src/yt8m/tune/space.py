@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import optuna
 
-from yt8m.config import TrainConfig, _field_type, config_from_dict, field_names, load_yaml
+from yt8m.config import TrainConfig, config_from_dict, field_names, field_type, load_yaml, setting
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
@@ -30,33 +30,29 @@ TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
 EVAL_PATTERN = "eval_data_pattern"
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class TuneSettings:
     """The `tune:` section of the file; each field is also a `yt8m tune` flag, which wins over the file."""
 
-    study_dir: str = _setting("", "Directory of the study: database, trials/, report, plots; empty: studies/<study_name>.")
-    study_name: str = _setting("", "Study name in the storage; empty: the config file's name without .yaml.")
-    storage: str = _setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: sqlite:///<study_dir>/study.db.")
-    n_trials: int = _setting(20, "The study's total of finished trials; re-running carries on to this total.")
-    timeout: Optional[float] = _setting(None, "Start no new trial after this many seconds of this run.")
-    n_jobs: int = _setting(1, "Trial processes run in parallel on this machine.")
-    sampler: str = _setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.")
-    pruner: str = _setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.")
-    seed: int = _setting(0, "Seed of the sampler; each parallel job adds its index (with --storage, each "
+    study_dir: str = setting("", "Directory of the study: database, trials/, report, plots; empty: studies/<study_name>.")
+    study_name: str = setting("", "Study name in the storage; empty: the config file's name without .yaml.")
+    storage: str = setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: sqlite:///<study_dir>/study.db.")
+    n_trials: int = setting(20, "The study's total of finished trials; re-running carries on to this total.")
+    timeout: Optional[float] = setting(None, "Start no new trial after this many seconds of this run.")
+    n_jobs: int = setting(1, "Trial processes run in parallel on this machine.")
+    sampler: str = setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.")
+    pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.")
+    seed: int = setting(0, "Seed of the sampler; each parallel job adds its index (with --storage, each "
                             "process also mixes in its host and pid, so machines sample different points).")
-    n_startup_trials: int = _setting(5, "Trials sampled at random before TPE models the results; also the "
+    n_startup_trials: int = setting(5, "Trials sampled at random before TPE models the results; also the "
                                         "completed trials the median pruner waits for.")
-    n_warmup_steps: int = _setting(0, "Median pruner: never prune at a report step below this (epochs, or "
+    n_warmup_steps: int = setting(0, "Median pruner: never prune at a report step below this (epochs, or "
                                       "training steps with --report_every_steps).")
-    report_every_steps: int = _setting(0, "Evaluate and report to the pruner every this many training steps "
+    report_every_steps: int = setting(0, "Evaluate and report to the pruner every this many training steps "
                                           "(0: at each epoch end).")
-    keep_best: Optional[int] = _setting(None, "Keep the checkpoints of the best K complete trials only; "
+    keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only; "
                                               "None keeps all.")
-    heartbeat_seconds: int = _setting(30, "Running trials record a heartbeat this often; one silent for 4 "
+    heartbeat_seconds: int = setting(30, "Running trials record a heartbeat this often; one silent for 4 "
                                           "heartbeats is taken as interrupted.")
 
 
@@ -237,12 +233,12 @@ def _read_choices(where: str, name: str, raw: Any, problems: list[str]) -> tuple
 
 
 def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str]) -> Optional[tuple]:
-    field_type = _field_type(TrainConfig, name)
-    if field_type not in (int, float):
+    value_type = field_type(TrainConfig, name)
+    if value_type not in (int, float):
         problems.append(f"{where}: a {kind} range needs a numeric field, but '{name}' holds "
-                        f"{field_type.__name__} values; use type: categorical")
+                        f"{value_type.__name__} values; use type: categorical")
         return None
-    if kind == "float" and field_type is int:
+    if kind == "float" and value_type is int:
         problems.append(f"{where}: '{name}' holds integers; use type: int")
         return None
     number = int if kind == "int" else (int, float)
