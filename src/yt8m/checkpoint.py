@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout, split_list
+from yt8m.files import write_file_atomically
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
 FINAL_MARKER = "final"
@@ -78,15 +79,9 @@ def save_checkpoint(train_dir: str, payload: dict[str, Any], step: int, keep: in
     for _, old in list_checkpoints(train_dir)[:-max(keep, 1)]:
         os.remove(old)
     if final:
-        _write_atomically(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER), os.path.basename(path))
+        write_file_atomically(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER),
+                              lambda out: out.write(os.path.basename(path)))
     return path
-
-
-def _write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any, Optional, TypeVar
 
 import yaml
 
+from yt8m.files import write_file_atomically
+
 T = TypeVar("T")
 
 
@@ -217,11 +219,7 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 
 def save_config(config: Any, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        yaml.safe_dump(dataclasses.asdict(config), fh, sort_keys=False)
-    os.replace(tmp, path)
+    write_file_atomically(path, lambda out: yaml.safe_dump(dataclasses.asdict(config), out, sort_keys=False))
 
 
 def load_config(cls: type[T], path: str) -> T:

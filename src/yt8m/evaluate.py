@@ -31,6 +31,7 @@ from yt8m.config import (
     load_config,
     parse_config,
 )
+from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, setup_logging, to_device
 
 log = logging.getLogger("yt8m.eval")
@@ -81,12 +82,8 @@ def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
 
 def write_metrics(train_dir: str, result: dict[str, Any], writer) -> str:
     """DIR/eval/metrics-<step>.json (written atomically) and the same scalars for TensorBoard."""
-    directory = os.path.join(train_dir, "eval")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"metrics-{result['global_step']:08d}.json")
-    with open(f"{path}.tmp", "w") as fh:
-        json.dump(result, fh, indent=1)
-    os.replace(f"{path}.tmp", path)
+    path = os.path.join(train_dir, "eval", f"metrics-{result['global_step']:08d}.json")
+    write_file_atomically(path, lambda out: json.dump(result, out, indent=1))
     for name in METRIC_KEYS:
         writer.add_scalar(name, result[name], result["global_step"])
     writer.flush()

@@ -20,6 +20,7 @@ from torch import nn
 from yt8m import __version__
 from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
 from yt8m.config import ModelConfig, TrainConfig, feature_layout
+from yt8m.files import write_file_atomically
 from yt8m.runtime import setup_logging
 
 log = logging.getLogger("yt8m.export")
@@ -173,10 +174,7 @@ def export_checkpoint(checkpoint: str, output: str) -> dict[str, Any]:
     started = time.perf_counter()
     exported = export_onnx(model, model_path)
     metadata = build_metadata(config, step, checkpoint, model_path, exported["opset"])
-    tmp = f"{metadata_path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(metadata, fh, indent=1)
-    os.replace(tmp, metadata_path)
+    write_file_atomically(metadata_path, lambda out: json.dump(metadata, out, indent=1))
     return {"model_file": model_path, "metadata_file": metadata_path, "model": config.model, "global_step": step,
             "source_checkpoint": checkpoint, "bytes": _exported_bytes(model_path), "seconds": round(time.perf_counter() - started, 3),
             **exported}

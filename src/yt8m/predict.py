@@ -19,6 +19,7 @@ from torch import nn
 
 from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
 from yt8m.config import PredictConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, setup_logging, to_device
 
 log = logging.getLogger("yt8m.predict")
@@ -62,16 +63,6 @@ def write_predictions(predict: Predictor, batches: Iterable[dict], out: TextIO, 
         videos += len(batch["video_ids"])
         log.info("predicted %d videos, %.0f videos/s", videos, videos / max(time.perf_counter() - started, 1e-9))
     return videos
-
-
-def write_file_atomically(output_file: str, write: Callable[[TextIO], int]) -> int:
-    """Run `write(out)` into `output_file`, which appears only once complete (written under a temporary name)."""
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    tmp = f"{output_file}.tmp"
-    with open(tmp, "w", newline="") as out:
-        count = write(out)
-    os.replace(tmp, output_file)
-    return count
 
 
 def checkpoint_predictor(model: nn.Module, device: torch.device) -> Predictor:

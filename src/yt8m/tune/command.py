@@ -18,6 +18,7 @@ import optuna
 import yaml
 
 from yt8m.config import add_config_arguments, field_names
+from yt8m.files import write_file_atomically
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tune.report import print_leaderboard, write_report
 from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
@@ -91,10 +92,7 @@ def write_study_file(spec: TuneSpec, path: str) -> None:
     settings["study_dir"] = os.path.abspath(settings["study_dir"])
     settings["storage"] = display_url(settings["storage"]) if settings["storage"] else ""
     document = {**spec.document, "tune": {**settings, "enqueue": spec.enqueue}}
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        yaml.safe_dump(document, fh, sort_keys=False)
-    os.replace(tmp, path)
+    write_file_atomically(path, lambda out: yaml.safe_dump(document, out, sort_keys=False))
 
 
 def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
