@@ -19,7 +19,18 @@ import yaml
 
 from yt8m import cli
 from yt8m.tune.space import TuneSettings, load_tune_spec
-from yt8m.tune.study import create_pruner, create_sampler, state_counts, with_installed_driver
+from yt8m.tune.objective import TrialObjective
+from yt8m.tune.study import (
+    BudgetLock,
+    create_pruner,
+    create_sampler,
+    interrupted_trials,
+    open_storage,
+    open_study,
+    state_counts,
+    with_installed_driver,
+    worker_identity,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 8
@@ -246,6 +257,44 @@ def test_two_jobs_share_one_study(tmp_path, shards):
     assert len(worker_pids(study)) == 2
     params = [json.dumps(trial.params, sort_keys=True) for trial in study.trials]
     assert len(set(params)) == len(params)  # each job has its own seed
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_meanwhile(tmp_path, shards,
+                                                                                      monkeypatch):
+    """The race behind a flaky test_two_jobs_share_one_study: the surplus check read the trials twice, so another
+    job's trial finishing in between counted as running and as finished, and a trial within --n_trials was
+    failed as surplus (and one more trial started)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"n_trials": 4, "pruner": "none", "sampler": "random"}, model="LogisticModel",
+                     num_epochs=1)
+    spec = load_tune_spec(path)
+    (tmp_path / "study").mkdir()
+    study, other_job = (open_study(spec, open_storage(spec.settings), job) for job in (0, 1))
+    for _ in range(2):
+        study.tell(study.ask(), 0.5)
+    others_trial, trial = other_job.ask(), study.ask()  # trials 2 and 3: 4 in all, within the budget
+    read_trials = study.get_trials
+
+    def read_then_the_other_job_finishes(*args, **kwargs):
+        monkeypatch.setattr(study, "get_trials", read_trials)
+        trials = read_trials(*args, **kwargs)
+        other_job.tell(others_trial, 0.5)
+        return trials
+
+    seen_by_the_other_job = []
+
+    class Lock(BudgetLock):
+        def release(self) -> None:
+            seen_by_the_other_job.append(other_job.trials[trial.number].user_attrs.get("worker"))
+            super().release()
+
+    monkeypatch.setattr(study, "get_trials", read_then_the_other_job_finishes)
+    with Lock(str(tmp_path / ".budget.lock")).held() as lock:
+        value = TrialObjective(spec, lock)(trial)
+    assert interrupted_trials(study) == {} and 0 < value <= 1
+    # Once the lock is free the other job may look for interrupted trials: this one must say whose it is.
+    assert seen_by_the_other_job[0] == worker_identity()
 
 
 @pytest.mark.skipif(not os.environ.get("YT8M_TEST_POSTGRES_URL"),

@@ -22,7 +22,7 @@ from yt8m.tune.study import (
     INTERRUPTED_PREFIX,
     WORKER_ATTR,
     BudgetLock,
-    counted_trials,
+    budget_used,
     record_interruption,
     worker_identity,
 )
@@ -129,8 +129,10 @@ class TrialObjective:
     lock: BudgetLock
 
     def __call__(self, trial: optuna.Trial) -> float:
-        self.lock.release()
+        # Identified before the other jobs of this machine may look for interrupted trials: a RUNNING trial
+        # without a worker is one they cannot judge.
         trial.set_user_attr(WORKER_ATTR, worker_identity())
+        self.lock.release()
         if self._is_surplus(trial):
             raise TrialFailure("the study reached --n_trials while this trial started (parallel workers)")
         params = self.spec.sample(trial)
@@ -162,14 +164,10 @@ class TrialObjective:
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
         """Workers on other machines may start trials at the same moment; the later ones give way."""
-        study = trial.study
-        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
-        running = [t for t in earlier if t.state == optuna.trial.TrialState.RUNNING]
-        counted = [t for t in counted_trials(study) if t.number < trial.number]
-        if len(counted) + len(running) < self.spec.settings.n_trials:
+        if budget_used(trial.study, before=trial.number) < self.spec.settings.n_trials:
             return False
-        study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}",
-                            "surplus: started while the study already had --n_trials trials")
+        trial.study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}",
+                                  "surplus: started while the study already had --n_trials trials")
         return True
 
     @staticmethod

@@ -165,16 +165,23 @@ def interrupted_trials(study: optuna.Study) -> dict[int, str]:
             if key.startswith(INTERRUPTED_PREFIX)}
 
 
-def counted_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The trials that used up the budget: complete, pruned, or failed by their own error."""
+def budget_used(study: optuna.Study, before: Optional[int] = None) -> int:
+    """The trials that use up --n_trials (with `before`, those numbered lower): running ones, and finished ones
+    (complete, pruned, or failed by their own error). Counted from one read of the trials: with two, a trial
+    of another job finishing in between would count once as running and once as finished."""
     skipped = interrupted_trials(study)
-    return [trial for trial in study.get_trials(deepcopy=False)
-            if trial.state.is_finished() and trial.number not in skipped]
+    return sum(1 for trial in study.get_trials(deepcopy=False)
+               if (before is None or trial.number < before) and _uses_budget(trial, skipped))
+
+
+def _uses_budget(trial: FrozenTrial, interrupted: dict[int, str]) -> bool:
+    if trial.state == TrialState.RUNNING:
+        return True
+    return trial.state.is_finished() and trial.number not in interrupted
 
 
 def trials_to_start(study: optuna.Study, n_trials: int) -> int:
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return n_trials - len(counted_trials(study)) - len(running)
+    return n_trials - budget_used(study)
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:
