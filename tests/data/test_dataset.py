@@ -72,7 +72,7 @@ def test_video_batches_match_sidecars(fixtures_dir):
     assert ids_of(batches) == [r["id"] for r in records]
     features = torch.cat([b["features"] for b in batches]).numpy()
     labels = torch.cat([b["labels"] for b in batches]).numpy()
-    assert features.dtype == np.float32 and labels.dtype == np.float32
+    assert features.dtype == np.float32 and labels.dtype == bool
     assert features.shape == (len(records), 1152) and labels.shape == (len(records), 3862)
     expected = np.stack([as_float32(r["mean_rgb"] + r["mean_audio"]) for r in records])
     np.testing.assert_array_equal(features.view(np.uint32), expected.view(np.uint32))

@@ -58,8 +58,8 @@ def test_encoders_match_tensorflow_layout(fixtures_dir, name):
 import pickle  # noqa: E402
 
 from yt8m.data.example import (  # noqa: E402
-    RecordError, WireFormatError, decode_frame, decode_video, decode_video_batch, dequantize, encode_varint,
-    labels_to_multi_hot, parse_record)
+    RecordError, VideoBatch, WireFormatError, decode_frame, decode_video, decode_video_batch, dequantize, encode_varint,
+    LabelIds, parse_record)
 from yt8m.data.tfrecord import TFRecordWriter, expand_pattern  # noqa: E402
 
 NAMES = ["mean_rgb", "mean_audio"]
@@ -77,12 +77,16 @@ def expected_frames(record: dict) -> np.ndarray:
                            for name, size in zip(FRAME_NAMES, FRAME_SIZES)], axis=1)
 
 
+def as_lists(batch: VideoBatch) -> tuple[list[str], list[list[int]], np.ndarray]:
+    return batch.video_ids, batch.labels.lists(), batch.features
+
+
 @pytest.mark.parametrize("name", VIDEO_FILES)
 def test_decode_video_matches_sidecar_bit_for_bit(fixtures_dir, name):
     path = fixtures_dir / name
     sidecar = load_sidecar(path)
     payloads = [payload for _, payload in read_records(str(path))]
-    ids, labels, features = decode_video_batch(payloads, NAMES, SIZES, 3862)
+    ids, labels, features = as_lists(decode_video_batch(payloads, NAMES, SIZES, 3862))
     for row, (payload, record) in enumerate(zip(payloads, sidecar["records"], strict=True)):
         expected = np.concatenate([as_float32(record["mean_rgb"]), as_float32(record["mean_audio"])])
         video_id, video_labels, video_features = decode_video(payload, NAMES, SIZES, 3862)
@@ -102,7 +106,7 @@ def test_batch_of_mixed_layouts_matches_sidecars(fixtures_dir):
     order = np.random.default_rng(11).permutation(len(pairs))
     payloads = [pairs[i][0] for i in order]
     records = [pairs[i][1] for i in order]
-    ids, labels, features = decode_video_batch(payloads, ["mean_audio", "mean_rgb"], [128, 1024], 3862)
+    ids, labels, features = as_lists(decode_video_batch(payloads, ["mean_audio", "mean_rgb"], [128, 1024], 3862))
     assert ids == [r["id"] for r in records] and labels == [r["labels"] for r in records]
     expected = np.stack([np.concatenate([as_float32(r["mean_audio"]), as_float32(r["mean_rgb"])]) for r in records])
     assert np.array_equal(bits(features), bits(expected))
@@ -165,12 +169,12 @@ def test_dequantize_follows_yt8m_formula():
     assert not padded[0].any() and not padded[2].any()
 
 
-def test_labels_to_multi_hot():
-    hot = labels_to_multi_hot([[3, 0, 3], [], [4]], 5)
-    assert hot.dtype == np.float32
+def test_label_ids_to_multi_hot():
+    hot = LabelIds.from_lists([[3, 0, 3], [], [4]]).multi_hot(5)
+    assert hot.dtype == bool
     assert hot.tolist() == [[1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]]
     with pytest.raises(ValueError, match=r"\[0, 5\)"):
-        labels_to_multi_hot([[5]], 5)
+        LabelIds.from_lists([[5]]).multi_hot(5)
 
 
 # Hand-built wire bytes: the other valid encodings TensorFlow does not write.
@@ -214,7 +218,7 @@ def test_full_wire_rules_decode_like_the_canonical_layout():
         video_id, decoded_labels, features = decode_video(payload, NAMES, SIZES, 3862)
         assert video_id == "wxyz" and decoded_labels.tolist() == labels
         assert np.array_equal(bits(features), bits(np.concatenate([rgb, audio])))
-    ids, batch_labels, batch_features = decode_video_batch([canonical, unusual], NAMES, SIZES, 3862)
+    ids, batch_labels, batch_features = as_lists(decode_video_batch([canonical, unusual], NAMES, SIZES, 3862))
     assert ids == ["wxyz", "wxyz"] and batch_labels == [labels, labels]
     assert np.array_equal(batch_features[0], batch_features[1])
 
@@ -333,7 +337,7 @@ def read_all(pattern: str) -> list[bytes]:
 
 def test_real_2018_validate_shards(realdata_dir):
     payloads = read_all(str(realdata_dir / "yt8m_2018_video_validate/validate*.tfrecord"))
-    ids, labels, features = decode_video_batch(payloads, NAMES, SIZES, 3862)
+    ids, labels, features = as_lists(decode_video_batch(payloads, NAMES, SIZES, 3862))
     flat = [label for video_labels in labels for label in video_labels]
     assert len(ids) == 18654 and len(set(ids)) == 18654
     assert len(flat) == 56213 and round(len(flat) / len(ids), 2) == 3.01
@@ -348,13 +352,13 @@ def test_real_2018_validate_shards(realdata_dir):
 
 def test_real_2017_validate_and_test_shards(realdata_dir):
     validate = read_all(str(realdata_dir / "yt8m_2017_video/validatea*.tfrecord"))
-    ids, labels, _ = decode_video_batch(validate, NAMES, SIZES, 4716)
+    ids, labels, _ = as_lists(decode_video_batch(validate, NAMES, SIZES, 4716))
     assert len(ids) == 3419 and all(len(video_id) == 11 for video_id in ids)
     assert sum(map(len, labels)) == 11711 and max(map(max, filter(None, labels))) == 4708
     with pytest.raises(RecordError, match="labels"):
         decode_video_batch(validate, NAMES, SIZES, 3862)
     test = read_all(str(realdata_dir / "yt8m_2017_video/testa*.tfrecord"))
-    ids, labels, _ = decode_video_batch(test, NAMES, SIZES, 4716)
+    ids, labels, _ = as_lists(decode_video_batch(test, NAMES, SIZES, 4716))
     assert len(ids) == 1709 and labels == [[]] * 1709 and ids[0] == "100273987"
     assert sorted(parse_record(test[0])["features"]) == ["mean_audio", "mean_rgb", "video_id"]
 

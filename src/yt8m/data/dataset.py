@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig, feature_layout
-from yt8m.data.example import RecordError, decode_frame, decode_video_batch, dequantize, labels_to_multi_hot
+from yt8m.data.example import LabelIds, RecordError, decode_frame, decode_video_batch, dequantize
 from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
@@ -102,36 +102,40 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
         yield buffer[slot]
 
 
-def _zero_features(shape: tuple[int, ...]) -> torch.Tensor:
-    """A zero float32 tensor whose pages are zeroed lazily by the kernel as they are first written.
-
-    Inside a DataLoader worker it is born in shared memory, so sending it to the main process copies nothing.
-    """
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor; inside a DataLoader worker it is born in shared memory (zeroed lazily by the kernel as its
+    pages are first written), so sending it to the main process copies nothing."""
     if get_worker_info() is None:
-        return torch.from_numpy(np.zeros(shape, np.float32))
+        return torch.zeros(shape, dtype=dtype)
     count = int(np.prod(shape))
     # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
-    storage = torch.UntypedStorage._new_shared(count * torch.float32.itemsize)
-    return torch.empty(0, dtype=torch.float32).set_(storage, 0, (count,)).view(shape)
+    storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
 
 
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
-    """Turn a batch's label lists into the float32 [B, num_classes] multi-hot tensor (no-op when done)."""
-    if isinstance(batch["labels"], list):
-        labels = torch.from_numpy(labels_to_multi_hot(batch["labels"], num_classes))
+    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot "labels" tensor (no-op when done).
+
+    bool: a quarter of float32's bytes to build and copy to a GPU (float32 labels at 3862 classes would take
+    3.4x the features' bytes); the losses cast them. Workers send the ids, a few KB, instead of the tensor:
+    fresh shared memory costs a page fault per 4 KB, which made workers slower than reading in-process.
+    """
+    if isinstance(batch["labels"], LabelIds):
+        labels = torch.from_numpy(batch["labels"].multi_hot(num_classes))
         batch["labels"] = labels.pin_memory() if pin_memory else labels
     return batch
 
 
 def _video_batch(records: list[Record], spec: FeatureSpec) -> Batch:
-    """One video-level batch, decoded straight into one [B, D] array; labels stay lists (see finish_batch)."""
+    """One video-level batch, decoded straight into one [B, D] tensor; labels as LabelIds (see finish_batch)."""
+    features = _zeros((len(records), spec.feature_size), torch.float32)
     try:
-        video_ids, labels, features = decode_video_batch(
-            [payload for _, (_, payload) in records], spec.feature_names, spec.feature_sizes, spec.num_classes)
+        decoded = decode_video_batch([payload for _, (_, payload) in records], spec.feature_names,
+                                     spec.feature_sizes, spec.num_classes, out=features.numpy())
     except RecordError as err:
         path, (offset, _) = records[err.batch_index]
         raise err.at(path, offset) from err
-    return {"video_ids": video_ids, "features": torch.from_numpy(features), "labels": labels}
+    return {"video_ids": decoded.video_ids, "features": features, "labels": decoded.labels}
 
 
 def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
@@ -147,12 +151,12 @@ def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
         labels.append(video_labels.tolist())
         frames.append(video_frames)
     num_frames = np.array([len(video_frames) for video_frames in frames], np.int64)
-    features = _zero_features((len(records), int(num_frames.max(initial=0)), spec.feature_size))
+    features = _zeros((len(records), int(num_frames.max(initial=0)), spec.feature_size), torch.float32)
     padded = features.numpy()
     for row, video_frames in enumerate(frames):
         dequantize(video_frames, out=padded[row, :len(video_frames)])
     return {"video_ids": video_ids, "features": features, "num_frames": torch.from_numpy(num_frames),
-            "labels": labels}
+            "labels": LabelIds.from_lists(labels)}
 
 
 class YT8MDataset(IterableDataset):
@@ -188,7 +192,7 @@ class YT8MDataset(IterableDataset):
         self.epoch = 0
         self.corrupt_files_skipped = 0
         self.cache: Optional[VideoCache] = None
-        self.defer_labels = False  # set in make_loader's workers: the main process builds the multi-hot labels
+        self.defer_labels = False  # set in make_loader's workers: the main process expands the labels
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -289,17 +293,16 @@ class VideoCache:
         return len(self.video_ids)
 
     def batch(self, indices: np.ndarray) -> Batch:
-        offsets = self.label_offsets
-        labels = [self.label_values[offsets[i]:offsets[i + 1]].tolist() for i in indices.tolist()]
+        starts, counts = self.label_offsets[indices], np.diff(self.label_offsets)[indices]
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        # Each row's label slice, gathered at once: position j of row r is starts[r] + j.
+        positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
         return {"video_ids": self.video_ids[indices].tolist(), "features": torch.from_numpy(self.features[indices]),
-                "labels": labels}
+                "labels": LabelIds(self.label_values[positions], offsets)}
 
 
 class BatchLoader(DataLoader):
-    """A DataLoader whose workers send label lists, turned into multi-hot tensors here in the main process.
-
-    At 3862 classes that spares 16 MB of shared memory per 1024-example batch between the processes.
-    """
+    """A DataLoader whose workers send LabelIds, expanded into multi-hot tensors here in the main process."""
 
     def __iter__(self) -> Iterator[Batch]:
         num_classes = self.dataset.spec.num_classes

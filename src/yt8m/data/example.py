@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
+
+from yt8m.data.batch_decode import decode_tf_layout
 
 # Field numbers of tensorflow/core/example/{example,feature}.proto.
 EXAMPLE_FEATURES = 1
@@ -525,110 +527,83 @@ def _decode_video_full(payload: bytes, feature_names: Sequence[str], feature_siz
     return _video_id(features), _labels(features, num_classes)
 
 
+class LabelIds(NamedTuple):
+    """The label ids of a batch of videos as stored (order and repeats kept): video i's are
+    values[offsets[i]:offsets[i + 1]]. A few kilobytes where a multi-hot batch takes megabytes."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def from_lists(cls, labels_list: Sequence[Sequence[int]]) -> "LabelIds":
+        counts = [len(labels) for labels in labels_list]
+        values = np.fromiter(itertools.chain.from_iterable(labels_list), dtype=np.int64, count=sum(counts))
+        return cls(values, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64))
+
+    def lists(self) -> list[list[int]]:
+        bounds = self.offsets.tolist()
+        return [self.values[start:end].tolist() for start, end in zip(bounds, bounds[1:])]
+
+    def multi_hot(self, num_classes: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """bool [videos, num_classes], True at each label id (repeats count once); `out`, if given, must be
+        that array zero-filled, and is filled and returned."""
+        if self.values.size and (self.values.min() < 0 or self.values.max() >= num_classes):
+            raise ValueError(f"label ids must lie in [0, {num_classes}), found {self.values.min()}..{self.values.max()}")
+        counts = np.diff(self.offsets)
+        if out is None:
+            out = np.zeros((len(counts), num_classes), dtype=bool)
+        out[np.repeat(np.arange(len(counts)), counts), self.values] = True
+        return out
+
+
+class VideoBatch(NamedTuple):
+    """Decoded video-level records: ids, label ids as stored, float32 features [N, sum of feature sizes]."""
+
+    video_ids: list[str]
+    labels: LabelIds
+    features: np.ndarray
+
+
 def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], feature_sizes: Sequence[int],
-                       num_classes: int) -> tuple[list[str], list[list[int]], np.ndarray]:
-    """decode_video over many records: (ids, label lists as stored, float32 features [N, sum of sizes]).
+                       num_classes: int, out: Optional[np.ndarray] = None) -> VideoBatch:
+    """decode_video over many records, the features written into `out` when given (a C-contiguous float32
+    array of shape [N, sum of sizes]).
 
-    The hot path of video-level reading. A RecordError raised here has `batch_index` set to the
-    position of the bad payload, so the caller can name its file and offset with `error.at(...)`.
+    The hot path of video-level reading: records as TensorFlow lays them out are decoded all at once
+    (batch_decode.py), any other valid encoding record by record. A RecordError raised here has
+    `batch_index` set to the position of the bad payload, so the caller can name its file and offset
+    with `error.at(...)`.
     """
-    out = np.empty((len(payloads), sum(feature_sizes)), dtype=np.float32)
-    out_bytes = memoryview(out).cast("B")
-    row_bytes = 4 * out.shape[1]
-    wanted = {}  # key -> (packed byte size, byte offset in an output row)
-    for name, size in zip(feature_names, feature_sizes):
-        wanted[name.encode()] = (4 * size, 4 * sum(feature_sizes[:len(wanted)]))
-    if len(wanted) != len(feature_names):
+    shape = (len(payloads), sum(feature_sizes))
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}")
+    if len(set(feature_names)) != len(feature_names):
         raise ValueError(f"feature names repeat: {list(feature_names)}")
-    templates: dict[bytes, tuple[bytes, bytes, int, int]] = {}
-    ids: list[str] = []
-    labels: list[list[int]] = []
-    for row, payload in enumerate(payloads):
-        try:
-            video = _decode_video_fast(payload, wanted, num_classes, out_bytes, row * row_bytes, templates)
-            if video is None:
-                video = _decode_video_full(payload, feature_names, feature_sizes, num_classes, out[row])
-        except RecordError as err:
-            err.batch_index = row
-            raise
-        ids.append(video[0])
-        labels.append(video[1])
-    return ids, labels, out
-
-
-def _example_body(payload: bytes) -> Optional[tuple[int, int]]:
-    """(start, end) of the Features message when it is the Example's first and only features field.
-
-    Real 2018 shards end with an empty field 2 (`12 00`, as a SequenceExample's empty feature_lists
-    would be); protobuf skips it as an unknown field, and so does this fast check.
-    """
-    if payload[:1] != b"\x0a":
-        return None
-    if len(payload) >= 3 and payload[1] >= 0x80 and payload[2] < 0x80:  # a two-byte size: any YT8M video
-        size, start = (payload[1] & 0x7F) | (payload[2] << 7), 3
-    else:
-        size, start = read_varint(payload, 1, len(payload))
-    end = start + size
-    if end == len(payload) or payload[end:] == b"\x12\x00":
-        return start, end
-    return None
-
-
-def _decode_video_fast(payload: bytes, wanted: dict, num_classes: int, out_bytes: memoryview, out_pos: int,
-                       templates: dict) -> Optional[tuple[str, list[int]]]:
-    """(id, labels), features copied into out_bytes, for a valid record in TensorFlow's layout; None
-    for anything else (other encodings, and every error, go to the full path).
-
-    Records of one file share their entry headers (all but the labels', and in any order), so each
-    entry is first compared with the header seen before with the same first 8 bytes (`templates`):
-    one bytes comparison instead of parsing four varints. Equal header bytes mean equal key, kind
-    and sizes, so the result is the same as parsing.
-    """
-    body = _example_body(payload)
-    if body is None:
-        return None
-    pos, end = body
-    view = memoryview(payload)
-    missing = set(wanted)
-    found_id = found_video_id = None
-    labels: list[int] = []
-    while pos < end:
-        prefix = payload[pos:pos + 8]
-        template = templates.get(prefix)
-        if template is not None and payload.startswith(template[0], pos):
-            header, key, kind, length = template
-        else:
-            parsed = _entry_header(payload, pos)
-            if parsed is None:
-                return None
-            size, key, kind, length = parsed
-            header = payload[pos:pos + size]
-            templates[prefix] = (header, key, kind, length)
-        start = pos + len(header)
-        pos = start + length
-        target = wanted.get(key)
-        if target is not None:
-            if kind != KIND_FLOAT or length != target[0] or pos > end:
-                return None
-            out_bytes[out_pos + target[1]:out_pos + target[1] + length] = view[start:pos]
-            missing.discard(key)
-        elif key == b"labels":
-            if kind != KIND_INT64:
-                return None
-            labels = _packed_varints(payload, start, min(pos, end))
-        elif key == b"id":
-            found_id = (kind, start, pos)
-        elif key == b"video_id":
-            found_video_id = (kind, start, pos)
-    found = found_id or found_video_id
-    if pos != end or missing or found is None or found[0] != KIND_BYTES:
-        return None
-    if labels and (min(labels) < 0 or max(labels) >= num_classes):
-        return None
-    try:
-        return payload[found[1]:found[2]].decode(), labels
-    except UnicodeDecodeError:
-        return None
+    columns = np.cumsum([0, *feature_sizes[:-1]]).tolist()
+    wanted = [(name.encode(), 4 * size, 4 * column) for name, size, column in zip(feature_names, feature_sizes, columns)]
+    fast = decode_tf_layout(payloads, wanted, num_classes, out)
+    video_ids, rows, values = fast.video_ids, fast.label_rows, fast.label_values
+    leftover = np.flatnonzero(~fast.done).tolist()
+    if leftover:
+        more_rows: list[int] = []
+        more_values: list[int] = []
+        for row in leftover:
+            try:
+                video_ids[row], labels = _decode_video_full(payloads[row], feature_names, feature_sizes,
+                                                            num_classes, out[row])
+            except RecordError as err:
+                err.batch_index = row
+                raise
+            more_rows.extend([row] * len(labels))
+            more_values.extend(labels)
+        rows = np.concatenate([rows, np.array(more_rows, np.int64)])
+        values = np.concatenate([values, np.array(more_values, np.int64)])
+        order = np.argsort(rows, kind="stable")  # stable: each video's labels stay in stored order
+        rows, values = rows[order], values[order]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(payloads)))]).astype(np.int64)
+    return VideoBatch(video_ids, LabelIds(values, offsets), out)
 
 
 def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Sequence[int],
@@ -638,8 +613,8 @@ def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     The id comes from `id` (2018+) or `video_id` (2017); absent labels mean none. Raises RecordError
     naming the field for a missing feature, a wrong size or type, or a label id outside [0, num_classes).
     """
-    ids, labels, features = decode_video_batch([payload], feature_names, feature_sizes, num_classes)
-    return ids[0], np.array(labels[0], dtype=np.int64), features[0]
+    batch = decode_video_batch([payload], feature_names, feature_sizes, num_classes)
+    return batch.video_ids[0], batch.labels.values, batch.features[0]
 
 
 def _sequence_example(payload: bytes) -> tuple[Features, dict[bytes, tuple[bytes, int, int]]]:
@@ -723,17 +698,6 @@ def dequantize(values: np.ndarray, max_quantized_value: float = 2.0, min_quantiz
     bias = np.float32(quantized_range / 512.0 + min_quantized_value)
     out = np.multiply(values, scalar, out=out, dtype=np.float32)
     return np.add(out, bias, out=out)
-
-
-def labels_to_multi_hot(labels_list: Sequence[Sequence[int]], num_classes: int) -> np.ndarray:
-    """float32 [len(labels_list), num_classes] with 1 at each label id (repeats count once)."""
-    counts = [len(labels) for labels in labels_list]
-    flat = np.fromiter(itertools.chain.from_iterable(labels_list), dtype=np.int64, count=sum(counts))
-    if flat.size and (flat.min() < 0 or flat.max() >= num_classes):
-        raise ValueError(f"label ids must lie in [0, {num_classes}), found {flat.min()}..{flat.max()}")
-    out = np.zeros((len(counts), num_classes), dtype=np.float32)
-    out[np.repeat(np.arange(len(counts)), counts), flat] = 1.0
-    return out
 
 
 def _as_stored(kind: int, values: object) -> object:

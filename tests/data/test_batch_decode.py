@@ -1,0 +1,53 @@
+"""The array walk takes every record in TensorFlow's layout and leaves every other one to the per-record decoder."""
+
+import numpy as np
+import pytest
+
+from conftest import load_sidecar
+from yt8m.data.batch_decode import decode_tf_layout
+from yt8m.data.example import encode_video_example
+from yt8m.data.tfrecord import read_records
+
+WANTED = [(b"mean_rgb", 4096, 0), (b"mean_audio", 512, 4096)]
+
+
+def video(labels=(1, 2), video_id="abcd", rgb_size=1024, id_key="id") -> bytes:
+    rng = np.random.default_rng(len(labels))
+    features = {"mean_rgb": rng.standard_normal(rgb_size).astype(np.float32),
+                "mean_audio": rng.standard_normal(128).astype(np.float32)}
+    return encode_video_example(video_id, list(labels), features, id_key=id_key)
+
+
+def decode(payloads, num_classes=3862):
+    out = np.zeros((len(payloads), 1152), np.float32)
+    return decode_tf_layout(payloads, WANTED, num_classes, out), out
+
+
+@pytest.mark.parametrize("name", ["video/train00.tfrecord", "video_gzip/train00.tfrecord.gz"])
+def test_tensorflow_written_records_all_take_the_array_walk(fixtures_dir, name):
+    path = fixtures_dir / name
+    records = load_sidecar(path)["records"]
+    decoded, out = decode([payload for _, payload in read_records(str(path))])
+    assert decoded.done.all()
+    assert decoded.video_ids == [r["id"] for r in records]
+    rows = [row for row, r in enumerate(records) for _ in r["labels"]]
+    assert decoded.label_rows.tolist() == rows
+    assert decoded.label_values.tolist() == [label for r in records for label in r["labels"]]
+    expected = np.stack([np.array(r["mean_rgb"] + r["mean_audio"], np.float32) for r in records])
+    assert np.array_equal(out.view(np.uint32), expected.view(np.uint32))
+
+
+def test_records_it_cannot_take_are_left_undone_and_the_rest_decoded():
+    payloads = [video(), video(labels=(3862,)), video(labels=()), video(rgb_size=1000), video(video_id="é"),
+                video(labels=(-1,)), video(id_key="video_id"), video()[:-3], b"", video(labels=(3861, 0))]
+    decoded, _ = decode(payloads)
+    assert decoded.done.tolist() == [True, False, True, False, True, False, True, False, False, True]
+    assert decoded.video_ids[4] == "é" and decoded.video_ids[6] == "abcd"
+    assert list(zip(decoded.label_rows.tolist(), decoded.label_values.tolist())) == [
+        (0, 1), (0, 2), (4, 1), (4, 2), (6, 1), (6, 2), (9, 3861), (9, 0)]
+
+
+def test_labels_of_three_byte_varints_are_read_when_num_classes_allows():
+    decoded, _ = decode([video(labels=(20000, 5))], num_classes=30000)
+    assert decoded.done.all() and decoded.label_values.tolist() == [20000, 5]
+    assert not decode([video(labels=(20000,))], num_classes=3862)[0].done.any()
