@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data.batch_decode import decode_tf_layout
+from yt8m.data.batch_decode import PackedRecords, decode_tf_layout
 from yt8m.data.example import encode_video_example
 from yt8m.data.tfrecord import read_records
 
@@ -20,7 +20,7 @@ def video(labels=(1, 2), video_id="abcd", rgb_size=1024, id_key="id") -> bytes:
 
 def decode(payloads, num_classes=3862):
     out = np.zeros((len(payloads), 1152), np.float32)
-    return decode_tf_layout(payloads, WANTED, num_classes, out), out
+    return decode_tf_layout(PackedRecords.join(payloads), WANTED, num_classes, out), out
 
 
 @pytest.mark.parametrize("name", ["video/train00.tfrecord", "video_gzip/train00.tfrecord.gz"])

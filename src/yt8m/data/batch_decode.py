@@ -34,20 +34,30 @@ class FastDecoded(NamedTuple):
     label_values: np.ndarray
 
 
-class _Joined:
-    """The batch's payloads as one byte array, with each record's [start, end) and bounds-safe reads."""
+class PackedRecords:
+    """A batch's payloads back to back in one uint8 array: record i is data[starts[i]:ends[i]]."""
 
-    def __init__(self, payloads: Sequence[bytes]):
-        self.data = bytearray().join(payloads)  # writable, so torch can gather from it without a copy
-        self.array = np.frombuffer(self.data, np.uint8)
-        lengths = np.fromiter(map(len, payloads), np.int64, len(payloads))
-        self.ends = np.cumsum(lengths)
-        self.starts = self.ends - lengths
-        self.last = max(len(self.data) - 1, 0)
+    def __init__(self, data: np.ndarray, ends: Sequence[int]):
+        self.data = data
+        self.ends = np.asarray(ends, dtype=np.int64)
+        self.starts = np.concatenate([[0], self.ends[:-1]]).astype(np.int64)
+        self.last = max(len(data) - 1, 0)
+
+    @classmethod
+    def join(cls, payloads: Sequence[bytes]) -> "PackedRecords":
+        # A bytearray, so the array is writable and torch can gather from it without a copy.
+        data = np.frombuffer(bytearray().join(payloads), np.uint8)
+        return cls(data, np.cumsum(np.fromiter(map(len, payloads), np.int64, len(payloads))))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def payload(self, index: int) -> bytes:
+        return self.data[self.starts[index]:self.ends[index]].tobytes()
 
     def byte(self, at: np.ndarray) -> np.ndarray:
         """uint8 bytes at `at` (never negative), kept inside the buffer: a row reading past it already fails."""
-        return self.array[np.minimum(at, self.last)]
+        return self.data[np.minimum(at, self.last)]
 
     def varint(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(value, position after, ok) of one- or two-byte varints at `at`; longer ones are not ok."""
@@ -74,7 +84,7 @@ class _Entries:
         return self.start[index], self.size[index], self.kind[index]
 
 
-def _entry_at(buf: _Joined, pos: np.ndarray) -> tuple[np.ndarray, ...]:
+def _entry_at(buf: PackedRecords, pos: np.ndarray) -> tuple[np.ndarray, ...]:
     """Parse the map entry at `pos` of every row: (ok, entry end, key start, key length, kind, content start,
     content size), where TensorFlow's layout is: key field, value field, the Feature's one kind field holding
     one packed list (or exactly one bytes value), each size ending where its message ends."""
@@ -101,7 +111,7 @@ def _entry_at(buf: _Joined, pos: np.ndarray) -> tuple[np.ndarray, ...]:
             np.where(filled, content_size, 0))
 
 
-def _walk(buf: _Joined, keys: list[bytes], ok: np.ndarray, pos: np.ndarray, end: np.ndarray) -> _Entries:
+def _walk(buf: PackedRecords, keys: list[bytes], ok: np.ndarray, pos: np.ndarray, end: np.ndarray) -> _Entries:
     """Follow every record's map entries at once, noting the wanted keys; `ok` is cleared where a record fails."""
     entries = _Entries(keys, len(pos))
     width = np.arange(max(map(len, keys)))
@@ -127,7 +137,7 @@ def _walk(buf: _Joined, keys: list[bytes], ok: np.ndarray, pos: np.ndarray, end:
     return entries
 
 
-def _body(buf: _Joined) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _body(buf: PackedRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ok, start, end) of each record's Features message: the Example's first field, followed by nothing
     or by the empty field 2 (`12 00`) that real 2018 shards end with."""
     ok = buf.byte(buf.starts) == _LEN_FIELD_1
@@ -138,7 +148,7 @@ def _body(buf: _Joined) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ok, start, end
 
 
-def _labels(buf: _Joined, entries: _Entries, ok: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def _labels(buf: PackedRecords, entries: _Entries, ok: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, label ids) of the packed int64 labels of the `ok` rows, in stored order; `ok` is cleared for a row
     with labels of another kind, a cut varint, or an id outside [0, num_classes) (its error comes from the full
     path)."""
@@ -152,7 +162,7 @@ def _labels(buf: _Joined, entries: _Entries, ok: np.ndarray, num_classes: int) -
     first = np.cumsum(sizes) - sizes
     total = int(sizes.sum())
     offset = np.arange(total)
-    values = buf.array[np.repeat(start - first, sizes) + offset].astype(np.int64)
+    values = buf.data[np.repeat(start - first, sizes) + offset].astype(np.int64)
     byte_rows = np.repeat(np.arange(len(sizes)), sizes)
     ends_varint = values < 0x80
     group_starts = np.flatnonzero(np.concatenate(([True], ends_varint[:-1]))) if total else np.zeros(0, np.int64)
@@ -167,10 +177,9 @@ def _labels(buf: _Joined, entries: _Entries, ok: np.ndarray, num_classes: int) -
     return rows[keep], labels[keep]
 
 
-def decode_tf_layout(payloads: Sequence[bytes], wanted: Sequence[tuple[bytes, int, int]], num_classes: int,
+def decode_tf_layout(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]], num_classes: int,
                      out: np.ndarray) -> FastDecoded:
     """Decode the records in TensorFlow's layout; `wanted` lists (key, byte size, byte offset in a row of `out`)."""
-    buf = _Joined(payloads)
     ok, pos, end = _body(buf)
     keys = [key for key, _, _ in wanted] + [_LABELS, *_ID_KEYS]
     entries = _walk(buf, keys, ok, pos, end)
@@ -187,23 +196,23 @@ def decode_tf_layout(payloads: Sequence[bytes], wanted: Sequence[tuple[bytes, in
     return FastDecoded(ok, video_ids, label_rows, label_values)
 
 
-def _copy_rows(buf: _Joined, entries: _Entries, wanted: Sequence[tuple[bytes, int, int]], ok: np.ndarray,
+def _copy_rows(buf: PackedRecords, entries: _Entries, wanted: Sequence[tuple[bytes, int, int]], ok: np.ndarray,
                id_start: np.ndarray, id_size: np.ndarray, out: np.ndarray) -> list[Optional[str]]:
     """Copy the `ok` rows' float lists into `out` and decode their ids; a row whose id is not UTF-8 is
     cleared from `ok`. Each feature is one gather of byte windows (index_select over a stride-1 view):
     about 3x faster than a Python loop of per-row slice copies."""
     if ok.any():
-        joined = torch.frombuffer(buf.data, dtype=torch.uint8)
+        joined = torch.from_numpy(buf.data)
         target = torch.from_numpy(out).view(torch.uint8)
         for key, size, offset in wanted:
             windows = joined.as_strided((len(buf.data) - size + 1, size), (1, 1))
             starts = torch.from_numpy(np.where(ok, entries.of(key)[0], 0))  # rows not ok: redone record by record
             target[:, offset:offset + size] = windows.index_select(0, starts)
     video_ids: list[Optional[str]] = [None] * len(ok)
-    data, id_starts, id_ends = buf.data, id_start.tolist(), (id_start + id_size).tolist()
+    data, id_starts, id_ends = memoryview(buf.data), id_start.tolist(), (id_start + id_size).tolist()
     for row in np.flatnonzero(ok).tolist():
         try:
-            video_ids[row] = data[id_starts[row]:id_ends[row]].decode()
+            video_ids[row] = str(data[id_starts[row]:id_ends[row]], "utf-8")
         except UnicodeDecodeError:
             ok[row] = False
     return video_ids

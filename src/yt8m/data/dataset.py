@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig, feature_layout
+from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.example import LabelIds, RecordError, decode_frame, decode_video_batch, dequantize
 from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
 
@@ -126,16 +127,48 @@ def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Ba
     return batch
 
 
-def _video_batch(records: list[Record], spec: FeatureSpec) -> Batch:
-    """One video-level batch, decoded straight into one [B, D] tensor; labels as LabelIds (see finish_batch)."""
-    features = _zeros((len(records), spec.feature_size), torch.float32)
+def _video_batch(packed: PackedRecords, sources: list[tuple[str, int]], spec: FeatureSpec) -> Batch:
+    """One video-level batch, decoded straight into one [B, D] tensor; labels as LabelIds (see finish_batch).
+
+    `sources` gives each record's (path, byte offset), for errors."""
+    # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
+    shape = (len(packed), spec.feature_size)
+    features = _zeros(shape, torch.float32) if get_worker_info() is not None else torch.empty(shape)
     try:
-        decoded = decode_video_batch([payload for _, (_, payload) in records], spec.feature_names,
-                                     spec.feature_sizes, spec.num_classes, out=features.numpy())
+        decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes,
+                                     out=features.numpy())
     except RecordError as err:
-        path, (offset, _) = records[err.batch_index]
-        raise err.at(path, offset) from err
+        raise err.at(*sources[err.batch_index]) from err
     return {"video_ids": decoded.video_ids, "features": features, "labels": decoded.labels}
+
+
+def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
+    """Batches of records, each payload copied once, straight from the reader's buffer into one array.
+
+    The array is reused: each batch is valid only until the next is asked for (the caller decodes it first).
+    Reuse and sizing matter: growing a bytearray record by record copied it over and over, and a fresh
+    array per batch cost a page fault per 4 KB.
+    """
+    data = np.empty(1 << 20, np.uint8)
+    view = memoryview(data)
+    while True:
+        ends, sources, end = [], [], 0
+        for path, (offset, payload) in itertools.islice(records, batch_size):
+            start, end = end, end + len(payload)
+            if end > len(data):
+                data = np.concatenate([data[:start], np.empty(max(end, 2 * len(data)) - start, np.uint8)])
+                view = memoryview(data)
+            view[start:end] = payload
+            ends.append(end)
+            sources.append((path, offset))
+        if not ends:
+            return
+        yield PackedRecords(data[:end], ends), sources
+
+
+def _listed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
+    for chunk in iter(lambda: list(itertools.islice(records, batch_size)), []):
+        yield PackedRecords.join([payload for _, (_, payload) in chunk]), [(path, offset) for path, (offset, _) in chunk]
 
 
 def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
@@ -227,21 +260,35 @@ class YT8MDataset(IterableDataset):
         return itertools.chain.from_iterable(per_file)
 
     def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
-        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
+        # Video-level records read in order are copied into their batch at once (_packed_chunks).
+        borrowed = not self.shuffle and not self.spec.frame_features
+        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt, borrowed=borrowed)
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
         records = self._records(reader_shares(self._epoch_paths(), reader, readers))
-        if self.shuffle:
-            records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
-        decode = _frame_batch if self.spec.frame_features else _video_batch
-        for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
-            if len(chunk) < self.batch_size and self.drop_remainder:
+        if self.spec.frame_features:
+            batches = self._frame_batches(records, reader, readers)
+        else:
+            chunks = _listed_chunks(self._shuffled(records, reader, readers), self.batch_size) if self.shuffle \
+                else _packed_chunks(records, self.batch_size)
+            batches = ((_video_batch(packed, sources, self.spec), len(packed.data) + RECORD_OVERHEAD_BYTES * len(packed))
+                       for packed, sources in chunks)
+        for batch, record_bytes in batches:
+            if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return
-            batch = decode(chunk, self.spec)
             if self.record_bytes:
-                batch["record_bytes"] = sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
+                batch["record_bytes"] = record_bytes
             yield batch
+
+    def _shuffled(self, records: Iterator[Record], reader: int, readers: int) -> Iterator[Record]:
+        return _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
+
+    def _frame_batches(self, records: Iterator[Record], reader: int, readers: int) -> Iterator[tuple[Batch, int]]:
+        if self.shuffle:
+            records = self._shuffled(records, reader, readers)
+        for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
+            yield _frame_batch(chunk, self.spec), sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
 
     def load_cache(self, num_workers: int = 0) -> None:
         """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""

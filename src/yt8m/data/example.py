@@ -11,7 +11,7 @@ from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.batch_decode import decode_tf_layout
+from yt8m.data.batch_decode import PackedRecords, decode_tf_layout
 
 # Field numbers of tensorflow/core/example/{example,feature}.proto.
 EXAMPLE_FEATURES = 1
@@ -564,10 +564,10 @@ class VideoBatch(NamedTuple):
     features: np.ndarray
 
 
-def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], feature_sizes: Sequence[int],
-                       num_classes: int, out: Optional[np.ndarray] = None) -> VideoBatch:
-    """decode_video over many records, the features written into `out` when given (a C-contiguous float32
-    array of shape [N, sum of sizes]).
+def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names: Sequence[str],
+                       feature_sizes: Sequence[int], num_classes: int, out: Optional[np.ndarray] = None) -> VideoBatch:
+    """decode_video over many records (payloads, or PackedRecords as a reader fills them), the features written
+    into `out` when given (a C-contiguous float32 array of shape [N, sum of sizes]).
 
     The hot path of video-level reading: records as TensorFlow lays them out are decoded all at once
     (batch_decode.py), any other valid encoding record by record. A RecordError raised here has
@@ -583,7 +583,8 @@ def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], 
         raise ValueError(f"feature names repeat: {list(feature_names)}")
     columns = np.cumsum([0, *feature_sizes[:-1]]).tolist()
     wanted = [(name.encode(), 4 * size, 4 * column) for name, size, column in zip(feature_names, feature_sizes, columns)]
-    fast = decode_tf_layout(payloads, wanted, num_classes, out)
+    packed = payloads if isinstance(payloads, PackedRecords) else PackedRecords.join(payloads)
+    fast = decode_tf_layout(packed, wanted, num_classes, out)
     video_ids, rows, values = fast.video_ids, fast.label_rows, fast.label_values
     leftover = np.flatnonzero(~fast.done).tolist()
     if leftover:
@@ -591,7 +592,7 @@ def decode_video_batch(payloads: Sequence[bytes], feature_names: Sequence[str], 
         more_values: list[int] = []
         for row in leftover:
             try:
-                video_ids[row], labels = _decode_video_full(payloads[row], feature_names, feature_sizes,
+                video_ids[row], labels = _decode_video_full(packed.payload(row), feature_names, feature_sizes,
                                                             num_classes, out[row])
             except RecordError as err:
                 err.batch_index = row

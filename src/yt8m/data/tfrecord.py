@@ -161,10 +161,11 @@ def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int
     return view, fill
 
 
-def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+def _scan_records(stream: BinaryIO, path: str, borrowed: bool) -> Iterator[tuple[int, bytes]]:
     # The hot loop of every reader: CRC checks inlined (masked as in masked_crc32c) to save calls.
     view = memoryview(bytearray(_CHUNK_SIZE))
     pos = fill = base = 0  # view[pos:fill] holds unread bytes; base is the stream offset of view[0]
+    known_lengths: dict[int, int] = {}  # length -> its masked CRC, as verified
     while True:
         if fill - pos < HEADER_SIZE:
             view, fill = _refill(stream, view, pos, fill, HEADER_SIZE, path, base + pos)
@@ -175,9 +176,11 @@ def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
                 raise CorruptRecordError(path, base, "truncated record",
                                          f"{fill} bytes left, a record header takes {HEADER_SIZE}")
         length, length_crc = _LENGTH_HEADER.unpack_from(view, pos)
-        crc = crc32c.crc32c(view[pos:pos + 8])
-        if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
-            raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
+        if known_lengths.get(length) != length_crc:  # records of a file share a few lengths: check each once
+            crc = crc32c.crc32c(view[pos:pos + 8])
+            if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+                raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
+            known_lengths[length] = length_crc
         record_size = HEADER_SIZE + length + FOOTER_SIZE
         if pos + record_size > fill:
             view, fill = _refill(stream, view, pos, fill, record_size, path, base + pos)
@@ -186,7 +189,7 @@ def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
                 raise CorruptRecordError(path, base, "truncated record",
                                          f"payload of {length} bytes, {fill - HEADER_SIZE} left in the file")
         end = pos + HEADER_SIZE + length
-        payload = bytes(view[pos + HEADER_SIZE:end])
+        payload = view[pos + HEADER_SIZE:end] if borrowed else bytes(view[pos + HEADER_SIZE:end])
         crc = crc32c.crc32c(payload)
         if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _UINT32.unpack_from(view, end)[0]:
             raise CorruptRecordError(path, base + pos + HEADER_SIZE, "corrupted record",
@@ -196,16 +199,18 @@ def _scan_records(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
 
 
 def read_records(path: str, skip_corrupt: bool = False,
-                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None) -> Iterator[tuple[int, bytes]]:
+                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None,
+                 borrowed: bool = False) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the record in the uncompressed stream, payload) for each record of one file.
 
-    A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
+    With `borrowed`, a payload is a memoryview into the reader's buffer, valid only until the next
+    record is asked for: for a consumer that copies each one at once, sparing a copy. A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
     `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
     """
     with fsspec.open(path, "rb") as raw:
         stream = _record_stream(raw)
         try:
-            yield from _scan_records(stream, path)
+            yield from _scan_records(stream, path, borrowed)
         except CorruptRecordError as err:
             if not skip_corrupt:
                 raise
