@@ -51,3 +51,11 @@ def test_labels_of_three_byte_varints_are_read_when_num_classes_allows():
     decoded, _ = decode([video(labels=(20000, 5))], num_classes=30000)
     assert decoded.done.all() and decoded.label_values.tolist() == [20000, 5]
     assert not decode([video(labels=(20000,))], num_classes=3862)[0].done.any()
+
+
+def test_ids_of_mixed_lengths_and_non_ascii_text_are_decoded_exactly():
+    ids = ["abcd", "ab", "é\u4e2d", "a\x00", "wxyz"]
+    decoded, _ = decode([video(video_id=video_id) for video_id in ids])
+    assert decoded.done.all() and decoded.video_ids == ids
+    same_length = ["ab\x00", "abc", "xyz"]
+    assert decode([video(video_id=video_id) for video_id in same_length])[0].video_ids == same_length

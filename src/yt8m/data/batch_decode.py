@@ -198,9 +198,9 @@ def decode_tf_layout(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]
 
 def _copy_rows(buf: PackedRecords, entries: _Entries, wanted: Sequence[tuple[bytes, int, int]], ok: np.ndarray,
                id_start: np.ndarray, id_size: np.ndarray, out: np.ndarray) -> list[Optional[str]]:
-    """Copy the `ok` rows' float lists into `out` and decode their ids; a row whose id is not UTF-8 is
-    cleared from `ok`. Each feature is one gather of byte windows (index_select over a stride-1 view):
-    about 3x faster than a Python loop of per-row slice copies."""
+    """Copy the `ok` rows' float lists into `out` and decode their ids (see _video_ids). Each feature is one
+    gather of byte windows (index_select over a stride-1 view): 0.33 ms per 1024 rows of 4 KB where a Python
+    loop of per-row slice copies takes 0.48 ms."""
     if ok.any():
         joined = torch.from_numpy(buf.data)
         target = torch.from_numpy(out).view(torch.uint8)
@@ -208,9 +208,26 @@ def _copy_rows(buf: PackedRecords, entries: _Entries, wanted: Sequence[tuple[byt
             windows = joined.as_strided((len(buf.data) - size + 1, size), (1, 1))
             starts = torch.from_numpy(np.where(ok, entries.of(key)[0], 0))  # rows not ok: redone record by record
             target[:, offset:offset + size] = windows.index_select(0, starts)
+    return _video_ids(buf, ok, id_start, id_size)
+
+
+def _video_ids(buf: PackedRecords, ok: np.ndarray, id_start: np.ndarray, id_size: np.ndarray) -> list[Optional[str]]:
+    """The `ok` rows' ids (None elsewhere); a row whose id is not UTF-8 is cleared from `ok`.
+
+    Ids of one length in ASCII (every YT8M id) are widened to UCS-4 in one array operation; others are
+    decoded one by one.
+    """
+    rows = np.flatnonzero(ok)
     video_ids: list[Optional[str]] = [None] * len(ok)
+    sizes = id_size[rows]
+    if len(rows) and (sizes == sizes[0]).all() and sizes[0] > 0:
+        chars = buf.data[id_start[rows, None] + np.arange(sizes[0])]
+        if ((chars > 0) & (chars < 0x80)).all():  # NUL excluded: numpy strings drop trailing NULs
+            for row, video_id in zip(rows.tolist(), chars.astype("<u4").view(f"<U{sizes[0]}")[:, 0].tolist()):
+                video_ids[row] = video_id
+            return video_ids
     data, id_starts, id_ends = memoryview(buf.data), id_start.tolist(), (id_start + id_size).tolist()
-    for row in np.flatnonzero(ok).tolist():
+    for row in rows.tolist():
         try:
             video_ids[row] = str(data[id_starts[row]:id_ends[row]], "utf-8")
         except UnicodeDecodeError:
