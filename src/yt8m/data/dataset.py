@@ -103,15 +103,17 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
         yield buffer[slot]
 
 
-def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero tensor; inside a DataLoader worker it is born in shared memory (zeroed lazily by the kernel as its
-    pages are first written), so sending it to the main process copies nothing."""
+def _zero_features(shape: tuple[int, ...]) -> torch.Tensor:
+    """A zero float32 tensor whose pages are zeroed lazily by the kernel as they are first written.
+
+    Inside a DataLoader worker it is born in shared memory, so sending it to the main process copies nothing.
+    """
     if get_worker_info() is None:
-        return torch.zeros(shape, dtype=dtype)
+        return torch.from_numpy(np.zeros(shape, np.float32))
     count = int(np.prod(shape))
     # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
-    storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
+    storage = torch.UntypedStorage._new_shared(count * torch.float32.itemsize)
+    return torch.empty(0, dtype=torch.float32).set_(storage, 0, (count,)).view(shape)
 
 
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
@@ -133,7 +135,7 @@ def _video_batch(packed: PackedRecords, sources: list[tuple[str, int]], spec: Fe
     `sources` gives each record's (path, byte offset), for errors."""
     # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
     shape = (len(packed), spec.feature_size)
-    features = _zeros(shape, torch.float32) if get_worker_info() is not None else torch.empty(shape)
+    features = _zero_features(shape) if get_worker_info() is not None else torch.empty(shape)
     try:
         decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes,
                                      out=features.numpy())
@@ -184,7 +186,7 @@ def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
         labels.append(video_labels.tolist())
         frames.append(video_frames)
     num_frames = np.array([len(video_frames) for video_frames in frames], np.int64)
-    features = _zeros((len(records), int(num_frames.max(initial=0)), spec.feature_size), torch.float32)
+    features = _zero_features((len(records), int(num_frames.max(initial=0)), spec.feature_size))
     padded = features.numpy()
     for row, video_frames in enumerate(frames):
         dequantize(video_frames, out=padded[row, :len(video_frames)])
