@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from yt8m.data.example import (decode_frame, decode_video, decode_video_batch, dequantize, encode_frame_example,
-                               encode_video_example, labels_to_multi_hot)
+from yt8m.data.example import (LabelIds, decode_frame, decode_video, decode_video_batch, dequantize,
+                               encode_frame_example, encode_video_example)
 from yt8m.data.tfrecord import TFRecordWriter, read_records
 
 VIDEO_NAMES, VIDEO_SIZES = ["mean_rgb", "mean_audio"], [1024, 128]
@@ -53,13 +53,13 @@ def batches(payloads: Sequence[bytes]) -> list[Sequence[bytes]]:
     return [payloads[i:i + BATCH] for i in range(0, len(payloads), BATCH)]
 
 
-def decode_video_batches(chunks: Sequence[Sequence[bytes]]) -> list[list[list[int]]]:
-    return [decode_video_batch(chunk, VIDEO_NAMES, VIDEO_SIZES, NUM_CLASSES)[1] for chunk in chunks]
+def decode_video_batches(chunks: Sequence[Sequence[bytes]]) -> list[LabelIds]:
+    return [decode_video_batch(chunk, VIDEO_NAMES, VIDEO_SIZES, NUM_CLASSES).labels for chunk in chunks]
 
 
-def multi_hot(label_batches: Sequence[list[list[int]]]) -> None:
+def multi_hot(label_batches: Sequence[LabelIds]) -> None:
     for labels in label_batches:
-        labels_to_multi_hot(labels, NUM_CLASSES)
+        labels.multi_hot(NUM_CLASSES)
 
 
 def decode_video_each(payloads: Sequence[bytes]) -> None:
@@ -173,7 +173,7 @@ def bench_kind(kind: str, payloads: list[bytes], folder: str, processes: int) ->
         report("video: protobuf (upb) parse + numpy", len(sample), sum(map(len, sample)),
                lambda: decode_with_protobuf(example_class, sample))
         label_batches = decode_video_batches(chunks)
-        report(f"video: labels_to_multi_hot({BATCH} x {NUM_CLASSES})", n, 0, lambda: multi_hot(label_batches))
+        report(f"video: LabelIds.multi_hot({BATCH} x {NUM_CLASSES})", n, 0, lambda: multi_hot(label_batches))
         pipeline = read_decode_video
     else:
         report("frame: decode_frame + dequantize", n, nbytes, lambda: decode_frames(payloads))

@@ -613,9 +613,11 @@ def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
 
     The id comes from `id` (2018+) or `video_id` (2017); absent labels mean none. Raises RecordError
     naming the field for a missing feature, a wrong size or type, or a label id outside [0, num_classes).
+    One record is parsed on its own: decode_video_batch's array operations pay off over many.
     """
-    batch = decode_video_batch([payload], feature_names, feature_sizes, num_classes)
-    return batch.video_ids[0], batch.labels.values, batch.features[0]
+    features = np.empty(sum(feature_sizes), dtype=np.float32)
+    video_id, labels = _decode_video_full(payload, feature_names, feature_sizes, num_classes, features)
+    return video_id, np.array(labels, dtype=np.int64), features
 
 
 def _sequence_example(payload: bytes) -> tuple[Features, dict[bytes, tuple[bytes, int, int]]]:
