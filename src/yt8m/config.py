@@ -73,7 +73,8 @@ class TrainConfig(ModelConfig, DataConfig):
     num_epochs: int = setting(5, "Passes over the training data.")
     max_steps: Optional[int] = setting(None, "Stop after this many steps (None: after --num_epochs).")
     optimizer: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).")
-    clip_gradient_norm: float = setting(1.0, "Clip the global gradient norm to this (0 disables).")
+    clip_gradient_norm: float = setting(1.0, "Clip each parameter's gradient to this norm, as the starter kit's "
+                                        "per-variable clip_by_norm (0 disables).")
     clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
                                          "disables); --clip_gradient_norm 0 leaves value clipping alone.")
     numbatches_to_aggregate: int = setting(1, "Accumulate gradients over this many batches per optimizer step: the "

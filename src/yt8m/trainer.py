@@ -555,15 +555,28 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def apply_update(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                  clip_gradient_norm: float, clip_gradient_value: float = 0.0) -> None:
-    """The optimizer step on the accumulated gradients: clipped by value, then by global norm (the starter kit's order)."""
+    """The optimizer step on the accumulated gradients: clipped by value, then each by its norm."""
     if clip_gradient_norm > 0 or clip_gradient_value > 0:
         scaler.unscale_(optimizer)
     if clip_gradient_value > 0:
         nn.utils.clip_grad_value_(model.parameters(), clip_gradient_value)
     if clip_gradient_norm > 0:
-        nn.utils.clip_grad_norm_(model.parameters(), clip_gradient_norm)
+        clip_each_gradient_norm(model.parameters(), clip_gradient_norm)
     scaler.step(optimizer)
     scaler.update()
+
+
+def clip_each_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> None:
+    """Scale each parameter's gradient to a norm of at most `max_norm`, on its own: the starter kit's
+    clip_gradient_norms (tf.clip_by_norm per variable), not one global norm over all of them."""
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    if not grads:
+        return
+    for grad, norm in zip(grads, torch._foreach_norm(grads)):
+        if grad.device.type != "cpu":  # no host sync on an accelerator: always scale, by 1 when within the bound
+            grad.mul_(max_norm / norm.clamp(min=max_norm))
+        elif norm > max_norm:  # on the CPU a gradient within the bound is left alone: a pass over it saved
+            grad.mul_(max_norm / norm)
 
 
 def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
