@@ -18,16 +18,19 @@ def random_logits(seed: int = 0) -> torch.Tensor:
     return torch.randn(3, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
 
 
-def test_cross_entropy_equals_the_starter_formula_on_moderate_logits():
+# bool: the multi-hot labels the reader gives, taken by the positives' index; float: any dense labels.
+@pytest.mark.parametrize("labels", [LABELS, LABELS.bool()], ids=["float", "bool"])
+def test_cross_entropy_equals_the_starter_formula_on_moderate_logits(labels):
     logits = random_logits()
     p = torch.sigmoid(logits)
     expected = -(LABELS * torch.log(p) + (1 - LABELS) * torch.log(1 - p)).sum(1).mean()
-    assert create_loss("CrossEntropyLoss")(output_for(logits), LABELS).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert create_loss("CrossEntropyLoss")(output_for(logits), labels).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
-def test_cross_entropy_gradient_equals_the_formula_gradient():
+@pytest.mark.parametrize("labels", [LABELS, LABELS.bool()], ids=["float", "bool"])
+def test_cross_entropy_gradient_equals_the_formula_gradient(labels):
     logits = random_logits(4).requires_grad_()
-    create_loss("CrossEntropyLoss")(output_for(logits), LABELS).backward()
+    create_loss("CrossEntropyLoss")(output_for(logits), labels).backward()
     expected = (torch.sigmoid(logits.detach()) - LABELS) / len(LABELS)
     torch.testing.assert_close(logits.grad, expected)
 

@@ -5,6 +5,7 @@ Each is called as `loss_fn(model_output, labels)` and returns the mean over the 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,24 +21,47 @@ class CrossEntropyLoss(nn.Module):
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
+        if labels.dtype == torch.bool:  # what the reader gives: the few positives by index
+            return SummedBinaryCrossEntropy.apply(logits, predictions, positive_index(labels))
         return SummedBinaryCrossEntropy.apply(logits, predictions, labels.to(logits.dtype))
+
+
+def positive_index(labels: torch.Tensor) -> torch.Tensor:
+    """Flat indices of the True entries of bool labels; numpy's flatnonzero is 3x faster than torch's nonzero
+    on the CPU (0.56 vs 1.6 ms for 1024 x 3862)."""
+    if labels.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(labels.numpy()))
+    return labels.reshape(-1).nonzero().squeeze(1)
 
 
 class SummedBinaryCrossEntropy(torch.autograd.Function):
     """sum(softplus(x) - x * y) / batch, equal to BCE-with-logits summed over classes and averaged over
-    videos, in three passes over [batch, classes]; its gradient (sigmoid(x) - y) / batch reuses the
-    model's predictions instead of recomputing sigmoid (element-wise passes dominate the step on CPU)."""
+    videos; its gradient (sigmoid(x) - y) / batch reuses the model's predictions instead of recomputing
+    sigmoid (element-wise passes dominate the step on CPU). Labels are a dense float tensor, or the flat
+    int64 index of the positives: then x * y and - y touch only those few entries, sparing three passes
+    over [batch, classes]."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(predictions, labels)
-        cross_term = torch.dot(logits.reshape(-1), labels.reshape(-1))
+        if labels.dtype == torch.int64:
+            ctx.positives = labels
+            ctx.save_for_backward(predictions)
+            cross_term = logits.reshape(-1)[labels].sum()
+        else:
+            ctx.positives = None
+            ctx.save_for_backward(predictions, labels)
+            cross_term = torch.dot(logits.reshape(-1), labels.reshape(-1))
         return (F.softplus(logits).sum() - cross_term) / logits.shape[0]
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        scale = grad / ctx.saved_tensors[0].shape[0]
+        if ctx.positives is not None:
+            gradient = ctx.saved_tensors[0] * scale
+            gradient.view(-1).index_put_((ctx.positives,), -scale, accumulate=True)
+            return gradient, None, None
         predictions, labels = ctx.saved_tensors
-        return torch.sub(predictions, labels).mul_(grad / predictions.shape[0]), None, None
+        return torch.sub(predictions, labels).mul_(scale), None, None
 
 
 class HingeLoss(nn.Module):
