@@ -7,6 +7,8 @@ gradient clipped to norm 1.0 on its own, batch 1024 of mean_rgb+mean_audio over 
 tf.function step. Input: TFRecordDataset -> batch -> parse_example -> cache() -> prefetch, so that reading is
 out of the timing, as bench_train.py's RAM cache takes it out of yt8m's.
 Usage: /tmp/tfvenv/bin/python bench/bench_train_tf.py --data 'DIR/video/train-*' [--models ...] [--steps 20]
+With --validate PATTERN --epochs N it instead trains N shuffled epochs and writes, per model, a Kaggle CSV of
+its top-20 predictions on the validation shards and their ground truth, for `yt8m score` to compute GAP.
 """
 
 from __future__ import annotations
@@ -24,18 +26,20 @@ L2_PENALTY = 1e-8
 MIXTURES = 2
 
 
-def _batches(pattern: str, batch_size: int) -> tf.data.Dataset:
-    spec = {"labels": tf.io.VarLenFeature(tf.int64)}
+def _parse(serialized: tf.Tensor) -> dict:
+    spec = {"id": tf.io.FixedLenFeature([], tf.string), "labels": tf.io.VarLenFeature(tf.int64)}
     spec.update({name: tf.io.FixedLenFeature([size], tf.float32) for name, size in FEATURES.items()})
+    parsed = tf.io.parse_example(serialized, spec)
+    return {"id": parsed["id"], "features": tf.concat([parsed[name] for name in FEATURES], axis=1),
+            "labels": tf.cast(tf.sparse.to_indicator(parsed["labels"], NUM_CLASSES), tf.float32)}
 
-    def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        parsed = tf.io.parse_example(serialized, spec)
-        features = tf.concat([parsed[name] for name in FEATURES], axis=1)
-        labels = tf.cast(tf.sparse.to_indicator(parsed["labels"], NUM_CLASSES), tf.float32)
-        return features, labels
 
-    files = sorted(glob.glob(pattern))
-    return tf.data.TFRecordDataset(files).batch(batch_size, drop_remainder=True).map(parse).cache()
+def _batches(pattern: str, batch_size: int, shuffle: bool = False) -> tf.data.Dataset:
+    records = tf.data.TFRecordDataset([path for part in pattern.split(",") for path in sorted(glob.glob(part))])
+    if shuffle:  # the starter kit's shuffle_batch_join, reshuffled every epoch
+        records = records.cache().shuffle(10_000, seed=0)
+    batches = records.batch(batch_size, drop_remainder=not shuffle).map(_parse)
+    return batches if shuffle else batches.cache()
 
 
 def _dense(units: int, bias: bool, name: str) -> tf.keras.layers.Dense:
@@ -69,7 +73,7 @@ def _cross_entropy(labels: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.reduce_sum(-loss, 1))
 
 
-def _time_model(model: tf.keras.Model, batches: tf.data.Dataset, steps: int, warmup: int) -> float:
+def _train_step(model: tf.keras.Model) -> tf.types.experimental.GenericFunction:
     optimizer = tf.keras.optimizers.Adam(0.01)
 
     @tf.function
@@ -80,13 +84,36 @@ def _time_model(model: tf.keras.Model, batches: tf.data.Dataset, steps: int, war
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
+    return step
+
+
+def _time_model(model: tf.keras.Model, batches: tf.data.Dataset, steps: int, warmup: int) -> float:
+    step = _train_step(model)
     examples, started = 0, None
-    for index, (features, labels) in enumerate(batches.repeat().prefetch(2).take(warmup + steps)):
+    for index, batch in enumerate(batches.repeat().prefetch(2).take(warmup + steps)):
         if index == warmup:
             started = time.perf_counter()
-        step(features, labels).numpy()
-        examples += int(features.shape[0]) if index >= warmup else 0
+        step(batch["features"], batch["labels"]).numpy()
+        examples += int(batch["features"].shape[0]) if index >= warmup else 0
     return examples / (time.perf_counter() - started)
+
+
+def _train_and_predict(model: tf.keras.Model, args: argparse.Namespace, prefix: str) -> None:
+    """Train --epochs shuffled epochs, then write PREFIX-predictions.csv and PREFIX-labels.csv."""
+    step = _train_step(model)
+    for _ in range(args.epochs):
+        for batch in _batches(args.data, args.batch_size, shuffle=True).prefetch(2):
+            step(batch["features"], batch["labels"])
+    with open(f"{prefix}-predictions.csv", "w") as predictions, open(f"{prefix}-labels.csv", "w") as truth:
+        predictions.write("VideoId,LabelConfidencePairs\n")
+        truth.write("VideoId,Labels\n")
+        for batch in _batches(args.validate, args.batch_size):
+            top = tf.math.top_k(model(batch["features"]), k=20)
+            for video_id, classes, scores, labels in zip(batch["id"].numpy(), top.indices.numpy(), top.values.numpy(),
+                                                         batch["labels"].numpy()):
+                pairs = " ".join(f"{c} {s:f}" for c, s in zip(classes, scores))
+                predictions.write(f"{video_id.decode()},{pairs}\n")
+                truth.write(f"{video_id.decode()},{' '.join(str(c) for c in labels.nonzero()[0])}\n")
 
 
 def main() -> None:
@@ -96,10 +123,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="Timed steps, after --warmup steps.")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=1024)
+    parser.add_argument("--validate", default=None, help="Validation shards: train --epochs, then predict them.")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--output_prefix", default="/tmp/yt8m-tf", help="Where --validate writes its CSV files.")
     args = parser.parse_args()
     batches = _batches(args.data, args.batch_size)
     for name in args.models.split(","):
         model = {"LogisticModel": Logistic, "MoeModel": Moe}[name]()
+        if args.validate:
+            _train_and_predict(model, args, f"{args.output_prefix}-{name}")
+            print(f"wrote {args.output_prefix}-{name}-predictions.csv and -labels.csv", flush=True)
+            continue
         speed = _time_model(model, batches, args.steps, args.warmup)
         print(json.dumps({"model": name, "tensorflow": tf.__version__, "batch_size": args.batch_size,
                           "examples_per_sec": round(speed, 1), "threads": tf.config.threading.get_intra_op_parallelism_threads()}),
