@@ -34,11 +34,13 @@ def _parse(serialized: tf.Tensor) -> dict:
             "labels": tf.cast(tf.sparse.to_indicator(parsed["labels"], NUM_CLASSES), tf.float32)}
 
 
-def _batches(pattern: str, batch_size: int, shuffle: bool = False) -> tf.data.Dataset:
+def _batches(pattern: str, batch_size: int, shuffle: bool = False, whole: bool = True) -> tf.data.Dataset:
+    """`whole`: only full batches (timing); shuffled: reshuffled every epoch, as the starter kit's
+    shuffle_batch_join."""
     records = tf.data.TFRecordDataset([path for part in pattern.split(",") for path in sorted(glob.glob(part))])
-    if shuffle:  # the starter kit's shuffle_batch_join, reshuffled every epoch
+    if shuffle:
         records = records.cache().shuffle(10_000, seed=0)
-    batches = records.batch(batch_size, drop_remainder=not shuffle).map(_parse)
+    batches = records.batch(batch_size, drop_remainder=whole).map(_parse)
     return batches if shuffle else batches.cache()
 
 
@@ -102,12 +104,12 @@ def _train_and_predict(model: tf.keras.Model, args: argparse.Namespace, prefix: 
     """Train --epochs shuffled epochs, then write PREFIX-predictions.csv and PREFIX-labels.csv."""
     step = _train_step(model)
     for _ in range(args.epochs):
-        for batch in _batches(args.data, args.batch_size, shuffle=True).prefetch(2):
+        for batch in _batches(args.data, args.batch_size, shuffle=True, whole=False).prefetch(2):
             step(batch["features"], batch["labels"])
     with open(f"{prefix}-predictions.csv", "w") as predictions, open(f"{prefix}-labels.csv", "w") as truth:
         predictions.write("VideoId,LabelConfidencePairs\n")
         truth.write("VideoId,Labels\n")
-        for batch in _batches(args.validate, args.batch_size):
+        for batch in _batches(args.validate, args.batch_size, whole=False):
             top = tf.math.top_k(model(batch["features"]), k=20)
             for video_id, classes, scores, labels in zip(batch["id"].numpy(), top.indices.numpy(), top.values.numpy(),
                                                          batch["labels"].numpy()):
