@@ -126,13 +126,14 @@ class _Batch:
     def __init__(self, scores: np.ndarray, labels: np.ndarray, top_k: int):
         num_rows, num_classes = scores.shape
         k = min(top_k, num_classes)
-        ones_for_rows, ones_for_classes = np.ones(_CHUNK_ROWS, np.float32), np.ones(num_classes, np.float32)
         candidates, num_labels = [np.empty(0, np.int64)], [np.empty(0, np.float32)]
         class_positives = np.zeros(num_classes)
         for start in range(0, num_rows, _CHUNK_ROWS):
             chunk_labels = labels[start:start + _CHUNK_ROWS]
-            chunk_num_labels = chunk_labels @ ones_for_classes
-            class_positives += ones_for_rows[:len(chunk_labels)] @ chunk_labels
+            # Sums, not products with a ones vector: NumPy's BLAS threads would spin on the cores that
+            # torch's amax in _candidates needs next (7 ms instead of 0.2 ms per chunk on 2 cores).
+            chunk_num_labels = chunk_labels.sum(axis=1)
+            class_positives += chunk_labels.sum(axis=0)
             depth = max(k, int(chunk_num_labels.max()))  # deep enough for PERR's top-m too
             candidates.append(_candidates(scores[start:start + _CHUNK_ROWS], depth) + start * num_classes)
             num_labels.append(chunk_num_labels)

@@ -660,12 +660,13 @@ class ThroughputMeter:
 
 
 def batch_metrics(predictions: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    from yt8m.metrics import calculate_gap, calculate_hit_at_one, calculate_perr
+    """Hit@1, PERR and GAP@20 of one batch, from one ranking of its predictions (not one per metric)."""
+    from yt8m.metrics import EvaluationMetrics
 
-    preds = predictions.detach().float().cpu().numpy()
-    truth = labels.detach().float().cpu().numpy()
-    return {"hit_at_one": calculate_hit_at_one(preds, truth), "perr": calculate_perr(preds, truth),
-            "gap": calculate_gap(preds, truth)}
+    metrics = EvaluationMetrics(predictions.shape[1])
+    metrics.accumulate(predictions.detach().float().cpu().numpy(), labels.detach().cpu().numpy())
+    scores = metrics.get()
+    return {"hit_at_one": scores["hit_at_one"], "perr": scores["perr"], "gap": scores["gap"]}
 
 
 def log_step(progress: Progress, scalars: dict[str, float], meter: ThroughputMeter) -> None:
