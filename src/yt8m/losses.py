@@ -21,17 +21,12 @@ class CrossEntropyLoss(nn.Module):
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
-        if labels.dtype == torch.bool:  # what the reader gives: the few positives by index
-            return SummedBinaryCrossEntropy.apply(logits, predictions, positive_index(labels))
+        if labels.dtype == torch.bool and labels.device.type == "cpu":
+            # The reader's bool labels by the few positives' flat index (NumPy's flatnonzero: 0.56 ms for
+            # 1024 x 3862, torch's nonzero 1.6). Not on an accelerator: nonzero waits for the device there.
+            positives = torch.from_numpy(np.flatnonzero(labels.numpy()))
+            return SummedBinaryCrossEntropy.apply(logits, predictions, positives)
         return SummedBinaryCrossEntropy.apply(logits, predictions, labels.to(logits.dtype))
-
-
-def positive_index(labels: torch.Tensor) -> torch.Tensor:
-    """Flat indices of the True entries of bool labels; numpy's flatnonzero is 3x faster than torch's nonzero
-    on the CPU (0.56 vs 1.6 ms for 1024 x 3862)."""
-    if labels.device.type == "cpu":
-        return torch.from_numpy(np.flatnonzero(labels.numpy()))
-    return labels.reshape(-1).nonzero().squeeze(1)
 
 
 class SummedBinaryCrossEntropy(torch.autograd.Function):
