@@ -21,7 +21,7 @@ from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
 from yt8m.losses import create_loss
-from yt8m.runtime import setup_logging
+from yt8m.runtime import autocast, setup_logging
 from yt8m.trainer import WARMUP_STEPS, backward_and_update, build_optimizer, model_loss, train
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
@@ -82,7 +82,8 @@ def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
 
     def step() -> None:
-        _, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
+        with autocast(torch.device("cpu"), config.mixed_precision):
+            _, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm)
         label_loss.item()
 
@@ -101,7 +102,7 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         frame_features=frame, batch_size=args.frame_batch_size if frame else args.batch_size,
         num_epochs=1000, max_steps=WARMUP_STEPS + args.steps, export_model_steps=10 ** 9,
         num_readers=args.num_readers, cache_in_memory=args.cache and not frame, start_new_model=True,
-        compile=args.compile, log_every_steps=5)
+        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5)
     # The machine is shared and its load swings within seconds: the three measures alternate for a few
     # rounds and each keeps its best round (the least disturbed), as timeit does.
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
@@ -114,7 +115,7 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         rounds["bare"].append(round(bare_loop_examples_per_sec(config), 1))
     trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
     result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
-              "compile": config.compile, "num_readers": config.num_readers, "matmuls_per_step": matmuls,
+              "compile": config.compile, "mixed_precision": config.mixed_precision, "num_readers": config.num_readers, "matmuls_per_step": matmuls,
               "trainer_examples_per_sec": trainer, "bare_loop_examples_per_sec": bare,
               "matmul_ceiling_examples_per_sec": ceiling, "input_wait_fraction": min(rounds["input_wait"]),
               "trainer_over_ceiling": round(trainer / ceiling, 3), "trainer_over_bare_loop": round(trainer / bare, 3),
@@ -136,6 +137,8 @@ def main() -> int:
                         help="Video level: serve the decoded set from RAM (--no-cache streams from the shards).")
     parser.add_argument("--rounds", type=int, default=3, help="Alternating measurement rounds; the best counts.")
     parser.add_argument("--compile", action="store_true", help="Train with --compile (torch.compile).")
+    parser.add_argument("--mixed_precision", action="store_true",
+                        help="Train with --mixed_precision (bfloat16 autocast); the ceiling stays float32's.")
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
     args = parser.parse_args()
     setup_logging()

@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--num_epochs", type=int, default=10)
     parser.add_argument("--batch_size", type=int, default=1024)
     parser.add_argument("--work_dir", default=None, help="Where the train dirs go (default: a temp dir).")
+    parser.add_argument("--mixed_precision", action="store_true", help="Train with bfloat16 autocast.")
     args = parser.parse_args()
     setup_logging()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-realdata-")
@@ -67,7 +68,7 @@ def main() -> int:
             train_data_pattern=shard_pattern(TRAIN_SHARDS), train_dir=os.path.join(work_dir, model), model=model,
             feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", batch_size=args.batch_size,
             num_epochs=args.num_epochs, export_model_steps=10 ** 9, num_readers=1, cache_in_memory=True,
-            start_new_model=True, log_every_steps=10)
+            start_new_model=True, log_every_steps=10, mixed_precision=args.mixed_precision)
         validation = EpochValidation(config)
         summary = train(config, hooks=[validation])
         finals[model] = {"final_gap": validation.curve[-1]["gap"], "best_gap": max(p["gap"] for p in validation.curve),

@@ -267,3 +267,17 @@ def test_yaml_config_equals_the_same_flags(tmp_path):
     assert from_yaml == parse_args(flags)
     assert from_yaml.batch_size == 1024 and from_yaml.learning_rate_decay_examples == 4000000  # starter defaults
     assert parse_args(["--config", str(tmp_path / "train.yaml"), "--max_steps", "7"]).max_steps == 7
+
+
+def test_mixed_precision_on_the_cpu_trains_in_bfloat16_close_to_float32(tiny_data, tmp_path):
+    from yt8m.runtime import autocast
+
+    with autocast(torch.device("cpu"), True):
+        assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast(torch.device("cpu"), False):
+        assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.float32
+    full = train(tiny_train_config(tiny_data, tmp_path / "fp32"))
+    mixed = train(tiny_train_config(tiny_data, tmp_path / "bf16", mixed_precision=True))
+    assert mixed["global_step"] == full["global_step"] and mixed["loss"] != full["loss"]  # it did run in bf16
+    expected = validation_metrics(tmp_path / "fp32", tiny_data)
+    assert validation_metrics(tmp_path / "bf16", tiny_data)["gap"] == pytest.approx(expected["gap"], abs=0.01)

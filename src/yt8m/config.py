@@ -86,7 +86,8 @@ class TrainConfig(ModelConfig, DataConfig):
     cache_in_memory: bool = setting(False, "Video-level: hold the decoded training set in RAM after the first epoch.")
     seed: int = setting(0, "Seed for initialization, shuffling and sampling.")
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
-    mixed_precision: bool = setting(False, "CUDA: train with bfloat16/float16 autocast.")
+    mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "
+                                    "GPU lacks it); CPU bfloat16, fast where the CPU has AMX or AVX512-BF16.")
     compile: bool = setting(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
     log_every_steps: int = setting(1, "Log the step's loss and examples/s every this many steps.")
     metrics_every_steps: int = setting(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.")
