@@ -45,11 +45,12 @@ def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple
     return found
 
 
-def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5) -> float:
+def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5,
+                 dtype: torch.dtype = torch.float32) -> float:
     """Best-of-`repeats` seconds to run the recorded matmuls once each, on fresh random operands."""
     calls = []
     for name, shapes in matmuls:
-        operands = [torch.randn(shape) for shape in shapes if shape]
+        operands = [torch.randn(shape, dtype=dtype) for shape in shapes if shape]
         calls.append((getattr(torch, name.split("::")[1]), operands))
     timings = []
     for _ in range(repeats + 1):
@@ -64,12 +65,13 @@ def one_batch(config: TrainConfig) -> dict:
     return next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
 
 
-def ceiling_examples_per_sec(config: TrainConfig) -> tuple[float, int]:
+def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
+    """The matmul ceiling with operands of `dtype`: float32, or bfloat16 for the same step under autocast."""
     torch.manual_seed(0)
     model = create_model_for(config).train()
     batch = one_batch(config)
     matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
-    return batch["labels"].shape[0] / time_matmuls(matmuls), len(matmuls)
+    return batch["labels"].shape[0] / time_matmuls(matmuls, dtype=dtype), len(matmuls)
 
 
 def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
@@ -108,6 +110,8 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
     for _ in range(args.rounds):
         ceiling, matmuls = ceiling_examples_per_sec(config)
+        if config.mixed_precision:
+            rounds.setdefault("bfloat16_ceiling", []).append(round(ceiling_examples_per_sec(config, torch.bfloat16)[0], 1))
         summary = train(config)
         rounds["ceiling"].append(round(ceiling, 1))
         rounds["trainer"].append(summary["examples_per_sec"])
@@ -120,6 +124,9 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
               "matmul_ceiling_examples_per_sec": ceiling, "input_wait_fraction": min(rounds["input_wait"]),
               "trainer_over_ceiling": round(trainer / ceiling, 3), "trainer_over_bare_loop": round(trainer / bare, 3),
               "rounds": rounds}
+    if config.mixed_precision:
+        result["bfloat16_matmul_ceiling_examples_per_sec"] = max(rounds["bfloat16_ceiling"])
+        result["trainer_over_bfloat16_ceiling"] = round(trainer / max(rounds["bfloat16_ceiling"]), 3)
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
     return result
@@ -138,7 +145,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="Alternating measurement rounds; the best counts.")
     parser.add_argument("--compile", action="store_true", help="Train with --compile (torch.compile).")
     parser.add_argument("--mixed_precision", action="store_true",
-                        help="Train with --mixed_precision (bfloat16 autocast); the ceiling stays float32's.")
+                        help="Train with --mixed_precision (bfloat16 autocast); also reports the bfloat16 ceiling.")
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
     args = parser.parse_args()
     setup_logging()
