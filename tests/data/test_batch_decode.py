@@ -92,3 +92,10 @@ def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixt
         assert np.array_equal(batch.features[1].view(np.uint32), expected[2].view(np.uint32))
         taken += bool(decode([payload])[0].done[0])
     assert taken > 50  # the walk still takes records whose changed bytes leave the layout intact
+
+
+def test_an_empty_batch_decodes_to_nothing():
+    from yt8m.data.example import decode_video_batch
+
+    batch = decode_video_batch([], ["mean_rgb", "mean_audio"], [1024, 128], 3862)
+    assert batch.video_ids == [] and batch.features.shape == (0, 1152) and batch.labels.lists() == []

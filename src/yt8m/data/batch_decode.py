@@ -40,7 +40,7 @@ class PackedRecords:
     def __init__(self, data: np.ndarray, ends: Sequence[int]):
         self.data = data
         self.ends = np.asarray(ends, dtype=np.int64)
-        self.starts = np.concatenate([[0], self.ends[:-1]]).astype(np.int64)
+        self.starts = np.concatenate([[0], self.ends])[:-1].astype(np.int64)
         self.last = max(len(data) - 1, 0)
 
     @classmethod
