@@ -76,9 +76,6 @@ class _Entries:
         self.size = np.zeros((len(keys), count), np.int64)
         self.kind = np.zeros((len(keys), count), np.int64)
 
-    def found(self, key: bytes) -> np.ndarray:
-        return self.start[self.keys.index(key)] >= 0
-
     def of(self, key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         index = self.keys.index(key)
         return self.start[index], self.size[index], self.kind[index]

@@ -145,7 +145,7 @@ def _video_batch(packed: PackedRecords, sources: list[tuple[str, int]], spec: Fe
 
 
 def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
-    """Batches of records, each payload copied once, straight from the reader's buffer into one array.
+    """Batches of records, each payload copied once into one array (from the reader's buffer when borrowed).
 
     The array is reused: each batch is valid only until the next is asked for (the caller decodes it first).
     Reuse and sizing matter: growing a bytearray record by record copied it over and over, and a fresh
@@ -166,11 +166,6 @@ def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple
         if not ends:
             return
         yield PackedRecords(data[:end], ends), sources
-
-
-def _listed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
-    for chunk in iter(lambda: list(itertools.islice(records, batch_size)), []):
-        yield PackedRecords.join([payload for _, (_, payload) in chunk]), [(path, offset) for path, (offset, _) in chunk]
 
 
 def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
@@ -269,13 +264,13 @@ class YT8MDataset(IterableDataset):
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
         records = self._records(reader_shares(self._epoch_paths(), reader, readers))
+        if self.shuffle:
+            records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
         if self.spec.frame_features:
-            batches = self._frame_batches(records, reader, readers)
+            batches = self._frame_batches(records)
         else:
-            chunks = _listed_chunks(self._shuffled(records, reader, readers), self.batch_size) if self.shuffle \
-                else _packed_chunks(records, self.batch_size)
             batches = ((_video_batch(packed, sources, self.spec), len(packed.data) + RECORD_OVERHEAD_BYTES * len(packed))
-                       for packed, sources in chunks)
+                       for packed, sources in _packed_chunks(records, self.batch_size))
         for batch, record_bytes in batches:
             if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return
@@ -283,12 +278,7 @@ class YT8MDataset(IterableDataset):
                 batch["record_bytes"] = record_bytes
             yield batch
 
-    def _shuffled(self, records: Iterator[Record], reader: int, readers: int) -> Iterator[Record]:
-        return _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
-
-    def _frame_batches(self, records: Iterator[Record], reader: int, readers: int) -> Iterator[tuple[Batch, int]]:
-        if self.shuffle:
-            records = self._shuffled(records, reader, readers)
+    def _frame_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
         for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
             yield _frame_batch(chunk, self.spec), sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
 

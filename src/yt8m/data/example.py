@@ -262,8 +262,10 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
 # Why a hand-written scanner and not the `protobuf` package: upb parses a 4.7 kB YT8M Example in about
 # 1 us, but getting its 1152 floats out of the repeated-field containers into numpy costs about 9 us
 # more per record (measured here), while copying the packed little-endian bytes costs a fraction of a
-# microsecond. `_entry_header` reads the layout TensorFlow writes in a few microseconds; anything
-# else goes through the complete parser (`_parse_features_full`), which also produces every error.
+# microsecond. Video-level batches in the layout TensorFlow writes are decoded with array operations
+# (batch_decode.py); `_entry_header` reads that layout one map entry at a time (contexts, and the records the
+# batch leaves over); anything else goes through the complete parser (`_parse_features_full`), which also
+# produces every error.
 
 _KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
 _ID_KEYS = (b"id", b"video_id")
@@ -369,62 +371,51 @@ def _parse_features_full(data: bytes, start: int, end: int) -> Features:
     return {key: _parse_feature(*value) for key, value in _parse_map(data, start, end).items()}
 
 
+def _short_varint(data: bytes, pos: int) -> Optional[tuple[int, int]]:
+    """(value, position after) of a one- or two-byte varint at `pos`; None for a longer one."""
+    value = data[pos]
+    if value < 0x80:
+        return value, pos + 1
+    if data[pos + 1] < 0x80:
+        return (value & 0x7F) | (data[pos + 1] << 7), pos + 2
+    return None
+
+
 def _entry_header(data: bytes, pos: int) -> Optional[tuple[int, bytes, int, int]]:
     """(header size, key, kind, content size) of the Features map entry at `pos`, if TensorFlow's layout.
 
     That layout: key field then value field; the Feature one kind field holding one packed list (or
     exactly one bytes value); every size a one- or two-byte varint ending where its message ends. The
     content (packed values, or the bytes value) follows the header. None for anything else: the full
-    parser reads it. Tags are literals (0x0A/0x12/0x1A: fields 1/2/3, length-delimited) because
-    global lookups cost time here.
+    parser reads it. Tags are literals (0x0A/0x12/0x1A: fields 1/2/3, length-delimited).
     """
     try:
-        # Each size: a one-byte varint, or two bytes when the first has its high bit set.
-        size = data[pos + 1]
-        if size < 0x80:
-            at = pos + 2
-        elif data[pos + 2] < 0x80:
-            size, at = (size & 0x7F) | (data[pos + 2] << 7), pos + 3
-        else:
+        entry = _short_varint(data, pos + 1)
+        if entry is None:
             return None
-        entry_end = at + size
+        entry_end = sum(entry)
+        at = entry[1]
         key_end = at + 2 + data[at + 1]
         if data[pos] != 0x0A or data[at] != 0x0A or data[at + 1] >= 0x80 or data[key_end] != 0x12:
             return None
         key = data[at + 2:key_end]
-        size = data[key_end + 1]
-        if size < 0x80:
-            at = key_end + 2
-        elif data[key_end + 2] < 0x80:
-            size, at = (size & 0x7F) | (data[key_end + 2] << 7), key_end + 3
-        else:
+        value = _short_varint(data, key_end + 1)
+        if value is None or sum(value) != entry_end:
             return None
-        kind_tag = data[at]
-        if at + size != entry_end or kind_tag not in (0x0A, 0x12, 0x1A):
+        kind_tag = data[value[1]]
+        if kind_tag not in (0x0A, 0x12, 0x1A):
             return None
-        size = data[at + 1]
-        if size < 0x80:
-            at += 2
-        elif data[at + 2] < 0x80:
-            size, at = (size & 0x7F) | (data[at + 2] << 7), at + 3
-        else:
+        listed = _short_varint(data, value[1] + 1)
+        if listed is None or sum(listed) != entry_end:
             return None
-        if at + size != entry_end:
-            return None
+        size, at = listed
         if size == 0:
             # An empty list; an empty BytesList has no value to point at, so the full parser takes it.
             return None if kind_tag == 0x0A else (at - pos, key, kind_tag >> 3, 0)
-        size = data[at + 1]
-        if data[at] != 0x0A:
+        content = _short_varint(data, at + 1)
+        if data[at] != 0x0A or content is None or sum(content) != entry_end:
             return None
-        if size < 0x80:
-            at += 2
-        elif data[at + 2] < 0x80:
-            size, at = (size & 0x7F) | (data[at + 2] << 7), at + 3
-        else:
-            return None
-        if at + size != entry_end:
-            return None
+        size, at = content
         return at - pos, key, kind_tag >> 3, size
     except IndexError:
         return None

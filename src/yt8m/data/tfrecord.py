@@ -164,7 +164,8 @@ def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int
 def _scan_records(stream: BinaryIO, path: str, borrowed: bool) -> Iterator[tuple[int, bytes]]:
     # The hot loop of every reader: CRC checks inlined (masked as in masked_crc32c) and the functions it
     # calls bound to locals, as calls and global lookups are a good part of its time per record.
-    read_header, read_crc, crc32 = _LENGTH_HEADER.unpack_from, _UINT32.unpack_from, crc32c.crc32c
+    read_header, read_crc = _LENGTH_HEADER.unpack_from, _UINT32.unpack_from
+    crc32, mask_delta = crc32c.crc32c, _MASK_DELTA
     view = memoryview(bytearray(_CHUNK_SIZE))
     pos = fill = base = 0  # view[pos:fill] holds unread bytes; base is the stream offset of view[0]
     known_lengths: dict[int, int] = {}  # length -> its masked CRC, as verified
@@ -180,7 +181,7 @@ def _scan_records(stream: BinaryIO, path: str, borrowed: bool) -> Iterator[tuple
         length, length_crc = read_header(view, pos)
         if known_lengths.get(length) != length_crc:  # records of a file share a few lengths: check each once
             crc = crc32(view[pos:pos + 8])
-            if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+            if (((crc >> 15) | (crc << 17)) + mask_delta) & 0xFFFFFFFF != length_crc:
                 raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
             known_lengths[length] = length_crc
         record_size = HEADER_SIZE + length + FOOTER_SIZE
@@ -193,7 +194,7 @@ def _scan_records(stream: BinaryIO, path: str, borrowed: bool) -> Iterator[tuple
         end = pos + HEADER_SIZE + length
         payload = view[pos + HEADER_SIZE:end] if borrowed else bytes(view[pos + HEADER_SIZE:end])
         crc = crc32(payload)
-        if (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF != read_crc(view, end)[0]:  # _MASK_DELTA
+        if (((crc >> 15) | (crc << 17)) + mask_delta) & 0xFFFFFFFF != read_crc(view, end)[0]:
             raise CorruptRecordError(path, base + pos + HEADER_SIZE, "corrupted record",
                                      f"payload CRC mismatch in the record starting at {base + pos}")
         yield base + pos, payload
