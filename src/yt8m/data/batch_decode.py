@@ -13,15 +13,14 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 import torch
 
+from yt8m.data.wire import ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64, LABELS_KEY
+
 # Map entries per record the array walk follows (YT8M videos have 4 or 5); a record with more is left over.
 MAX_ENTRIES = 16
 # Tags (field number << 3 | wire type 2) of the messages on the way from an Example to a list's values.
 _LEN_FIELD_1 = 0x0A
 _LEN_FIELD_2 = 0x12
 _KIND_TAGS = (0x0A, 0x12, 0x1A)  # Feature.bytes_list / float_list / int64_list
-_KIND_BYTES, _KIND_FLOAT, _KIND_INT64 = 1, 2, 3
-_LABELS = b"labels"
-_ID_KEYS = (b"id", b"video_id")
 
 
 class FastDecoded(NamedTuple):
@@ -149,9 +148,9 @@ def _labels(buf: PackedRecords, entries: _Entries, ok: np.ndarray, num_classes: 
     """(rows, label ids) of the packed int64 labels of the `ok` rows, in stored order; `ok` is cleared for a row
     with labels of another kind, a cut varint, or an id outside [0, num_classes) (its error comes from the full
     path)."""
-    start, size, kind = entries.of(_LABELS)
+    start, size, kind = entries.of(LABELS_KEY)
     present = ok & (start >= 0)
-    ok &= ~present | (kind == _KIND_INT64)
+    ok &= ~present | (kind == KIND_INT64)
     present &= ok & (size > 0)
     ok &= ~present | (buf.byte(start + size - 1) < 0x80)  # the last varint ends inside the list
     present &= ok
@@ -178,16 +177,16 @@ def decode_tf_layout(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]
                      out: np.ndarray) -> FastDecoded:
     """Decode the records in TensorFlow's layout; `wanted` lists (key, byte size, byte offset in a row of `out`)."""
     ok, pos, end = _body(buf)
-    keys = [key for key, _, _ in wanted] + [_LABELS, *_ID_KEYS]
+    keys = [key for key, _, _ in wanted] + [LABELS_KEY, *ID_KEYS]
     entries = _walk(buf, keys, ok, pos, end)
     for key, size, _ in wanted:
         start, found_size, kind = entries.of(key)
-        ok &= (start >= 0) & (kind == _KIND_FLOAT) & (found_size == size)
-    id_start, id_size, id_kind = entries.of(_ID_KEYS[0])
-    video_start, video_size, video_kind = entries.of(_ID_KEYS[1])
+        ok &= (start >= 0) & (kind == KIND_FLOAT) & (found_size == size)
+    id_start, id_size, id_kind = entries.of(ID_KEYS[0])
+    video_start, video_size, video_kind = entries.of(ID_KEYS[1])
     use_id = id_start >= 0
     id_start, id_size = np.where(use_id, id_start, video_start), np.where(use_id, id_size, video_size)
-    ok &= (id_start >= 0) & (np.where(use_id, id_kind, video_kind) == _KIND_BYTES)
+    ok &= (id_start >= 0) & (np.where(use_id, id_kind, video_kind) == KIND_BYTES)
     video_ids = _copy_rows(buf, entries, wanted, ok, id_start, id_size, out)
     label_rows, label_values = _labels(buf, entries, ok, num_classes)
     return FastDecoded(ok, video_ids, label_rows, label_values)

@@ -12,25 +12,9 @@ from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from yt8m.data.batch_decode import PackedRecords, decode_tf_layout
-
-# Field numbers of tensorflow/core/example/{example,feature}.proto.
-EXAMPLE_FEATURES = 1
-SEQUENCE_CONTEXT = 1
-SEQUENCE_FEATURE_LISTS = 2
-MAP_ENTRY = 1  # Features.feature and FeatureLists.feature_list are both field 1
-ENTRY_KEY = 1
-ENTRY_VALUE = 2
-KIND_BYTES = 1
-KIND_FLOAT = 2
-KIND_INT64 = 3
-LIST_VALUE = 1  # BytesList/FloatList/Int64List.value and FeatureList.feature
-
-WIRE_VARINT = 0
-WIRE_FIXED64 = 1
-WIRE_LEN = 2
-WIRE_GROUP_START = 3
-WIRE_GROUP_END = 4
-WIRE_FIXED32 = 5
+from yt8m.data.wire import (ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64,
+                            LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32,
+                            WIRE_FIXED64, WIRE_GROUP_END, WIRE_GROUP_START, WIRE_LEN, WIRE_VARINT)
 
 SEGMENT_FIELDS = {
     "segment_start_times": KIND_INT64,
@@ -268,8 +252,6 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
 # produces every error.
 
 _KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
-_ID_KEYS = (b"id", b"video_id")
-_LABELS = b"labels"
 _FLOAT32_LE = np.dtype("<f4")
 
 Features = dict  # feature name (bytes) -> (kind, values): list[bytes] | float32 array | list[int]
@@ -469,7 +451,7 @@ def _describe(kind: int, values: object) -> str:
 
 
 def _video_id(features: Features) -> str:
-    found = features.get(_ID_KEYS[0]) or features.get(_ID_KEYS[1])
+    found = features.get(ID_KEYS[0]) or features.get(ID_KEYS[1])
     if found is None:
         raise RecordError("no 'id' or 'video_id' feature", "id")
     kind, values = found
@@ -483,7 +465,7 @@ def _video_id(features: Features) -> str:
 
 def _labels(features: Features, num_classes: int) -> list[int]:
     """Labels as stored (order and repeats kept); an absent `labels` feature means none."""
-    found = features.get(_LABELS)
+    found = features.get(LABELS_KEY)
     if found is None:
         return []
     kind, values = found

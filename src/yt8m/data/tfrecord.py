@@ -207,8 +207,9 @@ def read_records(path: str, skip_corrupt: bool = False,
     """Yield (byte offset of the record in the uncompressed stream, payload) for each record of one file.
 
     With `borrowed`, a payload is a memoryview into the reader's buffer, valid only until the next
-    record is asked for: for a consumer that copies each one at once, sparing a copy. A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
-    `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
+    record is asked for: for a consumer that copies each one at once, sparing a copy. A CRC mismatch or
+    a truncated record raises CorruptRecordError naming the file and offset; with `skip_corrupt` the rest
+    of that file is skipped with a warning and `on_corrupt(error)` is called.
     """
     with fsspec.open(path, "rb") as raw:
         stream = _record_stream(raw)
