@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 from yt8m.data.example import (LabelIds, decode_frame, decode_video, decode_video_batch, dequantize,
                                encode_frame_example, encode_video_example)
@@ -149,8 +150,13 @@ def report(label: str, records: int, nbytes: int, run: Callable[[], object]) -> 
           f"{nbytes / max(cpu, 1e-9) / 1e6:>6,.0f} MB", flush=True)
 
 
+def _one_thread() -> None:
+    # As DataLoader workers do: a child forked after torch ran parallel ops hangs in its first one otherwise.
+    torch.set_num_threads(1)
+
+
 def run_parallel(function: Callable[[str], int], paths: Sequence[str]) -> None:
-    with ProcessPoolExecutor(len(paths)) as pool:
+    with ProcessPoolExecutor(len(paths), initializer=_one_thread) as pool:
         assert sum(pool.map(function, paths)) > 0
 
 
