@@ -1,14 +1,14 @@
-"""The array walk takes every record in TensorFlow's layout and leaves every other one to the per-record decoder."""
+"""The native decoder takes every well-formed record and leaves every other one to the per-record decoder."""
 
 import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data.batch_decode import PackedRecords, decode_tf_layout
+from yt8m.data.batch_decode import PackedRecords, decode_packed
 from yt8m.data.example import encode_video_example
 from yt8m.data.tfrecord import read_records
 
-WANTED = [(b"mean_rgb", 4096, 0), (b"mean_audio", 512, 4096)]
+WANTED = [(b"mean_rgb", 1024, 0), (b"mean_audio", 128, 1024)]
 
 
 def video(labels=(1, 2), video_id="abcd", rgb_size=1024, id_key="id") -> bytes:
@@ -20,11 +20,11 @@ def video(labels=(1, 2), video_id="abcd", rgb_size=1024, id_key="id") -> bytes:
 
 def decode(payloads, num_classes=3862):
     out = np.zeros((len(payloads), 1152), np.float32)
-    return decode_tf_layout(PackedRecords.join(payloads), WANTED, num_classes, out), out
+    return decode_packed(PackedRecords.join(payloads), WANTED, num_classes, out), out
 
 
 @pytest.mark.parametrize("name", ["video/train00.tfrecord", "video_gzip/train00.tfrecord.gz"])
-def test_tensorflow_written_records_all_take_the_array_walk(fixtures_dir, name):
+def test_tensorflow_written_records_all_take_the_native_decoder(fixtures_dir, name):
     path = fixtures_dir / name
     records = load_sidecar(path)["records"]
     decoded, out = decode([payload for _, payload in read_records(str(path))])
@@ -63,7 +63,7 @@ def test_ids_of_mixed_lengths_and_non_ascii_text_are_decoded_exactly():
 
 def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixtures_dir):
     """Random byte changes in real records: the batch decoder gives exactly what decode_video gives, or the
-    same error; whatever the array walk takes, it takes right."""
+    same error; whatever the native decoder takes, it takes right."""
     from yt8m.data.example import RecordError, decode_video, decode_video_batch
 
     payloads = [payload for _, payload in read_records(str(fixtures_dir / "video" / "train00.tfrecord"))][:40]
@@ -91,7 +91,7 @@ def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixt
         assert batch.video_ids[1] == expected[0] and batch.labels.lists()[1] == expected[1].tolist()
         assert np.array_equal(batch.features[1].view(np.uint32), expected[2].view(np.uint32))
         taken += bool(decode([payload])[0].done[0])
-    assert taken > 50  # the walk still takes records whose changed bytes leave the layout intact
+    assert taken > 50  # it still takes records whose changed bytes leave them well-formed
 
 
 def test_an_empty_batch_decodes_to_nothing():

@@ -224,6 +224,46 @@ def test_decode_errors_name_file_record_and_field(tmp_path):
     assert str(path) in message and str(second_record_offset) in message and "mean_audio" in message
 
 
+def test_decode_error_in_a_batch_spanning_files_names_the_right_file_and_offset(tmp_path):
+    """A batch drawn from two shards (copied together, not decoded in the reader's buffer) still names the
+    shard and offset of its bad record."""
+    write_small_shards(tmp_path, [3])
+    bad = tmp_path / "part-999.tfrecord"
+    good = {"mean_rgb": np.zeros(4, np.float32), "mean_audio": np.zeros(2, np.float32)}
+    with TFRecordWriter(str(bad)) as writer:
+        writer.write(encode_video_example("good", [1], good))
+        writer.write(encode_video_example("bad", [1], {**good, "mean_rgb": np.zeros(5, np.float32)}))
+    second_record_offset = 16 + len(encode_video_example("good", [1], good))
+    with pytest.raises(RecordError) as caught:
+        read_all(YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=8))
+    assert f"{bad}: record at byte offset {second_record_offset}:" in str(caught.value)
+    assert "mean_rgb" in str(caught.value)
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 7, 64])
+def test_in_order_batches_are_whole_across_files_and_reader_buffers(tmp_path, batch_size):
+    """Records of 300 KB (a 1 MB reader buffer holds three) in shards of 10, 3 and 8: every batch is full but
+    the last, in file order, each record intact."""
+    folder = tmp_path / "big"
+    folder.mkdir()
+    spec = FeatureSpec(["mean_rgb", "mean_audio"], [75_000, 2], frame_features=False, num_classes=10)
+    index = 0
+    for shard, size in enumerate([10, 3, 8]):
+        with TFRecordWriter(str(folder / f"part-{shard}.tfrecord")) as writer:
+            for _ in range(size):
+                features = {"mean_rgb": np.full(75_000, index, np.float32), "mean_audio": np.ones(2, np.float32)}
+                writer.write(encode_video_example(f"v{index:02d}", [index % 10], features))
+                index += 1
+    batches = read_all(YT8MDataset(str(folder / "*.tfrecord"), spec, batch_size=batch_size))
+    sizes = [len(batch["video_ids"]) for batch in batches]
+    assert sizes == [batch_size] * (21 // batch_size) + ([21 % batch_size] if 21 % batch_size else [])
+    assert ids_of(batches) == [f"v{i:02d}" for i in range(21)]
+    features = torch.cat([batch["features"] for batch in batches])
+    assert torch.equal(features[:, :75_000], torch.arange(21, dtype=torch.float32)[:, None].expand(21, 75_000))
+    labels = torch.cat([batch["labels"] for batch in batches])
+    assert labels.nonzero()[:, 1].tolist() == [i % 10 for i in range(21)]
+
+
 def test_label_out_of_range_is_an_error(tmp_path):
     path = tmp_path / "labels.tfrecord"
     with TFRecordWriter(str(path)) as writer:

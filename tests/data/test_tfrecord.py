@@ -8,10 +8,11 @@ import shutil
 import uuid
 
 import fsspec
+import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern, read_records
+from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern, read_record_chunks, read_records
 
 VALID_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
                "video_2017/train00.tfrecord", "video_gzip/train00.tfrecord.gz",
@@ -163,3 +164,41 @@ def test_gzip_highly_compressible_and_concatenated_members(tmp_path):
     joined = tmp_path / "joined.tfrecord"
     joined.write_bytes(first.read_bytes() + second.read_bytes())
     assert [p for _, p in read_records(str(joined))] == [bytes(3_000_000), b"x", b"second member"]
+
+
+def chunk_payloads(chunk) -> list[bytes]:
+    return [chunk.data[start:end].tobytes() for start, end in zip(chunk.starts, chunk.ends)]
+
+
+def test_whole_chunks_hold_as_many_records_as_asked_for(tmp_path):
+    """Records of 100 KB to 700 KB against a 1 MB starting buffer: with whole=True a chunk is short only at the
+    end; send(n) changes how many the next one holds; offsets are the records' own."""
+    rng = np.random.default_rng(0)
+    payloads = [rng.bytes(int(size)) for size in rng.integers(100_000, 700_000, 23)]
+    path = str(tmp_path / "big.tfrecord")
+    write_records(path, payloads)
+    chunks = read_record_chunks(path, 4, whole=True)
+    got, sizes, offsets = [], [], []
+    chunk = next(chunks)
+    while True:
+        got += chunk_payloads(chunk)
+        sizes.append(len(chunk.starts))
+        offsets += chunk.offsets.tolist()
+        try:
+            chunk = chunks.send(6 if len(sizes) == 2 else None)
+        except StopIteration:
+            break
+    assert got == payloads
+    assert sizes == [4, 4, 6, 6, 3]
+    assert offsets == [offset for offset, _ in read_records(path)]
+    assert offsets == np.cumsum([0] + [16 + len(p) for p in payloads[:-1]]).tolist()
+
+
+def test_chunks_before_a_corrupt_record_are_handed_out_first(fixtures_dir):
+    name = "corrupt/video_bad_data_crc.tfrecord"
+    bad_index = load_sidecar(fixtures_dir / name)["corruption"]["bad_record_index"]
+    read = []
+    with pytest.raises(CorruptRecordError, match="payload CRC mismatch"):
+        for chunk in read_record_chunks(str(fixtures_dir / name), 1000, whole=True):
+            read += chunk_payloads(chunk)
+    assert len(read) == bad_index

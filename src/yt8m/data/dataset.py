@@ -6,9 +6,10 @@ sets that fit in RAM can be decoded once and served from memory.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Generator, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from yt8m.config import DataConfig, feature_layout
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.example import LabelIds, RecordError, decode_frame, decode_video_batch, dequantize
-from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
+from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
 SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
@@ -145,7 +146,7 @@ def _video_batch(packed: PackedRecords, sources: list[tuple[str, int]], spec: Fe
 
 
 def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
-    """Batches of records, each payload copied once into one array (from the reader's buffer when borrowed).
+    """Batches of records (shuffled ones), each payload copied once into one array.
 
     The array is reused: each batch is valid only until the next is asked for (the caller decodes it first).
     Reuse and sizing matter: growing a bytearray record by record copied it over and over, and a fresh
@@ -166,6 +167,61 @@ def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple
         if not ends:
             return
         yield PackedRecords(data[:end], ends), sources
+
+
+class _Sources:
+    """Each record's (path, byte offset) in a batch, for errors: one offsets array per file the batch draws on."""
+
+    def __init__(self, pieces: list[tuple[str, np.ndarray]]):
+        self.pieces = pieces
+
+    def __getitem__(self, index: int) -> tuple[str, int]:
+        for path, offsets in self.pieces:
+            if index < len(offsets):
+                return path, int(offsets[index])
+            index -= len(offsets)
+        raise IndexError(index)
+
+
+class _BatchAssembly:
+    """The records of a batch that spans chunks or files, copied into one reused array as they come: each chunk's
+    span from its first payload to its last in one copy, framing bytes included (PackedRecords skips them)."""
+
+    def __init__(self) -> None:
+        self.data = np.empty(1 << 20, np.uint8)
+        self.clear()
+
+    def clear(self) -> None:
+        self.size, self.starts, self.ends, self.pieces = 0, [], [], []
+
+    def __len__(self) -> int:
+        return sum(len(ends) for ends in self.ends)
+
+    def add(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, path: str, offsets: np.ndarray) -> None:
+        if not len(starts):
+            return
+        first, last = int(starts[0]), int(ends[-1])
+        if self.size + last - first > len(self.data):
+            grown = np.empty(max(2 * len(self.data), self.size + last - first), np.uint8)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+        self.data[self.size:self.size + last - first] = data[first:last]
+        self.starts.append(starts + (self.size - first))
+        self.ends.append(ends + (self.size - first))
+        self.size += last - first
+        self.pieces.append((path, offsets.copy()))
+
+    def packed(self) -> tuple[PackedRecords, _Sources]:
+        return (PackedRecords(self.data[:self.size], np.concatenate(self.ends), np.concatenate(self.starts)),
+                _Sources(self.pieces))
+
+
+def next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
+    """The next chunk of up to `limit` records (the first: as many as the generator was made for), or None."""
+    try:
+        return next(chunks) if inspect.getgeneratorstate(chunks) == inspect.GEN_CREATED else chunks.send(limit)
+    except StopIteration:
+        return None
 
 
 def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
@@ -257,20 +313,44 @@ class YT8MDataset(IterableDataset):
         return itertools.chain.from_iterable(per_file)
 
     def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
-        # Video-level records read in order are copied into their batch at once (_packed_chunks).
-        borrowed = not self.shuffle and not self.spec.frame_features
-        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt, borrowed=borrowed)
+        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
+
+    def _in_order_packed(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[PackedRecords, _Sources]]:
+        """Video-level batches in file order. A batch that lies in one chunk of the reader's buffer (the usual case)
+        is decoded where it lies, with no copy; one that spans chunks or files is copied together."""
+        assembly = _BatchAssembly()
+        for path, stride, phase in shares:
+            limit = (self.batch_size - len(assembly)) * stride  # records asked for in the next chunk
+            chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt, whole=True)
+            first = 0  # the file index of the chunk's first record
+            while (chunk := next_chunk(chunks, limit)) is not None:
+                taken = slice((phase - first) % stride, None, stride)
+                starts, ends, offsets = chunk.starts[taken], chunk.ends[taken], chunk.offsets[taken]
+                first += len(chunk.starts)
+                if not len(assembly) and len(starts) == self.batch_size:
+                    yield PackedRecords(chunk.data, ends, starts), _Sources([(path, offsets)])
+                else:
+                    assembly.add(chunk.data, starts, ends, path, offsets)
+                    if len(assembly) == self.batch_size:
+                        yield assembly.packed()
+                        assembly.clear()
+                limit = (self.batch_size - len(assembly)) * stride
+        if len(assembly):
+            yield assembly.packed()
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
-        records = self._records(reader_shares(self._epoch_paths(), reader, readers))
+        shares = reader_shares(self._epoch_paths(), reader, readers)
+        records = self._records(shares)
         if self.shuffle:
             records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
         if self.spec.frame_features:
             batches = self._frame_batches(records)
         else:
-            batches = ((_video_batch(packed, sources, self.spec), len(packed.data) + RECORD_OVERHEAD_BYTES * len(packed))
-                       for packed, sources in _packed_chunks(records, self.batch_size))
+            packed_batches = _packed_chunks(records, self.batch_size) if self.shuffle else self._in_order_packed(shares)
+            batches = ((_video_batch(packed, sources, self.spec),
+                        int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed))
+                       for packed, sources in packed_batches)
         for batch, record_bytes in batches:
             if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return

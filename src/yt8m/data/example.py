@@ -11,7 +11,7 @@ from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.batch_decode import PackedRecords, decode_tf_layout
+from yt8m.data.batch_decode import PackedRecords, decode_packed
 from yt8m.data.wire import (ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64,
                             LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32,
                             WIRE_FIXED64, WIRE_GROUP_END, WIRE_GROUP_START, WIRE_LEN, WIRE_VARINT)
@@ -542,8 +542,8 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
     """decode_video over many records (payloads, or PackedRecords as a reader fills them), the features written
     into `out` when given (a C-contiguous float32 array of shape [N, sum of sizes]).
 
-    The hot path of video-level reading: records as TensorFlow lays them out are decoded all at once
-    (batch_decode.py), any other valid encoding record by record. A RecordError raised here has
+    The hot path of video-level reading: the native decoder takes every well-formed record (batch_decode.py),
+    the rest are decoded (or their errors raised) record by record. A RecordError raised here has
     `batch_index` set to the position of the bad payload, so the caller can name its file and offset
     with `error.at(...)`.
     """
@@ -555,9 +555,9 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
     if len(set(feature_names)) != len(feature_names):
         raise ValueError(f"feature names repeat: {list(feature_names)}")
     columns = np.cumsum([0, *feature_sizes[:-1]]).tolist()
-    wanted = [(name.encode(), 4 * size, 4 * column) for name, size, column in zip(feature_names, feature_sizes, columns)]
+    wanted = [(name.encode(), size, column) for name, size, column in zip(feature_names, feature_sizes, columns)]
     packed = payloads if isinstance(payloads, PackedRecords) else PackedRecords.join(payloads)
-    fast = decode_tf_layout(packed, wanted, num_classes, out)
+    fast = decode_packed(packed, wanted, num_classes, out)
     video_ids, rows, values = fast.video_ids, fast.label_rows, fast.label_values
     leftover = np.flatnonzero(~fast.done).tolist()
     if leftover:

@@ -9,10 +9,13 @@ import gzip
 import logging
 import struct
 import zlib
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional
 
 import crc32c
 import fsspec
+import numpy as np
+
+from yt8m.data import _native as native
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +24,7 @@ FOOTER_SIZE = 4  # uint32 masked CRC of the payload
 _MASK_DELTA = 0xA282EAD8
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK_SIZE = 1 << 20
-_LENGTH_HEADER = struct.Struct("<QI")
+_RECORDS_PER_CHUNK = 256
 _UINT32 = struct.Struct("<I")
 _UINT64 = struct.Struct("<Q")
 
@@ -138,67 +141,120 @@ def _record_stream(raw: BinaryIO) -> BinaryIO:
     return raw
 
 
-def _refill(stream: BinaryIO, view: memoryview, pos: int, fill: int, needed: int,
-            path: str, offset: int) -> tuple[memoryview, int]:
-    """Move the unread bytes view[pos:fill] to the front and read more, until `needed` bytes or the end.
+class RecordChunk(NamedTuple):
+    """Verified records lying in one buffer: payload i is data[starts[i]:ends[i]], its record at byte `offsets[i]`
+    of the uncompressed stream. Borrowed: the buffer is reused once the next chunk is asked for."""
 
-    Reading into one reused buffer avoids allocating (and page-faulting) a fresh chunk per read.
-    A damaged GZIP stream is a corrupt record at `offset`, the first record not read whole.
+    data: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    offsets: np.ndarray
+
+
+class _ChunkReader:
+    """Frames a stream's records, up to `limit` per chunk, with native.frame_records over one reused buffer.
+
+    Reading into one buffer avoids allocating (and page-faulting) a fresh one per read. With `whole`, a chunk ends
+    short only at the end of the file or before a corrupt record: the buffer doubles when a chunk's records do not
+    fit in half of it, so `limit` records can be decoded as one batch where they lie. Without, a chunk ends where
+    the buffer's bytes do, and the buffer stays near one record's size or 1 MB.
     """
-    tail = bytes(view[pos:fill])
-    if needed > len(view):
-        view = memoryview(bytearray(max(needed, 2 * len(view))))
-    view[:len(tail)] = tail
-    fill = len(tail)
-    while fill < needed:
+
+    def __init__(self, stream: BinaryIO, path: str, limit: int, whole: bool):
+        self.stream, self.path, self.limit, self.whole = stream, path, limit, whole
+        self.data = np.empty(_CHUNK_SIZE, np.uint8)
+        self.starts, self.ends = np.empty(limit, np.int64), np.empty(limit, np.int64)
+        self.pos = self.fill = self.base = 0  # data[pos:fill] holds unframed bytes; base: stream offset of data[0]
+        self.at_end = False
+        self.stream_error: Optional[Exception] = None  # a damaged GZIP stream, raised after the bytes before it
+
+    def chunks(self) -> Generator[RecordChunk, Optional[int], None]:
+        count = 0
+        while True:
+            count, self.pos, status, needed = native.frame_records(
+                self.data, self.pos, self.fill, self.limit, self.starts, self.ends, count)
+            if status == native.FRAME_LIMIT:
+                self.limit = (yield self._chunk(count)) or self.limit
+                if self.limit > len(self.starts):
+                    self.starts, self.ends = np.empty(self.limit, np.int64), np.empty(self.limit, np.int64)
+                count = 0
+                continue
+            if status == native.FRAME_NEED_BYTES and not self.at_end:
+                if count and not self.whole:
+                    yield self._chunk(count)
+                    count = 0
+                self._refill(count, needed)
+                continue
+            if count:
+                yield self._chunk(count)
+            if status != native.FRAME_NEED_BYTES:
+                raise self._corrupt(status)
+            if self.stream_error is not None:
+                raise CorruptRecordError(self.path, self.base + self.pos, "corrupted record",
+                                         f"GZIP stream: {self.stream_error}") from self.stream_error
+            if self.fill > self.pos:
+                raise self._truncated(needed)
+            return
+
+    def _chunk(self, count: int) -> RecordChunk:
+        starts, ends = self.starts[:count], self.ends[:count]
+        return RecordChunk(self.data, starts, ends, starts + (self.base - HEADER_SIZE))
+
+    def _refill(self, count: int, needed: int) -> None:
+        """Keep the bytes from the first record not yet handed out, move them to the front, and read more."""
+        keep = int(self.starts[0]) - HEADER_SIZE if count else self.pos
+        tail = self.fill - keep
+        if tail > len(self.data) // 2 or self.pos - keep + needed > len(self.data):
+            grown = np.empty(max(2 * len(self.data), self.pos - keep + needed), np.uint8)
+            grown[:tail] = self.data[keep:self.fill]
+            self.data = grown
+        else:
+            self.data[:tail] = self.data[keep:self.fill]
+        self.starts[:count] -= keep
+        self.ends[:count] -= keep
+        self.base, self.pos, self.fill = self.base + keep, self.pos - keep, tail
+        view = memoryview(self.data)
+        while self.fill < len(self.data):
+            try:
+                read = self.stream.readinto(view[self.fill:])
+            except (EOFError, zlib.error) as err:
+                self.stream_error, read = err, 0
+            if not read:
+                self.at_end = True
+                break
+            self.fill += read
+
+    def _corrupt(self, status: int) -> CorruptRecordError:
+        at = self.base + self.pos
+        if status == native.FRAME_BAD_LENGTH_CRC:
+            return CorruptRecordError(self.path, at, "corrupted record", "length CRC mismatch")
+        return CorruptRecordError(self.path, at + HEADER_SIZE, "corrupted record",
+                                  f"payload CRC mismatch in the record starting at {at}")
+
+    def _truncated(self, needed: int) -> CorruptRecordError:
+        left = self.fill - self.pos
+        if needed == HEADER_SIZE:
+            detail = f"{left} bytes left, a record header takes {HEADER_SIZE}"
+        else:
+            detail = f"payload of {needed - HEADER_SIZE - FOOTER_SIZE} bytes, {left - HEADER_SIZE} left in the file"
+        return CorruptRecordError(self.path, self.base + self.pos, "truncated record", detail)
+
+
+def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
+                       on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None,
+                       whole: bool = False) -> Generator[RecordChunk, Optional[int], None]:
+    """One file's records as RecordChunks of up to `limit` records each; `send(n)` asks for up to n in the next
+    chunk instead. With `whole`, every chunk but the file's last (or the last before a corrupt record) holds as
+    many as asked for. Errors as in read_records."""
+    with fsspec.open(path, "rb") as raw:
         try:
-            count = stream.readinto(view[fill:])
-        except (EOFError, zlib.error) as err:
-            raise CorruptRecordError(path, offset, "corrupted record", f"GZIP stream: {err}") from err
-        if not count:
-            break
-        fill += count
-    return view, fill
-
-
-def _scan_records(stream: BinaryIO, path: str, borrowed: bool) -> Iterator[tuple[int, bytes]]:
-    # The hot loop of every reader: CRC checks inlined (masked as in masked_crc32c) and the functions it
-    # calls bound to locals, as calls and global lookups are a good part of its time per record.
-    read_header, read_crc = _LENGTH_HEADER.unpack_from, _UINT32.unpack_from
-    crc32, mask_delta = crc32c.crc32c, _MASK_DELTA
-    view = memoryview(bytearray(_CHUNK_SIZE))
-    pos = fill = base = 0  # view[pos:fill] holds unread bytes; base is the stream offset of view[0]
-    known_lengths: dict[int, int] = {}  # length -> its masked CRC, as verified
-    while True:
-        if fill - pos < HEADER_SIZE:
-            view, fill = _refill(stream, view, pos, fill, HEADER_SIZE, path, base + pos)
-            base, pos = base + pos, 0
-            if fill < HEADER_SIZE:
-                if fill == 0:
-                    return
-                raise CorruptRecordError(path, base, "truncated record",
-                                         f"{fill} bytes left, a record header takes {HEADER_SIZE}")
-        length, length_crc = read_header(view, pos)
-        if known_lengths.get(length) != length_crc:  # records of a file share a few lengths: check each once
-            crc = crc32(view[pos:pos + 8])
-            if (((crc >> 15) | (crc << 17)) + mask_delta) & 0xFFFFFFFF != length_crc:
-                raise CorruptRecordError(path, base + pos, "corrupted record", "length CRC mismatch")
-            known_lengths[length] = length_crc
-        record_size = HEADER_SIZE + length + FOOTER_SIZE
-        if pos + record_size > fill:
-            view, fill = _refill(stream, view, pos, fill, record_size, path, base + pos)
-            base, pos = base + pos, 0
-            if record_size > fill:
-                raise CorruptRecordError(path, base, "truncated record",
-                                         f"payload of {length} bytes, {fill - HEADER_SIZE} left in the file")
-        end = pos + HEADER_SIZE + length
-        payload = view[pos + HEADER_SIZE:end] if borrowed else bytes(view[pos + HEADER_SIZE:end])
-        crc = crc32(payload)
-        if (((crc >> 15) | (crc << 17)) + mask_delta) & 0xFFFFFFFF != read_crc(view, end)[0]:
-            raise CorruptRecordError(path, base + pos + HEADER_SIZE, "corrupted record",
-                                     f"payload CRC mismatch in the record starting at {base + pos}")
-        yield base + pos, payload
-        pos = end + FOOTER_SIZE
+            yield from _ChunkReader(_record_stream(raw), path, limit, whole).chunks()
+        except CorruptRecordError as err:
+            if not skip_corrupt:
+                raise
+            logger.warning("%s; skipping the rest of this file", err)
+            if on_corrupt is not None:
+                on_corrupt(err)
 
 
 def read_records(path: str, skip_corrupt: bool = False,
@@ -211,16 +267,10 @@ def read_records(path: str, skip_corrupt: bool = False,
     a truncated record raises CorruptRecordError naming the file and offset; with `skip_corrupt` the rest
     of that file is skipped with a warning and `on_corrupt(error)` is called.
     """
-    with fsspec.open(path, "rb") as raw:
-        stream = _record_stream(raw)
-        try:
-            yield from _scan_records(stream, path, borrowed)
-        except CorruptRecordError as err:
-            if not skip_corrupt:
-                raise
-            logger.warning("%s; skipping the rest of this file", err)
-            if on_corrupt is not None:
-                on_corrupt(err)
+    for chunk in read_record_chunks(path, _RECORDS_PER_CHUNK, skip_corrupt, on_corrupt):
+        view = memoryview(chunk.data)
+        for offset, start, end in zip(chunk.offsets.tolist(), chunk.starts.tolist(), chunk.ends.tolist()):
+            yield offset, view[start:end] if borrowed else bytes(view[start:end])
 
 
 class TFRecordWriter:
