@@ -170,28 +170,36 @@ def chunk_payloads(chunk) -> list[bytes]:
     return [chunk.data[start:end].tobytes() for start, end in zip(chunk.starts, chunk.ends)]
 
 
-def test_whole_chunks_hold_as_many_records_as_asked_for(tmp_path):
-    """Records of 100 KB to 700 KB against a 1 MB starting buffer: with whole=True a chunk is short only at the
-    end; send(n) changes how many the next one holds; offsets are the records' own."""
-    rng = np.random.default_rng(0)
-    payloads = [rng.bytes(int(size)) for size in rng.integers(100_000, 700_000, 23)]
-    path = str(tmp_path / "big.tfrecord")
-    write_records(path, payloads)
-    chunks = read_record_chunks(path, 4, whole=True)
-    got, sizes, offsets = [], [], []
+def read_chunks(path: str, limit: int, limit_after_second: int) -> tuple[list[bytes], list[int], list[int]]:
+    chunks = read_record_chunks(path, limit)
+    payloads, sizes, offsets = [], [], []
     chunk = next(chunks)
     while True:
-        got += chunk_payloads(chunk)
+        payloads += chunk_payloads(chunk)
         sizes.append(len(chunk.starts))
         offsets += chunk.offsets.tolist()
         try:
-            chunk = chunks.send(6 if len(sizes) == 2 else None)
+            chunk = chunks.send(limit_after_second if len(sizes) == 2 else None)
         except StopIteration:
-            break
+            return payloads, sizes, offsets
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_chunks_hand_out_every_record_as_many_as_asked_for(tmp_path, compression):
+    """Records of 100 KB to 700 KB: a local plain file (framed where it lies, mapped) gives chunks of exactly the
+    records asked for, send(n) changing that; a GZIP stream through a 1 MB buffer gives at most that many. Either
+    way every record comes once, in order, at its own offset."""
+    rng = np.random.default_rng(0)
+    payloads = [rng.bytes(int(size)) for size in rng.integers(100_000, 700_000, 23)]
+    path = str(tmp_path / "big.tfrecord")
+    write_records(path, payloads, compression)
+    got, sizes, offsets = read_chunks(path, 4, 6)
     assert got == payloads
-    assert sizes == [4, 4, 6, 6, 3]
-    assert offsets == [offset for offset, _ in read_records(path)]
     assert offsets == np.cumsum([0] + [16 + len(p) for p in payloads[:-1]]).tolist()
+    if compression is None:
+        assert sizes == [4, 4, 6, 6, 3]
+    else:
+        assert max(sizes[:2]) <= 4 and max(sizes) <= 6 and len(sizes) > 5
 
 
 def test_chunks_before_a_corrupt_record_are_handed_out_first(fixtures_dir):
@@ -199,6 +207,21 @@ def test_chunks_before_a_corrupt_record_are_handed_out_first(fixtures_dir):
     bad_index = load_sidecar(fixtures_dir / name)["corruption"]["bad_record_index"]
     read = []
     with pytest.raises(CorruptRecordError, match="payload CRC mismatch"):
-        for chunk in read_record_chunks(str(fixtures_dir / name), 1000, whole=True):
+        for chunk in read_record_chunks(str(fixtures_dir / name), 1000):
             read += chunk_payloads(chunk)
     assert len(read) == bad_index
+
+
+def test_random_bytes_are_a_corrupt_record_not_a_crash(tmp_path):
+    """Garbage of every short length, and long garbage behind a valid record: a CorruptRecordError each time."""
+    rng = np.random.default_rng(3)
+    valid = tmp_path / "valid.tfrecord"
+    write_records(str(valid), [b"first record"])
+    for size in list(range(1, 40)) + [1000, 100_000]:
+        path = tmp_path / f"garbage{size}.tfrecord"
+        path.write_bytes(valid.read_bytes() + rng.bytes(size))
+        read = []
+        with pytest.raises(CorruptRecordError, match=str(path)):
+            for _, payload in read_records(str(path)):
+                read.append(payload)
+        assert read == [b"first record"]

@@ -47,20 +47,19 @@ static int masked_crc(const uint8_t *data, Py_ssize_t size, uint32_t *masked) {
 }
 
 PyDoc_STRVAR(frame_records_doc,
-"frame_records(buffer, pos, fill, limit, starts, ends, count) -> (count, pos, status, needed)\n\n"
-"Verify and locate the records of buffer[pos:fill] until `limit` records are held or one is incomplete or\n"
-"corrupt: payload i lies at buffer[starts[i]:ends[i]] (int64 arrays), written from index `count` on.\n"
-"Returns the new count, the position after the last record taken, the status (FRAME_LIMIT, FRAME_NEED_BYTES,\n"
-"FRAME_BAD_LENGTH_CRC or FRAME_BAD_PAYLOAD_CRC, the last two at the returned position) and, when bytes are\n"
-"needed, how many the record at that position takes in all.");
+"frame_records(buffer, pos, fill, limit, starts, ends) -> (count, pos, status, needed)\n\n"
+"Verify and locate the records of buffer[pos:fill] until `limit` records are taken or one is incomplete or\n"
+"corrupt: payload i lies at buffer[starts[i]:ends[i]] (int64 arrays). Returns how many were taken, the position\n"
+"after them, the status (FRAME_LIMIT, FRAME_NEED_BYTES, or FRAME_BAD_LENGTH_CRC / FRAME_BAD_PAYLOAD_CRC for the\n"
+"record at that position) and, when bytes are needed, how many the record at that position takes in all.");
 
 static PyObject *frame_records(PyObject *self, PyObject *args) {
     Py_buffer buffer, starts, ends;
-    Py_ssize_t pos, fill, limit, count;
-    if (!PyArg_ParseTuple(args, "y*nnnw*w*n", &buffer, &pos, &fill, &limit, &starts, &ends, &count)) return NULL;
+    Py_ssize_t pos, fill, limit, count = 0;
+    if (!PyArg_ParseTuple(args, "y*nnnw*w*", &buffer, &pos, &fill, &limit, &starts, &ends)) return NULL;
     PyObject *result = NULL;
     Py_ssize_t capacity = (starts.len < ends.len ? starts.len : ends.len) / (Py_ssize_t)sizeof(int64_t);
-    if (pos < 0 || fill > buffer.len || pos > fill || count < 0 || limit > capacity || count > limit) {
+    if (pos < 0 || fill > buffer.len || pos > fill || limit < 0 || limit > capacity) {
         PyErr_SetString(PyExc_ValueError, "frame_records: positions or counts out of range");
         goto done;
     }

@@ -29,10 +29,10 @@ class PackedRecords:
 
     def __init__(self, data: np.ndarray, ends: Sequence[int], starts: Optional[Sequence[int]] = None):
         self.data = data
-        self.ends = np.asarray(ends, dtype=np.int64)
+        self.ends = np.ascontiguousarray(ends, dtype=np.int64)
         if starts is None:
             starts = np.concatenate([[0], self.ends])[:-1]
-        self.starts = np.asarray(starts, dtype=np.int64)
+        self.starts = np.ascontiguousarray(starts, dtype=np.int64)
 
     @classmethod
     def join(cls, payloads: Sequence[bytes]) -> "PackedRecords":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from dataclasses import dataclass
-from typing import Generator, Iterable, Iterator, Optional
+from typing import Callable, Generator, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -130,21 +130,6 @@ def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Ba
     return batch
 
 
-def _video_batch(packed: PackedRecords, sources: list[tuple[str, int]], spec: FeatureSpec) -> Batch:
-    """One video-level batch, decoded straight into one [B, D] tensor; labels as LabelIds (see finish_batch).
-
-    `sources` gives each record's (path, byte offset), for errors."""
-    # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
-    shape = (len(packed), spec.feature_size)
-    features = _zero_features(shape) if get_worker_info() is not None else torch.empty(shape)
-    try:
-        decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes,
-                                     out=features.numpy())
-    except RecordError as err:
-        raise err.at(*sources[err.batch_index]) from err
-    return {"video_ids": decoded.video_ids, "features": features, "labels": decoded.labels}
-
-
 def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
     """Batches of records (shuffled ones), each payload copied once into one array.
 
@@ -169,51 +154,41 @@ def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple
         yield PackedRecords(data[:end], ends), sources
 
 
-class _Sources:
-    """Each record's (path, byte offset) in a batch, for errors: one offsets array per file the batch draws on."""
+class _VideoBatchBuilder:
+    """A video-level batch decoded piece by piece straight into its rows of one [B, D] tensor. In file order a piece
+    is the records of one chunk of a reader's buffer, decoded where they lie, never copied: the whole batch at once
+    from a mapped local file (but where it spans files), a buffer's worth from a stream. Labels stay LabelIds (see
+    finish_batch)."""
 
-    def __init__(self, pieces: list[tuple[str, np.ndarray]]):
-        self.pieces = pieces
+    def __init__(self, batch_size: int, spec: FeatureSpec):
+        self.spec = spec
+        shape = (batch_size, spec.feature_size)
+        # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
+        self.features = _zero_features(shape) if get_worker_info() is not None else torch.empty(shape)
+        self.count = self.record_bytes = 0
+        self.video_ids: list[str] = []
+        self.labels: list[LabelIds] = []
 
-    def __getitem__(self, index: int) -> tuple[str, int]:
-        for path, offsets in self.pieces:
-            if index < len(offsets):
-                return path, int(offsets[index])
-            index -= len(offsets)
-        raise IndexError(index)
+    @property
+    def room(self) -> int:
+        return len(self.features) - self.count
 
+    def add(self, packed: PackedRecords, source: Callable[[int], tuple[str, int]]) -> None:
+        """Decode `packed` into the next rows; `source(i)` names record i's file and byte offset for errors."""
+        spec, rows = self.spec, self.features.numpy()[self.count:self.count + len(packed)]
+        try:
+            decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes, out=rows)
+        except RecordError as err:
+            raise err.at(*source(err.batch_index)) from err
+        self.count += len(packed)
+        self.record_bytes += int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed)
+        self.video_ids += decoded.video_ids
+        self.labels.append(decoded.labels)
 
-class _BatchAssembly:
-    """The records of a batch that spans chunks or files, copied into one reused array as they come: each chunk's
-    span from its first payload to its last in one copy, framing bytes included (PackedRecords skips them)."""
-
-    def __init__(self) -> None:
-        self.data = np.empty(1 << 20, np.uint8)
-        self.clear()
-
-    def clear(self) -> None:
-        self.size, self.starts, self.ends, self.pieces = 0, [], [], []
-
-    def __len__(self) -> int:
-        return sum(len(ends) for ends in self.ends)
-
-    def add(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, path: str, offsets: np.ndarray) -> None:
-        if not len(starts):
-            return
-        first, last = int(starts[0]), int(ends[-1])
-        if self.size + last - first > len(self.data):
-            grown = np.empty(max(2 * len(self.data), self.size + last - first), np.uint8)
-            grown[:self.size] = self.data[:self.size]
-            self.data = grown
-        self.data[self.size:self.size + last - first] = data[first:last]
-        self.starts.append(starts + (self.size - first))
-        self.ends.append(ends + (self.size - first))
-        self.size += last - first
-        self.pieces.append((path, offsets.copy()))
-
-    def packed(self) -> tuple[PackedRecords, _Sources]:
-        return (PackedRecords(self.data[:self.size], np.concatenate(self.ends), np.concatenate(self.starts)),
-                _Sources(self.pieces))
+    def finish(self) -> tuple[Batch, int]:
+        features = self.features[:self.count] if self.room else self.features
+        return ({"video_ids": self.video_ids, "features": features, "labels": LabelIds.concat(self.labels)},
+                self.record_bytes)
 
 
 def next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
@@ -315,28 +290,31 @@ class YT8MDataset(IterableDataset):
     def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
         return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
 
-    def _in_order_packed(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[PackedRecords, _Sources]]:
-        """Video-level batches in file order. A batch that lies in one chunk of the reader's buffer (the usual case)
-        is decoded where it lies, with no copy; one that spans chunks or files is copied together."""
-        assembly = _BatchAssembly()
+    def _in_order_video_batches(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[Batch, int]]:
+        """Video-level batches in file order, each decoded chunk by chunk of the readers' buffers."""
+        batch = _VideoBatchBuilder(self.batch_size, self.spec)
         for path, stride, phase in shares:
-            limit = (self.batch_size - len(assembly)) * stride  # records asked for in the next chunk
-            chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt, whole=True)
+            limit = batch.room * stride
+            chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt)
             first = 0  # the file index of the chunk's first record
             while (chunk := next_chunk(chunks, limit)) is not None:
                 taken = slice((phase - first) % stride, None, stride)
-                starts, ends, offsets = chunk.starts[taken], chunk.ends[taken], chunk.offsets[taken]
                 first += len(chunk.starts)
-                if not len(assembly) and len(starts) == self.batch_size:
-                    yield PackedRecords(chunk.data, ends, starts), _Sources([(path, offsets)])
-                else:
-                    assembly.add(chunk.data, starts, ends, path, offsets)
-                    if len(assembly) == self.batch_size:
-                        yield assembly.packed()
-                        assembly.clear()
-                limit = (self.batch_size - len(assembly)) * stride
-        if len(assembly):
-            yield assembly.packed()
+                offsets = chunk.offsets[taken]
+                batch.add(PackedRecords(chunk.data, chunk.ends[taken], chunk.starts[taken]),
+                          lambda index: (path, int(offsets[index])))
+                if not batch.room:
+                    yield batch.finish()
+                    batch = _VideoBatchBuilder(self.batch_size, self.spec)
+                limit = batch.room * stride
+        if batch.count:
+            yield batch.finish()
+
+    def _shuffled_video_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
+        for packed, sources in _packed_chunks(records, self.batch_size):
+            batch = _VideoBatchBuilder(len(packed), self.spec)
+            batch.add(packed, sources.__getitem__)
+            yield batch.finish()
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
@@ -347,10 +325,7 @@ class YT8MDataset(IterableDataset):
         if self.spec.frame_features:
             batches = self._frame_batches(records)
         else:
-            packed_batches = _packed_chunks(records, self.batch_size) if self.shuffle else self._in_order_packed(shares)
-            batches = ((_video_batch(packed, sources, self.spec),
-                        int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed))
-                       for packed, sources in packed_batches)
+            batches = self._shuffled_video_batches(records) if self.shuffle else self._in_order_video_batches(shares)
         for batch, record_bytes in batches:
             if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return

@@ -513,6 +513,15 @@ class LabelIds(NamedTuple):
         values = np.fromiter(itertools.chain.from_iterable(labels_list), dtype=np.int64, count=sum(counts))
         return cls(values, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64))
 
+    @classmethod
+    def concat(cls, pieces: Sequence["LabelIds"]) -> "LabelIds":
+        """The videos of `pieces`, one after another."""
+        if not pieces:
+            return cls(np.zeros(0, np.int64), np.zeros(1, np.int64))
+        shifts = np.cumsum([0] + [len(piece.values) for piece in pieces[:-1]])
+        offsets = [pieces[0].offsets[:1]] + [piece.offsets[1:] + shift for piece, shift in zip(pieces, shifts)]
+        return cls(np.concatenate([piece.values for piece in pieces]), np.concatenate(offsets).astype(np.int64))
+
     def lists(self) -> list[list[int]]:
         bounds = self.offsets.tolist()
         return [self.values[start:end].tolist() for start, end in zip(bounds, bounds[1:])]
