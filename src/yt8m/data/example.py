@@ -246,10 +246,10 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
 # Why a hand-written scanner and not the `protobuf` package: upb parses a 4.7 kB YT8M Example in about
 # 1 us, but getting its 1152 floats out of the repeated-field containers into numpy costs about 9 us
 # more per record (measured here), while copying the packed little-endian bytes costs a fraction of a
-# microsecond. Video-level batches in the layout TensorFlow writes are decoded with array operations
-# (batch_decode.py); `_entry_header` reads that layout one map entry at a time (contexts, and the records the
-# batch leaves over); anything else goes through the complete parser (`_parse_features_full`), which also
-# produces every error.
+# microsecond. Video-level batches are decoded by the native decoder (batch_decode.py, _native.c);
+# `_entry_header` reads the layout TensorFlow writes one map entry at a time (contexts, single records, and the
+# records a batch leaves over); anything else goes through the complete parser (`_parse_features_full`), which
+# also produces every error.
 
 _KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
 _FLOAT32_LE = np.dtype("<f4")
@@ -595,7 +595,7 @@ def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
 
     The id comes from `id` (2018+) or `video_id` (2017); absent labels mean none. Raises RecordError
     naming the field for a missing feature, a wrong size or type, or a label id outside [0, num_classes).
-    One record is parsed on its own: decode_video_batch's array operations pay off over many.
+    One record is parsed on its own, in Python: decode_video_batch's call into C pays off over many.
     """
     features = np.empty(sum(feature_sizes), dtype=np.float32)
     video_id, labels = _decode_video_full(payload, feature_names, feature_sizes, num_classes, features)

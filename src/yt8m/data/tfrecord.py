@@ -270,19 +270,16 @@ def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
 
 
 def read_records(path: str, skip_corrupt: bool = False,
-                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None,
-                 borrowed: bool = False) -> Iterator[tuple[int, bytes]]:
+                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the record in the uncompressed stream, payload) for each record of one file.
 
-    With `borrowed`, a payload is a memoryview into the reader's buffer, valid only until the next
-    record is asked for: for a consumer that copies each one at once, sparing a copy. A CRC mismatch or
-    a truncated record raises CorruptRecordError naming the file and offset; with `skip_corrupt` the rest
-    of that file is skipped with a warning and `on_corrupt(error)` is called.
+    A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
+    `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
     """
     for chunk in read_record_chunks(path, _RECORDS_PER_CHUNK, skip_corrupt, on_corrupt):
         view = memoryview(chunk.data)
         for offset, start, end in zip(chunk.offsets.tolist(), chunk.starts.tolist(), chunk.ends.tolist()):
-            yield offset, view[start:end] if borrowed else bytes(view[start:end])
+            yield offset, bytes(view[start:end])
 
 
 class TFRecordWriter:
