@@ -80,7 +80,7 @@ static PyObject *frame_records(PyObject *self, PyObject *args) {
         uint64_t length = load_u64(data + pos);
         uint32_t length_crc = load_u32(data + pos + 8);
         int seen = 0;
-        for (int i = 0; i < known; i++) seen |= known_lengths[i] == length && known_crcs[i] == length_crc;
+        for (int i = 0; i < known && i < 4; i++) seen |= known_lengths[i] == length && known_crcs[i] == length_crc;
         if (!seen) {
             uint32_t crc;
             if (masked_crc(data + pos, 8, &crc) < 0) goto done;
