@@ -190,15 +190,24 @@ static int push_label(Labels *labels, int64_t row, int64_t value) {
     return 1;
 }
 
+/* The next value field (number 1) of a BytesList, FloatList or Int64List: 1, or 0 at the list's end, or -1 where
+ * it is malformed. */
+static int next_value(Cursor *list, int *wire, uint64_t *value, Cursor *content) {
+    uint64_t number;
+    while (list->p < list->end) {
+        if (!next_field(list, &number, wire, value, content)) return -1;
+        if (number == 1) return 1;
+    }
+    return 0;
+}
+
 /* Copy a FloatList's values (packed or not) into out[0:size]; false unless there are exactly `size`. */
 static int copy_floats(Cursor list, float *out, int64_t size) {
     int64_t count = 0;
-    uint64_t number, value;
-    int wire;
+    uint64_t value;
+    int wire, found;
     Cursor content;
-    while (list.p < list.end) {
-        if (!next_field(&list, &number, &wire, &value, &content)) return 0;
-        if (number != 1) continue;
+    while ((found = next_value(&list, &wire, &value, &content)) > 0) {
         if (wire != WIRE_LEN && wire != WIRE_FIXED32) return 0;
         Py_ssize_t bytes = content.end - content.p;
         if (bytes % 4 || count + bytes / 4 > size) return 0;
@@ -212,17 +221,15 @@ static int copy_floats(Cursor list, float *out, int64_t size) {
 #endif
         count += bytes / 4;
     }
-    return count == size;
+    return found == 0 && count == size;
 }
 
 /* Append an Int64List's values (packed or not) as labels of `row`; false for a value outside [0, num_classes). */
 static int read_labels(Cursor list, int64_t row, int64_t num_classes, Labels *labels) {
-    uint64_t number, value;
-    int wire;
+    uint64_t value;
+    int wire, found;
     Cursor content;
-    while (list.p < list.end) {
-        if (!next_field(&list, &number, &wire, &value, &content)) return 0;
-        if (number != 1) continue;
+    while ((found = next_value(&list, &wire, &value, &content)) > 0) {
         if (wire == WIRE_VARINT) {
             if (value >= (uint64_t)num_classes || !push_label(labels, row, (int64_t)value)) return 0;
             continue;
@@ -233,21 +240,19 @@ static int read_labels(Cursor list, int64_t row, int64_t num_classes, Labels *la
             if (!push_label(labels, row, (int64_t)value)) return 0;
         }
     }
-    return 1;
+    return found == 0;
 }
 
 /* The one value of a BytesList: false for none or several. */
 static int single_bytes(Cursor list, Cursor *value_out) {
-    uint64_t number, value;
-    int wire, found = 0;
+    uint64_t value;
+    int wire, found, values = 0;
     Cursor content;
-    while (list.p < list.end) {
-        if (!next_field(&list, &number, &wire, &value, &content)) return 0;
-        if (number != 1) continue;
-        if (wire != WIRE_LEN || found++) return 0;
+    while ((found = next_value(&list, &wire, &value, &content)) > 0) {
+        if (wire != WIRE_LEN || values++) return 0;
         *value_out = content;
     }
-    return found == 1;
+    return found == 0 && values == 1;
 }
 
 typedef struct {
