@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.models.base import BaseModel, starter_linear
+from yt8m.models.fused import MoeMixture, use_fused_kernels
 from yt8m.models.registry import register_model
 
 
@@ -47,19 +48,28 @@ class MoeModel(BaseModel):
         self.experts = starter_linear(feature_size, num_classes * moe_num_mixtures)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # The gates' softmax normalizer is common to log p and log(1 - p), so it cancels from the logit;
-        # what is left folds over the few mixtures with whole-[batch, classes] ops, as a softmax or
-        # logsumexp over a tiny last axis is many times slower on CPU.
-        batch, mixtures = features.shape[0], self.num_mixtures
-        gates = self.gates(features).view(batch, self.num_classes, mixtures + 1).unbind(-1)
-        experts = self.experts(features).view(batch, self.num_classes, mixtures).unbind(-1)
-        positive = [gate + F.logsigmoid(expert) for gate, expert in zip(gates, experts)]
-        # log sigmoid(-x) = log sigmoid(x) - x
-        negative = [gates[mixtures]] + [term - expert for term, expert in zip(positive, experts)]
-        return functools.reduce(log_add_exp, positive) - functools.reduce(log_add_exp, negative)
+        gates, experts = self.gates(features), self.experts(features)
+        if use_fused_kernels(gates, experts):  # the same math in one pass each way (models/_kernels.c)
+            return MoeMixture.apply(gates, experts, self.num_mixtures)
+        return mixture_logits(gates, experts, self.num_mixtures)
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [self.gates.weight, self.experts.weight]
+
+
+def mixture_logits(gates: torch.Tensor, experts: torch.Tensor, mixtures: int) -> torch.Tensor:
+    """MoeModel's logits from gate logits [B, C * (M + 1)] and expert logits [B, C * M] (class-major) in eager
+    PyTorch: the reference of the fused kernel, and what runs where it does not (GPU, bfloat16, export)."""
+    batch, classes = gates.shape[0], gates.shape[1] // (mixtures + 1)
+    # The gates' softmax normalizer is common to log p and log(1 - p), so it cancels from the logit; what is
+    # left folds over the few mixtures with whole-[batch, classes] ops, as a softmax or logsumexp over a tiny
+    # last axis is many times slower on CPU.
+    gate_terms = gates.view(batch, classes, mixtures + 1).unbind(-1)
+    expert_terms = experts.view(batch, classes, mixtures).unbind(-1)
+    positive = [gate + F.logsigmoid(expert) for gate, expert in zip(gate_terms, expert_terms)]
+    # log sigmoid(-x) = log sigmoid(x) - x
+    negative = [gate_terms[mixtures]] + [term - expert for term, expert in zip(positive, expert_terms)]
+    return functools.reduce(log_add_exp, positive) - functools.reduce(log_add_exp, negative)
 
 
 def log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

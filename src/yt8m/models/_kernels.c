@@ -1,0 +1,337 @@
+/* Fused element-wise kernels of training on the CPU: the MoE mixture's forward and backward, and binary
+ * cross-entropy from logits, each one pass over [batch, classes] where eager PyTorch takes a dozen.
+ *
+ * Hand-written because the step's element-wise passes, not its matmuls, kept training at 60-70% of the matmul
+ * ceiling (bench/bench_train.py): the MoE mixture alone took about 100 ms of a 450 ms step in eager PyTorch, and
+ * torch.compile's CPU code 60-75 ms. exp and log are inlined polynomials (errors below 2 ulp) so that the loops
+ * vectorize; each function is compiled for AVX-512, AVX2 and plain x86-64 and the CPU picks at load time.
+ * Callers split the rows over threads: these functions release the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Below this, P or Q may have lost terms to underflow: such classes are redone in log space (exact_class). */
+#define TINY_SUM 1e-30f
+#define MAX_MIXTURES 64
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+/* Type punning through a union (memcpy into a local kept the loops from vectorizing) */
+typedef union {
+    float value;
+    int32_t bits;
+} FloatBits;
+
+static inline float bits_to_float(int32_t bits) { return (FloatBits){.bits = bits}.value; }
+
+static inline int32_t float_to_bits(float value) { return (FloatBits){.value = value}.bits; }
+
+/* max(a, b) that keeps a NaN in b, unlike a plain comparison; fmaxf would keep the loops from vectorizing */
+static inline float max_keeping_nan(float a, float b) { return b <= a ? a : b; }
+
+/* e^x for x <= 0 (every caller's case), flushing to 0 below -87.3; a NaN stays NaN */
+static inline float exp_nonpositive(float x) {
+    float clamped = x < -87.3f ? -87.3f : (x == x ? x : 0.0f);
+    /* round to nearest by adding and taking away 1.5 * 2^23 (nearbyintf would keep the loop from vectorizing) */
+    float n = (clamped * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = clamped - n * 0.693145752f - n * 1.42860677e-6f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f +
+              r * (8.33333333e-3f + r * (1.38888889e-3f + r * 1.98412698e-4f))))));
+    float result = p * bits_to_float((int32_t)((uint32_t)((int32_t)n + 127) << 23));
+    return x == x ? result : x;
+}
+
+/* log(x) for finite normal positive x; a NaN stays NaN */
+static inline float log_positive(float x) {
+    int32_t bits = float_to_bits(x);
+    /* the mantissa scaled into [sqrt(1/2), sqrt(2)); >> of a negative int is arithmetic in every C compiler */
+    int32_t exponent = (bits - 0x3F3504F3) >> 23;
+    float m = bits_to_float(bits - (int32_t)((uint32_t)exponent << 23));
+    float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+    float series = s * (2.0f + s2 * (0.666666667f + s2 * (0.4f + s2 * (0.285714286f + s2 * 0.222222222f))));
+    return (float)exponent * 0.693147181f + series + (x - x); /* + NaN for a NaN x: a select would not vectorize */
+}
+
+/* sigmoid(x) and sigmoid(-x), from one exp */
+static inline void sigmoid_pair(float x, float *positive, float *negative) {
+    float t = exp_nonpositive(-fabsf(x)), d = 1.0f / (1.0f + t);
+    *positive = x >= 0.0f ? d : t * d;
+    *negative = x >= 0.0f ? t * d : d;
+}
+
+/* Per row of the MoE mixture: the largest gate logit, P = sum_i u_i s_i and Q = u_M + sum_i u_i sigmoid(-e_i)
+ * (u_j = exp(g_j - top), s_i = sigmoid(e_i)), each loop over the row's classes so that it vectorizes. */
+VECTOR_CLONES
+static int moe_sums(const float *restrict g, const float *restrict e, float *restrict top, float *restrict P,
+                    float *restrict Q, Py_ssize_t classes, int mixtures) {
+    const float *dummy = g + mixtures * classes;
+    for (Py_ssize_t c = 0; c < classes; c++) top[c] = dummy[c];
+    for (int i = 0; i < mixtures; i++)
+        for (Py_ssize_t c = 0; c < classes; c++) top[c] = max_keeping_nan(top[c], g[i * classes + c]);
+    for (Py_ssize_t c = 0; c < classes; c++) {
+        P[c] = 0.0f;
+        Q[c] = exp_nonpositive(dummy[c] - top[c]);
+    }
+    for (int i = 0; i < mixtures; i++) {
+        const float *gi = g + i * classes, *ei = e + i * classes;
+        for (Py_ssize_t c = 0; c < classes; c++) {
+            float u = exp_nonpositive(gi[c] - top[c]), s, r;
+            sigmoid_pair(ei[c], &s, &r);
+            P[c] += u * s;
+            Q[c] += u * r;
+        }
+    }
+    int tiny = 0;
+    for (Py_ssize_t c = 0; c < classes; c++) {
+        tiny |= (P[c] < TINY_SUM) | (Q[c] < TINY_SUM);
+        P[c] = P[c] < FLT_MIN ? FLT_MIN : P[c];
+        Q[c] = Q[c] < FLT_MIN ? FLT_MIN : Q[c];
+    }
+    return tiny;
+}
+
+/* Class c of a row in log space, in double precision, for the few where P or Q is below TINY_SUM (a term may
+ * have underflowed): a_i = g_i + log sigmoid(e_i), b = (g_M, g_i + log sigmoid(-e_i)); the logit is
+ * logsumexp(a) - logsumexp(b), and wa_i = exp(a_i - logsumexp(a)), wb_j = exp(b_j - logsumexp(b)) are
+ * u_i s_i / P and u r / Q of the float path. */
+static double exact_class(const float *g, const float *e, Py_ssize_t classes, int mixtures, Py_ssize_t c,
+                          double *wa, double *wb) {
+    double top_a = -HUGE_VAL, top_b = g[mixtures * classes + c], sum_a = 0.0, sum_b = 0.0;
+    wb[0] = top_b;
+    for (int i = 0; i < mixtures; i++) {
+        double x = e[i * classes + c], softplus_x = (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
+        wa[i] = g[i * classes + c] + x - softplus_x;  /* g + log sigmoid(x) */
+        wb[i + 1] = g[i * classes + c] - softplus_x;  /* g + log sigmoid(-x) */
+        top_a = wa[i] > top_a ? wa[i] : top_a;
+        top_b = wb[i + 1] > top_b ? wb[i + 1] : top_b;
+    }
+    for (int i = 0; i < mixtures; i++) sum_a += exp(wa[i] - top_a);
+    for (int j = 0; j <= mixtures; j++) sum_b += exp(wb[j] - top_b);
+    double lse_a = top_a + log(sum_a), lse_b = top_b + log(sum_b);
+    for (int i = 0; i < mixtures; i++) wa[i] = exp(wa[i] - lse_a);
+    for (int j = 0; j <= mixtures; j++) wb[j] = exp(wb[j] - lse_b);
+    return lse_a - lse_b;
+}
+
+/* A row of class-major [C, width] values as width contiguous runs of C (mixture-major), and back. Widths up to 5
+ * (up to 4 mixtures, the starter kit's range) get a loop of constant width, which vectorizes. */
+#define TRANSPOSE(WIDTH, TO, FROM)                                                                              \
+    for (Py_ssize_t c = 0; c < classes; c++)                                                                      \
+        for (int j = 0; j < (WIDTH); j++) TO = FROM;
+#define TO_RUNS(WIDTH) TRANSPOSE(WIDTH, runs[j * classes + c], row[c * (WIDTH) + j])
+#define TO_ROW(WIDTH) TRANSPOSE(WIDTH, row[c * (WIDTH) + j], runs[j * classes + c])
+
+VECTOR_CLONES
+static void to_mixture_major(const float *restrict row, float *restrict runs, Py_ssize_t classes, int width) {
+    switch (width) {
+    case 1: TO_RUNS(1) break;
+    case 2: TO_RUNS(2) break;
+    case 3: TO_RUNS(3) break;
+    case 4: TO_RUNS(4) break;
+    case 5: TO_RUNS(5) break;
+    default: TO_RUNS(width)
+    }
+}
+
+VECTOR_CLONES
+static void to_class_major(const float *restrict runs, float *restrict row, Py_ssize_t classes, int width) {
+    switch (width) {
+    case 1: TO_ROW(1) break;
+    case 2: TO_ROW(2) break;
+    case 3: TO_ROW(3) break;
+    case 4: TO_ROW(4) break;
+    case 5: TO_ROW(5) break;
+    default: TO_ROW(width)
+    }
+}
+
+/* Logits of the MoE mixture over rows [row_start, row_end): gate logits [rows, C * (M + 1)] and expert logits
+ * [rows, C * M], class-major as the model's layers give them (mixture j of class c at column c * (M + 1) + j).
+ * p = sum_i u_i s_i / sum_j u_j, and its logit log p - log(1 - p) = log P - log Q: both sums of positive terms, so
+ * exact where p rounds to 0 or 1. P and Q are kept at least FLT_MIN: logits stay within about +-87.
+ * `work` holds (2M + 4) * C floats. */
+VECTOR_CLONES
+static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits, float *work,
+                             Py_ssize_t classes, int mixtures, Py_ssize_t row_start, Py_ssize_t row_end) {
+    float *top = work, *P = work + classes, *Q = work + 2 * classes, *g = work + 3 * classes;
+    float *e = g + (mixtures + 1) * classes;
+    for (Py_ssize_t row = row_start; row < row_end; row++) {
+        to_mixture_major(gates + row * (mixtures + 1) * classes, g, classes, mixtures + 1);
+        to_mixture_major(experts + row * mixtures * classes, e, classes, mixtures);
+        int tiny = moe_sums(g, e, top, P, Q, classes, mixtures);
+        float *z = logits + row * classes;
+        for (Py_ssize_t c = 0; c < classes; c++) z[c] = log_positive(P[c]) - log_positive(Q[c]);
+        double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
+        for (Py_ssize_t c = 0; tiny && c < classes; c++)
+            if (P[c] < TINY_SUM || Q[c] < TINY_SUM) z[c] = (float)exact_class(g, e, classes, mixtures, c, wa, wb);
+    }
+}
+
+/* One expert's and its gate's gradients over a row's classes, from P = dz / P and Q = dz / Q. */
+VECTOR_CLONES
+static void expert_gradients(const float *restrict g, const float *restrict e, const float *restrict top,
+                             const float *restrict P, const float *restrict Q, float *restrict dg,
+                             float *restrict de, Py_ssize_t classes) {
+    for (Py_ssize_t c = 0; c < classes; c++) {
+        float u = exp_nonpositive(g[c] - top[c]), s, r;
+        sigmoid_pair(e[c], &s, &r);
+        dg[c] = u * (s * P[c] - r * Q[c]);
+        de[c] = u * s * r * (P[c] + Q[c]);
+    }
+}
+
+/* Class c's gradients in log space (see exact_class), written into the row's mixture-major dg and de. */
+static void exact_gradients(const float *g, const float *e, float dz, float *dg, float *de, Py_ssize_t classes,
+                            int mixtures, Py_ssize_t c) {
+    double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
+    exact_class(g, e, classes, mixtures, c, wa, wb);
+    for (int i = 0; i < mixtures; i++) {
+        double x = e[i * classes + c], s = 1.0 / (1.0 + exp(-x)), r = 1.0 / (1.0 + exp(x));
+        dg[i * classes + c] = (float)(dz * (wa[i] - wb[i + 1]));
+        de[i * classes + c] = (float)(dz * (wa[i] * r + wb[i + 1] * s));
+    }
+    dg[mixtures * classes + c] = (float)(-dz * wb[0]);
+}
+
+/* The mixture's gradients from dz = dL/dlogit: dg_i = dz u_i (s_i / P - r_i / Q), dg_M = -dz u_M / Q and
+ * de_i = dz u_i s_i r_i (1 / P + 1 / Q), with r_i = sigmoid(-e_i): recomputed from the logits, not stored.
+ * `work` holds (4M + 6) * C floats. */
+VECTOR_CLONES
+static void moe_backward_rows(const float *gates, const float *experts, const float *dlogits, float *dgates,
+                              float *dexperts, float *work, Py_ssize_t classes, int mixtures, Py_ssize_t row_start,
+                              Py_ssize_t row_end) {
+    float *restrict top = work, *restrict P = work + classes, *restrict Q = work + 2 * classes;
+    float *g = work + 3 * classes, *e = g + (mixtures + 1) * classes;
+    float *dg = e + mixtures * classes, *de = dg + (mixtures + 1) * classes;
+    int32_t *tiny_classes = (int32_t *)(de + mixtures * classes);
+    for (Py_ssize_t row = row_start; row < row_end; row++) {
+        Py_ssize_t gate_row = row * (mixtures + 1) * classes, expert_row = row * mixtures * classes, tiny = 0;
+        const float *restrict dz = dlogits + row * classes;
+        to_mixture_major(gates + gate_row, g, classes, mixtures + 1);
+        to_mixture_major(experts + expert_row, e, classes, mixtures);
+        if (moe_sums(g, e, top, P, Q, classes, mixtures))
+            for (Py_ssize_t c = 0; c < classes; c++)
+                if (P[c] < TINY_SUM || Q[c] < TINY_SUM) tiny_classes[tiny++] = (int32_t)c;
+        for (Py_ssize_t c = 0; c < classes; c++) {  /* from here on P and Q hold dz / P and dz / Q */
+            P[c] = dz[c] / P[c];
+            Q[c] = dz[c] / Q[c];
+        }
+        float *restrict dummy_out = dg + mixtures * classes;
+        const float *restrict dummy = g + mixtures * classes;
+        for (Py_ssize_t c = 0; c < classes; c++) dummy_out[c] = -exp_nonpositive(dummy[c] - top[c]) * Q[c];
+        for (int i = 0; i < mixtures; i++)
+            expert_gradients(g + i * classes, e + i * classes, top, P, Q, dg + i * classes, de + i * classes,
+                             classes);
+        for (Py_ssize_t k = 0; k < tiny; k++)
+            exact_gradients(g, e, dz[tiny_classes[k]], dg, de, classes, mixtures, tiny_classes[k]);
+        to_class_major(dg, dgates + gate_row, classes, mixtures + 1);
+        to_class_major(de, dexperts + expert_row, classes, mixtures);
+    }
+}
+
+static int float_buffer(Py_buffer *view, Py_ssize_t count, const char *name) {
+    if (view->len != count * (Py_ssize_t)sizeof(float)) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd float32 values, got %zd bytes", name, count, view->len);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(moe_forward_doc,
+"moe_forward(gates, experts, logits, classes, mixtures, row_start, row_end)\n\n"
+"The MoE mixture's logits of rows [row_start, row_end) into `logits` (float32 buffers, mixture-major; see\n"
+"models/video.py).");
+
+static PyObject *moe_forward(PyObject *self, PyObject *args) {
+    Py_buffer gates, experts, logits;
+    Py_ssize_t classes, row_start, row_end;
+    int mixtures;
+    if (!PyArg_ParseTuple(args, "y*y*w*ninn", &gates, &experts, &logits, &classes, &mixtures, &row_start, &row_end))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t rows = classes > 0 ? logits.len / (Py_ssize_t)sizeof(float) / classes : 0;
+    float *work = NULL;
+    if (mixtures < 1 || mixtures > MAX_MIXTURES || classes < 1 || classes > INT32_MAX || row_start < 0 ||
+        row_end > rows || row_start > row_end || !float_buffer(&logits, rows * classes, "logits") ||
+        !float_buffer(&gates, rows * (mixtures + 1) * classes, "gates") ||
+        !float_buffer(&experts, rows * mixtures * classes, "experts")) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "moe_forward: sizes or rows out of range");
+        goto done;
+    }
+    work = PyMem_RawMalloc((2 * (Py_ssize_t)mixtures + 4) * classes * sizeof(float));
+    if (work == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    moe_forward_rows(gates.buf, experts.buf, logits.buf, work, classes, mixtures, row_start, row_end);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_RawFree(work);
+    PyBuffer_Release(&gates);
+    PyBuffer_Release(&experts);
+    PyBuffer_Release(&logits);
+    return result;
+}
+
+PyDoc_STRVAR(moe_backward_doc,
+"moe_backward(gates, experts, dlogits, dgates, dexperts, classes, mixtures, row_start, row_end)\n\n"
+"The MoE mixture's gradients of rows [row_start, row_end) into `dgates` and `dexperts`.");
+
+static PyObject *moe_backward(PyObject *self, PyObject *args) {
+    Py_buffer gates, experts, dlogits, dgates, dexperts;
+    Py_ssize_t classes, row_start, row_end;
+    int mixtures;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*ninn", &gates, &experts, &dlogits, &dgates, &dexperts, &classes,
+                          &mixtures, &row_start, &row_end))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t rows = classes > 0 ? dlogits.len / (Py_ssize_t)sizeof(float) / classes : 0;
+    float *work = NULL;
+    if (mixtures < 1 || mixtures > MAX_MIXTURES || classes < 1 || classes > INT32_MAX || row_start < 0 ||
+        row_end > rows || row_start > row_end || !float_buffer(&dlogits, rows * classes, "dlogits") ||
+        !float_buffer(&gates, rows * (mixtures + 1) * classes, "gates") ||
+        !float_buffer(&dgates, rows * (mixtures + 1) * classes, "dgates") ||
+        !float_buffer(&experts, rows * mixtures * classes, "experts") ||
+        !float_buffer(&dexperts, rows * mixtures * classes, "dexperts")) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "moe_backward: sizes or rows out of range");
+        goto done;
+    }
+    work = PyMem_RawMalloc((4 * (Py_ssize_t)mixtures + 6) * classes * sizeof(float));
+    if (work == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    moe_backward_rows(gates.buf, experts.buf, dlogits.buf, dgates.buf, dexperts.buf, work, classes, mixtures,
+                      row_start, row_end);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_RawFree(work);
+    PyBuffer_Release(&gates);
+    PyBuffer_Release(&experts);
+    PyBuffer_Release(&dlogits);
+    PyBuffer_Release(&dgates);
+    PyBuffer_Release(&dexperts);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"moe_forward", moe_forward, METH_VARARGS, moe_forward_doc},
+    {"moe_backward", moe_backward, METH_VARARGS, moe_backward_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "yt8m.models._kernels", .m_size = -1,
+                                    .m_methods = methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
