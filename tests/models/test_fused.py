@@ -51,3 +51,14 @@ def test_the_kernels_run_only_on_contiguous_float32_cpu_tensors():
     assert not use_fused_kernels(gates.bfloat16(), experts)
     assert not use_fused_kernels(gates.t(), experts)
     assert not use_fused_kernels(gates.double(), experts)
+
+
+def test_a_forked_child_runs_the_kernels_on_its_own_threads():
+    """The parent's pool threads do not survive fork: a child that trains starts its own."""
+    import multiprocessing
+
+    gates, experts = mixture_inputs(2)
+    expected = MoeMixture.apply(gates, experts, 2)  # the parent's pool now exists
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        logits = pool.apply_async(MoeMixture.apply, (gates, experts, 2)).get(timeout=60)  # hangs without the fix
+    torch.testing.assert_close(logits, expected)

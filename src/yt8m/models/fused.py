@@ -5,6 +5,7 @@ Each has an eager PyTorch reference next to the model that uses it; `use_fused_k
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -13,6 +14,8 @@ import torch
 from yt8m.models import _kernels
 
 _pool: dict[int, ThreadPoolExecutor] = {}
+# A forked child has none of the parent's pool threads: it starts its own pool.
+os.register_at_fork(after_in_child=_pool.clear)
 
 
 def use_fused_kernels(*tensors: torch.Tensor) -> bool:
