@@ -128,35 +128,31 @@ static double exact_class(const float *g, const float *e, Py_ssize_t classes, in
 #define TO_RUNS(WIDTH) TRANSPOSE(WIDTH, runs[j * classes + c], row[c * (WIDTH) + j])
 #define TO_ROW(WIDTH) TRANSPOSE(WIDTH, row[c * (WIDTH) + j], runs[j * classes + c])
 
+#define BY_WIDTH(OP)                                                                                            \
+    switch (width) {                                                                                              \
+    case 1: OP(1) break;                                                                                          \
+    case 2: OP(2) break;                                                                                          \
+    case 3: OP(3) break;                                                                                          \
+    case 4: OP(4) break;                                                                                          \
+    case 5: OP(5) break;                                                                                          \
+    default: OP(width)                                                                                            \
+    }
+
 VECTOR_CLONES
 static void to_mixture_major(const float *restrict row, float *restrict runs, Py_ssize_t classes, int width) {
-    switch (width) {
-    case 1: TO_RUNS(1) break;
-    case 2: TO_RUNS(2) break;
-    case 3: TO_RUNS(3) break;
-    case 4: TO_RUNS(4) break;
-    case 5: TO_RUNS(5) break;
-    default: TO_RUNS(width)
-    }
+    BY_WIDTH(TO_RUNS)
 }
 
 VECTOR_CLONES
 static void to_class_major(const float *restrict runs, float *restrict row, Py_ssize_t classes, int width) {
-    switch (width) {
-    case 1: TO_ROW(1) break;
-    case 2: TO_ROW(2) break;
-    case 3: TO_ROW(3) break;
-    case 4: TO_ROW(4) break;
-    case 5: TO_ROW(5) break;
-    default: TO_ROW(width)
-    }
+    BY_WIDTH(TO_ROW)
 }
 
 /* Logits of the MoE mixture over rows [row_start, row_end): gate logits [rows, C * (M + 1)] and expert logits
  * [rows, C * M], class-major as the model's layers give them (mixture j of class c at column c * (M + 1) + j).
  * p = sum_i u_i s_i / sum_j u_j, and its logit log p - log(1 - p) = log P - log Q: both sums of positive terms, so
- * exact where p rounds to 0 or 1. P and Q are kept at least FLT_MIN: logits stay within about +-87.
- * `work` holds (2M + 4) * C floats. */
+ * exact where p rounds to 0 or 1; a class where either falls below TINY_SUM (a term may have underflowed) is redone
+ * in log space. `work` holds (2M + 4) * C floats. */
 VECTOR_CLONES
 static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits, float *work,
                              Py_ssize_t classes, int mixtures, Py_ssize_t row_start, Py_ssize_t row_end) {
@@ -244,10 +240,22 @@ static int float_buffer(Py_buffer *view, Py_ssize_t count, const char *name) {
     return 1;
 }
 
+/* The shapes every MoE call shares: counts in range, rows inside the buffers, gates and experts of `rows` rows. */
+static int moe_shapes_fit(const char *name, Py_ssize_t classes, int mixtures, Py_ssize_t rows, Py_ssize_t row_start,
+                          Py_ssize_t row_end, Py_buffer *gates, Py_buffer *experts) {
+    if (mixtures < 1 || mixtures > MAX_MIXTURES || classes < 1 || classes > INT32_MAX || row_start < 0 ||
+        row_end > rows || row_start > row_end) {
+        PyErr_Format(PyExc_ValueError, "%s: mixtures, classes or rows out of range", name);
+        return 0;
+    }
+    return float_buffer(gates, rows * (mixtures + 1) * classes, "gates") &&
+           float_buffer(experts, rows * mixtures * classes, "experts");
+}
+
 PyDoc_STRVAR(moe_forward_doc,
 "moe_forward(gates, experts, logits, classes, mixtures, row_start, row_end)\n\n"
-"The MoE mixture's logits of rows [row_start, row_end) into `logits` (float32 buffers, mixture-major; see\n"
-"models/video.py).");
+"The MoE mixture's logits of rows [row_start, row_end) into `logits` (float32 buffers, class-major as\n"
+"MoeModel's layers give them).");
 
 static PyObject *moe_forward(PyObject *self, PyObject *args) {
     Py_buffer gates, experts, logits;
@@ -258,18 +266,11 @@ static PyObject *moe_forward(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t rows = classes > 0 ? logits.len / (Py_ssize_t)sizeof(float) / classes : 0;
     float *work = NULL;
-    if (mixtures < 1 || mixtures > MAX_MIXTURES || classes < 1 || classes > INT32_MAX || row_start < 0 ||
-        row_end > rows || row_start > row_end || !float_buffer(&logits, rows * classes, "logits") ||
-        !float_buffer(&gates, rows * (mixtures + 1) * classes, "gates") ||
-        !float_buffer(&experts, rows * mixtures * classes, "experts")) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "moe_forward: sizes or rows out of range");
+    if (!moe_shapes_fit("moe_forward", classes, mixtures, rows, row_start, row_end, &gates, &experts) ||
+        !float_buffer(&logits, rows * classes, "logits"))
         goto done;
-    }
     work = PyMem_RawMalloc((2 * (Py_ssize_t)mixtures + 4) * classes * sizeof(float));
-    if (work == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
     moe_forward_rows(gates.buf, experts.buf, logits.buf, work, classes, mixtures, row_start, row_end);
     Py_END_ALLOW_THREADS
@@ -296,20 +297,13 @@ static PyObject *moe_backward(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t rows = classes > 0 ? dlogits.len / (Py_ssize_t)sizeof(float) / classes : 0;
     float *work = NULL;
-    if (mixtures < 1 || mixtures > MAX_MIXTURES || classes < 1 || classes > INT32_MAX || row_start < 0 ||
-        row_end > rows || row_start > row_end || !float_buffer(&dlogits, rows * classes, "dlogits") ||
-        !float_buffer(&gates, rows * (mixtures + 1) * classes, "gates") ||
+    if (!moe_shapes_fit("moe_backward", classes, mixtures, rows, row_start, row_end, &gates, &experts) ||
+        !float_buffer(&dlogits, rows * classes, "dlogits") ||
         !float_buffer(&dgates, rows * (mixtures + 1) * classes, "dgates") ||
-        !float_buffer(&experts, rows * mixtures * classes, "experts") ||
-        !float_buffer(&dexperts, rows * mixtures * classes, "dexperts")) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "moe_backward: sizes or rows out of range");
+        !float_buffer(&dexperts, rows * mixtures * classes, "dexperts"))
         goto done;
-    }
     work = PyMem_RawMalloc((4 * (Py_ssize_t)mixtures + 6) * classes * sizeof(float));
-    if (work == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
     moe_backward_rows(gates.buf, experts.buf, dlogits.buf, dgates.buf, dexperts.buf, work, classes, mixtures,
                       row_start, row_end);
