@@ -191,7 +191,7 @@ class _VideoBatchBuilder:
                 self.record_bytes)
 
 
-def next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
+def _next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
     """The next chunk of up to `limit` records (the first: as many as the generator was made for), or None."""
     try:
         return next(chunks) if inspect.getgeneratorstate(chunks) == inspect.GEN_CREATED else chunks.send(limit)
@@ -297,7 +297,7 @@ class YT8MDataset(IterableDataset):
             limit = batch.room * stride
             chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt)
             first = 0  # the file index of the chunk's first record
-            while (chunk := next_chunk(chunks, limit)) is not None:
+            while (chunk := _next_chunk(chunks, limit)) is not None:
                 taken = slice((phase - first) % stride, None, stride)
                 first += len(chunk.starts)
                 offsets = chunk.offsets[taken]
@@ -319,13 +319,13 @@ class YT8MDataset(IterableDataset):
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
         shares = reader_shares(self._epoch_paths(), reader, readers)
-        records = self._records(shares)
-        if self.shuffle:
-            records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
-        if self.spec.frame_features:
-            batches = self._frame_batches(records)
+        if not self.shuffle and not self.spec.frame_features:
+            batches = self._in_order_video_batches(shares)
         else:
-            batches = self._shuffled_video_batches(records) if self.shuffle else self._in_order_video_batches(shares)
+            records = self._records(shares)
+            if self.shuffle:
+                records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
+            batches = self._frame_batches(records) if self.spec.frame_features else self._shuffled_video_batches(records)
         for batch, record_bytes in batches:
             if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return
