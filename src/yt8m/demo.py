@@ -12,6 +12,7 @@ import time
 from typing import Any, Sequence
 
 from yt8m.config import EvalConfig, PredictConfig, TrainConfig
+from yt8m.files import write_file_atomically
 from yt8m.runtime import setup_logging
 
 log = logging.getLogger("yt8m.demo")
@@ -80,8 +81,7 @@ def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_tr
         "objective": {"metric": "gap", "direction": "maximize"},
         "tune": {"study_dir": study_dir, "n_trials": n_trials, "n_startup_trials": 2, "seed": seed},
     }
-    with open(tune_file, "w") as fh:
-        yaml.safe_dump(document, fh, sort_keys=False)
+    write_file_atomically(tune_file, lambda out: yaml.safe_dump(document, out, sort_keys=False))
     log.info("4/6 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
              study_dir)
     _, summary = run_tune(load_tune_spec(tune_file))
