@@ -22,7 +22,8 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
 from yt8m.losses import create_loss
 from yt8m.runtime import autocast, reuse_freed_memory, setup_logging
-from yt8m.trainer import WARMUP_STEPS, backward_and_update, build_optimizer, model_loss, train
+from yt8m.optim import build_optimizer, l2_terms
+from yt8m.trainer import WARMUP_STEPS, backward_and_update, model_loss, train
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # The starter kit under TF 2.x on this machine (issue 4), for scale.
@@ -33,7 +34,7 @@ def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple
     """(op, input shapes) of every top-level matmul one forward+backward step runs."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         output = model(batch["features"], batch.get("num_frames"))
-        (loss_fn(output, batch["labels"]) + model.regularization_loss()).backward()
+        loss_fn(output, batch["labels"]).backward()
     found = []
     for event in prof.events():
         parent, nested = event.cpu_parent, False
@@ -82,11 +83,12 @@ def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     loss_fn, batch = create_loss(config.label_loss), one_batch(config)
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
+    penalties = l2_terms(model, config.regularization_penalty)
 
     def step() -> None:
         with autocast(torch.device("cpu"), config.mixed_precision):
-            _, label_loss, loss = forward_loss(model, loss_fn, batch, config.regularization_penalty)
-        backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm)
+            _, label_loss, loss = forward_loss(model, loss_fn, batch)
+        backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
 
     step(), step()

@@ -28,7 +28,8 @@ from yt8m.checkpoint import (
 from yt8m.config import TrainConfig
 from yt8m.evaluate import METRIC_KEYS
 from yt8m.exporters import list_exports, read_export_metrics
-from yt8m.trainer import TrainEvent, build_optimizer, fit, train
+from yt8m.optim import build_optimizer
+from yt8m.trainer import TrainEvent, fit, train
 
 
 def scripted(values: dict[int, float], metric: str = "gap"):
@@ -197,8 +198,8 @@ class LinearModel(nn.Module):
         logits = self.linear(features)
         return {"logits": logits, "predictions": torch.sigmoid(logits)}
 
-    def regularization_loss(self):
-        return self.linear.weight.pow(2).sum()
+    def l2_penalties(self):
+        return [(self.linear.weight, 2.0)]  # the penalty: sum(w^2)
 
 
 def bce(output, labels):

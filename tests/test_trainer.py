@@ -18,7 +18,8 @@ from yt8m.config import TrainConfig, load_config
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.evaluate import evaluate_model
 from yt8m.losses import create_loss
-from yt8m.trainer import TrainEvent, build_optimizer, fit, learning_rate, parse_args, train
+from yt8m.optim import build_optimizer
+from yt8m.trainer import TrainEvent, fit, learning_rate, parse_args, train
 
 FEATURES, CLASSES, BATCH = 6, 4, 8
 
@@ -37,8 +38,8 @@ class TinyModel(nn.Module):
         logits = self.linear(self.dropout(nn.functional.normalize(features, dim=-1)))
         return {"logits": logits, "predictions": torch.sigmoid(logits)}
 
-    def regularization_loss(self):
-        return self.linear.weight.pow(2).sum()
+    def l2_penalties(self):
+        return [(self.linear.weight, 2.0)]  # the penalty: sum(w^2)
 
 
 def tiny_loss(output, labels):

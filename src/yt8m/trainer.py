@@ -14,7 +14,6 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import inspect
 import itertools
 import json
 import logging
@@ -67,6 +66,7 @@ from yt8m.distributed import (
     relaunch_for_gpus,
     training_device,
 )
+from yt8m.optim import L2Terms, apply_update, build_optimizer, l2_terms
 from yt8m.runtime import amp_dtype, autocast, reader_workers, setup_logging, to_device
 from yt8m.train_eval import (
     EvaluateFn,
@@ -83,17 +83,6 @@ log = logging.getLogger("yt8m.train")
 WARMUP_STEPS = 5
 
 TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
-
-# TensorFlow optimizer class names from starter-kit command lines, with the TF defaults torch lacks.
-TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "AdamOptimizer": ("Adam", {}),
-    "GradientDescentOptimizer": ("SGD", {}),
-    "MomentumOptimizer": ("SGD", {"momentum": 0.9}),
-    "AdagradOptimizer": ("Adagrad", {"initial_accumulator_value": 0.1}),
-    "RMSPropOptimizer": ("RMSprop", {"alpha": 0.9, "eps": 1e-10}),
-    "AdadeltaOptimizer": ("Adadelta", {"rho": 0.95, "eps": 1e-8}),
-}
-
 
 @dataclass
 class Progress:
@@ -138,29 +127,6 @@ def learning_rate(config: TrainConfig, examples: int) -> float:
     """Staircase decay over global examples seen, as the starter kit's exponential_decay(staircase=True)."""
     decays = examples // max(config.learning_rate_decay_examples, 1)
     return config.base_learning_rate * config.learning_rate_decay ** decays
-
-
-def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Any torch.optim class by name (case-insensitive), or a TensorFlow optimizer name."""
-    class_name, defaults = TF_OPTIMIZERS.get(name, (name, {}))
-    classes = {
-        cls.__name__.lower(): cls for cls in vars(torch.optim).values()
-        # LBFGS needs a loss closure per step, which a streaming loop cannot give it.
-        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)
-        and cls not in (torch.optim.Optimizer, torch.optim.LBFGS)
-    }
-    if class_name.lower() not in classes:
-        known = sorted(cls.__name__ for cls in classes.values()) + sorted(TF_OPTIMIZERS)
-        raise ValueError(f"--optimizer {name!r} is not a torch.optim class; known: {', '.join(known)}")
-    cls = classes[class_name.lower()]
-    parameters = list(parameters)
-    if "fused" in inspect.signature(cls).parameters:
-        # One fused kernel per step instead of a dozen passes over the weights: several times faster.
-        try:
-            return cls(parameters, lr=lr, fused=True, **defaults)
-        except RuntimeError:  # the device or dtype has no fused kernel
-            pass
-    return cls(parameters, lr=lr, **defaults)
 
 
 def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
@@ -311,6 +277,7 @@ class TrainingLoop:
         self.model, self.optimizer, self.loss_fn, self.config = model, optimizer, loss_fn, config
         self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
         self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
+        self.penalties = l2_terms(model, config.regularization_penalty)
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
                                            and autocast_uses_float16())
         self.progress = Progress(world_size=self.world_size)
@@ -409,7 +376,8 @@ class TrainingLoop:
         group = [to_device(batch, self.device) for batch in group]
         self.meter.data_ready()
         last_output = self._accumulate_gradients(group, examples)
-        apply_update(self.model, self.optimizer, self.scaler, config.clip_gradient_norm, config.clip_gradient_value)
+        apply_update(self.model, self.optimizer, self.scaler, config.clip_gradient_norm, config.clip_gradient_value,
+                     self.penalties)
         record_trained_ids(self.rank, progress.epoch, group)
 
         progress.step += 1
@@ -440,9 +408,7 @@ class TrainingLoop:
             last = index == len(weighted) - 1
             with self._gradient_sync(last):
                 with autocast(self.device, self.config.mixed_precision):
-                    output, label_loss, loss = self.forward_loss(
-                        self.network, self.loss_fn, batch, self.config.regularization_penalty if last else 0.0,
-                        weight)
+                    output, label_loss, loss = self.forward_loss(self.network, self.loss_fn, batch, weight)
                 self.scaler.scale(loss).backward()
             label_loss_sum += label_loss.detach().double() * batch["labels"].shape[0]
         if group:
@@ -553,53 +519,23 @@ def unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
-def apply_update(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                 clip_gradient_norm: float, clip_gradient_value: float = 0.0) -> None:
-    """The optimizer step on the accumulated gradients: clipped by value, then each by its norm."""
-    if clip_gradient_norm > 0 or clip_gradient_value > 0:
-        scaler.unscale_(optimizer)
-    if clip_gradient_value > 0:
-        nn.utils.clip_grad_value_(model.parameters(), clip_gradient_value)
-    if clip_gradient_norm > 0:
-        clip_each_gradient_norm(model.parameters(), clip_gradient_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def clip_each_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> None:
-    """Scale each parameter's gradient to a norm of at most `max_norm`, on its own: the starter kit's
-    clip_gradient_norms (tf.clip_by_norm per variable), not one global norm over all of them."""
-    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
-    if not grads:
-        return
-    for grad, norm in zip(grads, torch._foreach_norm(grads)):
-        if grad.device.type != "cpu":  # no host sync on an accelerator: always scale, by 1 when within the bound
-            grad.mul_(max_norm / norm.clamp(min=max_norm))
-        elif norm > max_norm:  # on the CPU a gradient within the bound is left alone: a pass over it saved
-            grad.mul_(max_norm / norm)
-
-
 def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scaler: torch.amp.GradScaler, clip_gradient_norm: float,
-                        clip_gradient_value: float = 0.0) -> None:
-    """One optimizer step on the gradient of one batch's `loss` (a bare loop's step, as bench_train's)."""
+                        scaler: torch.amp.GradScaler, clip_gradient_norm: float, clip_gradient_value: float = 0.0,
+                        penalties: L2Terms = ()) -> None:
+    """One optimizer step on the gradient of one batch's label `loss` plus the L2 `penalties` (a bare loop's step,
+    as bench_train's)."""
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
-    apply_update(model, optimizer, scaler, clip_gradient_norm, clip_gradient_value)
+    apply_update(model, optimizer, scaler, clip_gradient_norm, clip_gradient_value, penalties)
 
 
-def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, regularization_penalty: float,
-               example_weight: float = 1.0):
-    """(model output, label loss, example_weight x label loss + weighted L2 penalty) of one batch.
+def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, example_weight: float = 1.0):
+    """(model output, label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
-    `model` may be DDP-wrapped; a zero penalty leaves the L2 terms out (accumulation adds them once per step).
-    """
+    The L2 penalties are not in it: the optimizer step adds their gradient (optim.apply_update)."""
     output = model(batch["features"], batch.get("num_frames"))
     label_loss = loss_fn(output, batch["labels"])
-    loss = label_loss * example_weight
-    if regularization_penalty:
-        loss = loss + regularization_penalty * unwrap(model).regularization_loss()
-    return output, label_loss, loss
+    return output, label_loss, label_loss * example_weight
 
 
 def record_trained_ids(rank: int, epoch: int, group: list[dict]) -> None:

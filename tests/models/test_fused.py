@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from yt8m.models.fused import MoeMixture, use_fused_kernels
+from yt8m.kernels import use_fused_kernels
+from yt8m.models.fused import MoeMixture
 from yt8m.models.video import mixture_logits
 
 

@@ -44,13 +44,19 @@ class BaseModel(nn.Module):
         """The weights this model's own `l2_penalty` applies to (not those of its sub-models)."""
         return []
 
+    def l2_penalties(self) -> list[tuple[torch.Tensor, float]]:
+        """(weight, l2_penalty) of this model's and its sub-models' penalized weights: the loss's penalty term is
+        sum of l2_penalty * sum(w^2) / 2 over them (slim.l2_regularizer), whose gradient the trainer adds."""
+        return [(weight, module.l2_penalty) for module in self.modules() if isinstance(module, BaseModel)
+                for weight in module.penalized_weights()]
+
     def regularization_loss(self) -> torch.Tensor:
-        """Sum over this model and its sub-models of l2_penalty * sum(w^2) / 2 (slim.l2_regularizer)."""
+        """Sum over this model and its sub-models of l2_penalty * sum(w^2) / 2 (slim.l2_regularizer), for loops
+        of one's own; `yt8m train` adds its gradient in the optimizer step instead."""
         total = torch.zeros((), device=next(self.parameters()).device)
-        for module in self.modules():
-            if isinstance(module, BaseModel):
-                for weight in module.penalized_weights():
-                    total = total + HalfSquaredNorm.apply(weight, module.l2_penalty)
+        for weight, penalty in self.l2_penalties():
+            flat = weight.reshape(-1)
+            total = total + torch.dot(flat, flat) * (penalty / 2)
         return total
 
     def _check_shape(self, features: torch.Tensor) -> None:
@@ -58,23 +64,6 @@ class BaseModel(nn.Module):
         if features.dim() != (3 if self.frame_level else 2) or features.shape[-1] != self.feature_size:
             raise ValueError(f"{type(self).__name__} expects input {expected} with features = "
                              f"{self.feature_size}, got shape {tuple(features.shape)}")
-
-
-class HalfSquaredNorm(torch.autograd.Function):
-    """scale * sum(w^2) / 2 as one dot product, its gradient one scaled copy of w: square(), sum() and
-    their autograd backward would each take a separate pass over millions of weights."""
-
-    @staticmethod
-    def forward(ctx, weight: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(weight)
-        ctx.scale = scale
-        flat = weight.reshape(-1)
-        return torch.dot(flat, flat) * (scale / 2)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (weight,) = ctx.saved_tensors
-        return weight * (grad * ctx.scale), None
 
 
 def starter_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.models.base import BaseModel, starter_linear
-from yt8m.models.fused import MoeMixture, use_fused_kernels
+from yt8m.kernels import use_fused_kernels
+from yt8m.models.fused import MoeMixture
 from yt8m.models.registry import register_model
 
 
@@ -49,7 +50,7 @@ class MoeModel(BaseModel):
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         gates, experts = self.gates(features), self.experts(features)
-        if use_fused_kernels(gates, experts):  # the same math in one pass each way (models/_kernels.c)
+        if use_fused_kernels(gates, experts):  # the same math in one pass each way (_kernels.c)
             return MoeMixture.apply(gates, experts, self.num_mixtures)
         return mixture_logits(gates, experts, self.num_mixtures)
 

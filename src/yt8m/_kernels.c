@@ -1,11 +1,13 @@
-/* Fused element-wise kernels of training on the CPU: the MoE mixture's forward and backward, and binary
- * cross-entropy from logits, each one pass over [batch, classes] where eager PyTorch takes a dozen.
+/* Fused kernels of training on the CPU, each one pass where eager PyTorch takes several: the MoE mixture's forward
+ * and backward (models/fused.py), and Adam's update with the L2 penalty's gradient and per-weight clipping folded
+ * in (optim.py).
  *
  * Hand-written because the step's element-wise passes, not its matmuls, kept training at 60-70% of the matmul
  * ceiling (bench/bench_train.py): the MoE mixture alone took about 100 ms of a 450 ms step in eager PyTorch, and
- * torch.compile's CPU code 60-75 ms. exp and log are inlined polynomials (errors below 2 ulp) so that the loops
- * vectorize; each function is compiled for AVX-512, AVX2 and plain x86-64 and the CPU picks at load time.
- * Callers split the rows over threads: these functions release the GIL.
+ * torch.compile's CPU code 60-75 ms; the L2 penalty, the gradient norms and Adam another 43 ms in five passes over
+ * the weights. exp and log are inlined polynomials (errors below 2 ulp) so that the loops vectorize; each function
+ * is compiled for AVX-512, AVX2 and plain x86-64 and the CPU picks at load time. Callers split the rows (or
+ * elements) over threads: these functions release the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -232,6 +234,45 @@ static void moe_backward_rows(const float *gates, const float *experts, const fl
     }
 }
 
+/* The squared norm of g + l2 * w over [start, end): float sums over blocks of 4096 elements (reassociated into
+ * vector lanes: -fopenmp-simd), each added into a double. */
+#define NORM_BLOCK 4096
+VECTOR_CLONES
+static double penalized_squares(const float *restrict g, const float *restrict w, float l2, Py_ssize_t start,
+                                Py_ssize_t end) {
+    double total = 0.0;
+    for (Py_ssize_t block = start; block < end; block += NORM_BLOCK) {
+        Py_ssize_t stop = end - block > NORM_BLOCK ? block + NORM_BLOCK : end;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (Py_ssize_t i = block; i < stop; i++) {
+            float x = g[i] + l2 * w[i];
+            sum += x * x;
+        }
+        total += sum;
+    }
+    return total;
+}
+
+/* Adam's constants for one step, as torch's fused Adam computes them (in double, then used as float). */
+typedef struct {
+    float l2, grad_scale, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
+} AdamStep;
+
+/* Adam on [start, end) with gradient (g + l2 * w) * grad_scale, in torch's fused Adam's order of operations. */
+VECTOR_CLONES
+static void adam_elements(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
+                          AdamStep a, Py_ssize_t start, Py_ssize_t end) {
+    for (Py_ssize_t i = start; i < end; i++) {
+        float grad = (g[i] + a.l2 * w[i]) * a.grad_scale;
+        float first = m[i] + a.one_minus_beta1 * (grad - m[i]);
+        float second = v[i] * a.beta2 + a.one_minus_beta2 * grad * grad;
+        m[i] = first;
+        v[i] = second;
+        w[i] -= a.step_size * first / (sqrtf(second) / a.bias_correction2_sqrt + a.eps);
+    }
+}
+
 static int float_buffer(Py_buffer *view, Py_ssize_t count, const char *name) {
     if (view->len != count * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError, "%s: expected %zd float32 values, got %zd bytes", name, count, view->len);
@@ -319,13 +360,81 @@ done:
     return result;
 }
 
+/* Every buffer of an element-wise call holds `count` floats and [start, end) lies within them. */
+static int elements_fit(const char *name, Py_buffer **views, int n, Py_ssize_t start, Py_ssize_t end) {
+    Py_ssize_t count = views[0]->len / (Py_ssize_t)sizeof(float);
+    for (int k = 0; k < n; k++)
+        if (views[k]->len != count * (Py_ssize_t)sizeof(float)) {
+            PyErr_Format(PyExc_ValueError, "%s: buffers of different sizes (%zd and %zd bytes)", name,
+                         views[0]->len, views[k]->len);
+            return 0;
+        }
+    if (start < 0 || end > count || start > end) {
+        PyErr_Format(PyExc_ValueError, "%s: elements [%zd, %zd) out of range for %zd", name, start, end, count);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(penalized_squared_norm_doc,
+"penalized_squared_norm(weight, grad, l2, start, end) -> float\n\n"
+"sum((grad + l2 * weight) ** 2) over elements [start, end) of two float32 buffers.");
+
+static PyObject *penalized_squared_norm(PyObject *self, PyObject *args) {
+    Py_buffer weight, grad;
+    float l2;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*y*fnn", &weight, &grad, &l2, &start, &end)) return NULL;
+    PyObject *result = NULL;
+    Py_buffer *views[] = {&weight, &grad};
+    if (elements_fit("penalized_squared_norm", views, 2, start, end)) {
+        double total;
+        Py_BEGIN_ALLOW_THREADS
+        total = penalized_squares(grad.buf, weight.buf, l2, start, end);
+        Py_END_ALLOW_THREADS
+        result = PyFloat_FromDouble(total);
+    }
+    PyBuffer_Release(&weight);
+    PyBuffer_Release(&grad);
+    return result;
+}
+
+PyDoc_STRVAR(adam_update_doc,
+"adam_update(weight, grad, exp_avg, exp_avg_sq, l2, grad_scale, one_minus_beta1, beta2, one_minus_beta2, step_size,\n"
+"            bias_correction2_sqrt, eps, start, end)\n\n"
+"Adam's update of elements [start, end) of `weight`, `exp_avg` and `exp_avg_sq` (float32 buffers, in place) with\n"
+"the gradient (grad + l2 * weight) * grad_scale; step_size is lr / (1 - beta1^step). The caller computes the\n"
+"constants in double: 1 - beta2 from a float beta2 would be off by 1e-5.");
+
+static PyObject *adam_update(PyObject *self, PyObject *args) {
+    Py_buffer weight, grad, exp_avg, exp_avg_sq;
+    AdamStep a;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "w*y*w*w*ffffffffnn", &weight, &grad, &exp_avg, &exp_avg_sq, &a.l2, &a.grad_scale,
+                          &a.one_minus_beta1, &a.beta2, &a.one_minus_beta2, &a.step_size, &a.bias_correction2_sqrt,
+                          &a.eps, &start, &end))
+        return NULL;
+    PyObject *result = NULL;
+    Py_buffer *views[] = {&weight, &grad, &exp_avg, &exp_avg_sq};
+    if (elements_fit("adam_update", views, 4, start, end)) {
+        Py_BEGIN_ALLOW_THREADS
+        adam_elements(weight.buf, grad.buf, exp_avg.buf, exp_avg_sq.buf, a, start, end);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    for (int k = 0; k < 4; k++) PyBuffer_Release(views[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"moe_forward", moe_forward, METH_VARARGS, moe_forward_doc},
     {"moe_backward", moe_backward, METH_VARARGS, moe_backward_doc},
+    {"penalized_squared_norm", penalized_squared_norm, METH_VARARGS, penalized_squared_norm_doc},
+    {"adam_update", adam_update, METH_VARARGS, adam_update_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "yt8m.models._kernels", .m_size = -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "yt8m._kernels", .m_size = -1,
                                     .m_methods = methods};
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,37 @@
+"""The fused CPU kernels of training (_kernels.c) from Python: when they apply, and their work split over threads.
+
+Callers are the MoE mixture (models/fused.py) and the optimizer step (optim.py).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+import torch
+
+from yt8m import _kernels  # noqa: F401  (re-exported to the callers)
+
+Result = TypeVar("Result")
+_pool: dict[int, ThreadPoolExecutor] = {}
+# A forked child has none of the parent's pool threads: it starts its own pool.
+os.register_at_fork(after_in_child=_pool.clear)
+
+
+def use_fused_kernels(*tensors: torch.Tensor) -> bool:
+    """True for contiguous float32 CPU tensors outside tracing (torch.compile, ONNX export): the kernels' case.
+    Elsewhere (accelerators, bfloat16 autocast, tracing) the eager reference runs."""
+    return not torch.compiler.is_compiling() and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+
+
+def over_rows(kernel: Callable[..., Result], rows: int, *args: object) -> list[Result]:
+    """Run kernel(*args, row_start, row_end) over [0, rows) in as many slices as torch has threads (at most one
+    per `rows`); returns each slice's result, in order."""
+    threads = max(1, min(torch.get_num_threads(), rows))
+    bounds = [rows * k // threads for k in range(threads + 1)]
+    if threads == 1:
+        return [kernel(*args, 0, rows)]
+    pool = _pool.get(threads) or _pool.setdefault(threads, ThreadPoolExecutor(threads, "yt8m-kernel"))
+    return [done.result() for done in [pool.submit(kernel, *args, start, end) for start, end in zip(bounds, bounds[1:])]]
