@@ -273,6 +273,10 @@ static void adam_elements(float *restrict w, const float *restrict g, float *res
     }
 }
 
+static void release_buffers(Py_buffer **views, int count) {
+    for (int k = 0; k < count; k++) PyBuffer_Release(views[k]);
+}
+
 static int float_buffer(Py_buffer *view, Py_ssize_t count, const char *name) {
     if (view->len != count * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError, "%s: expected %zd float32 values, got %zd bytes", name, count, view->len);
@@ -318,9 +322,7 @@ static PyObject *moe_forward(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     PyMem_RawFree(work);
-    PyBuffer_Release(&gates);
-    PyBuffer_Release(&experts);
-    PyBuffer_Release(&logits);
+    release_buffers((Py_buffer *[]){&gates, &experts, &logits}, 3);
     return result;
 }
 
@@ -352,11 +354,7 @@ static PyObject *moe_backward(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     PyMem_RawFree(work);
-    PyBuffer_Release(&gates);
-    PyBuffer_Release(&experts);
-    PyBuffer_Release(&dlogits);
-    PyBuffer_Release(&dgates);
-    PyBuffer_Release(&dexperts);
+    release_buffers((Py_buffer *[]){&gates, &experts, &dlogits, &dgates, &dexperts}, 5);
     return result;
 }
 
@@ -394,8 +392,7 @@ static PyObject *penalized_squared_norm(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
         result = PyFloat_FromDouble(total);
     }
-    PyBuffer_Release(&weight);
-    PyBuffer_Release(&grad);
+    release_buffers(views, 2);
     return result;
 }
 
@@ -422,7 +419,7 @@ static PyObject *adam_update(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
-    for (int k = 0; k < 4; k++) PyBuffer_Release(views[k]);
+    release_buffers(views, 4);
     return result;
 }
 
