@@ -273,6 +273,123 @@ static void adam_elements(float *restrict w, const float *restrict g, float *res
     }
 }
 
+/* Per channel of [c_start, c_start + width), the sums of x and x^2 over the rows, in double. */
+VECTOR_CLONES
+static void channel_moments(const float *restrict x, double *restrict sum, double *restrict squares,
+                            Py_ssize_t rows, Py_ssize_t channels, Py_ssize_t c_start, Py_ssize_t width) {
+    for (Py_ssize_t k = 0; k < width; k++) sum[k] = squares[k] = 0.0;
+    for (Py_ssize_t n = 0; n < rows; n++) {
+        const float *row = x + n * channels + c_start;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            sum[k] += row[k];
+            squares[k] += (double)row[k] * row[k];
+        }
+    }
+}
+
+/* relu6(xhat * gamma + beta) for xhat = (x - mean) * invstd; a NaN passes both tests and stays */
+static inline float normalized_relu6(float x, float mean, float invstd, float gamma, float beta) {
+    float y = (x - mean) * invstd * gamma + beta;
+    return y < 0.0f ? 0.0f : (y > 6.0f ? 6.0f : y);
+}
+
+/* Frame t of a video against the best so far, per channel: the larger normalized ReLU6 wins (a NaN wins and
+ * stays), and `from` records the frame it came from. */
+VECTOR_CLONES
+static void keep_larger(const float *restrict row, const float *restrict m, const float *restrict s,
+                        const float *restrict g, const float *restrict b, float *restrict best,
+                        int32_t *restrict from, int32_t t, Py_ssize_t width) {
+    for (Py_ssize_t k = 0; k < width; k++) {
+        float y = normalized_relu6(row[k], m[k], s[k], g[k], b[k]), current = best[k];
+        int32_t keep = (y <= current) | (current != current); /* in this form the loop vectorizes */
+        best[k] = keep ? current : y;
+        from[k] = keep ? from[k] : t;
+    }
+}
+
+/* DbofModel's cluster layer in training: batch norm over the rows of x [N, C] (N = videos x frames per video),
+ * ReLU6, and max-pooling over each video's frames, without materializing any [N, C] activation.
+ * Per channel c of [c_start, c_end): batch mean and biased variance (summed in double), y = relu6((x - mean) *
+ * invstd * gamma + beta), and per video the largest y with the frame it came from (the first of ties; a NaN
+ * wins and stays). Ties only happen where ReLU6 clamps, whose gradient is 0, so one winner per video loses
+ * nothing against reduce_max's shared gradient. `work` holds 2 * (c_end - c_start) doubles. */
+VECTOR_CLONES
+static void dbof_pool_forward_channels(const float *restrict x, const float *restrict gamma,
+                                       const float *restrict beta, float *restrict mean, float *restrict var,
+                                       float *restrict invstd, float *restrict pooled, int32_t *restrict winner,
+                                       double *work, Py_ssize_t rows, Py_ssize_t channels, int frames,
+                                       float eps, Py_ssize_t c_start, Py_ssize_t c_end) {
+    Py_ssize_t width = c_end - c_start;
+    channel_moments(x, work, work + width, rows, channels, c_start, width);
+    for (Py_ssize_t k = 0; k < width; k++) {
+        double m = work[k] / rows, v = work[width + k] / rows - m * m;
+        v = v > 0.0 ? v : 0.0;
+        mean[c_start + k] = (float)m;
+        var[c_start + k] = (float)v;
+        invstd[c_start + k] = (float)(1.0 / sqrt(v + eps));
+    }
+    const float *m = mean + c_start, *s = invstd + c_start, *g = gamma + c_start, *b = beta + c_start;
+    for (Py_ssize_t video = 0; video < rows / frames; video++) {
+        float *best = pooled + video * channels + c_start;
+        int32_t *from = winner + video * channels + c_start;
+        const float *first = x + video * frames * channels + c_start;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            best[k] = normalized_relu6(first[k], m[k], s[k], g[k], b[k]);
+            from[k] = 0;
+        }
+        for (int t = 1; t < frames; t++) keep_larger(first + t * channels, m, s, g, b, best, from, t, width);
+    }
+}
+
+/* The gradient of dbof_pool_forward: the pooled gradient reaches each video's winning frame where ReLU6 passes it
+ * (0 < y < 6), then batch norm's backward spreads it over all rows: dx = gamma * invstd * (dy - sum(dy) / N -
+ * xhat * sum(dy * xhat) / N), with dgamma = sum(dy * xhat) and dbeta = sum(dy) per channel. `work` holds
+ * (videos + 2) * (c_end - c_start) floats. */
+VECTOR_CLONES
+static void dbof_pool_backward_channels(const float *restrict x, const float *restrict gamma,
+                                        const float *restrict beta, const float *restrict mean,
+                                        const float *restrict invstd, const float *restrict dpooled,
+                                        const int32_t *restrict winner, float *restrict dx, float *restrict dgamma,
+                                        float *restrict dbeta, float *restrict work, Py_ssize_t rows,
+                                        Py_ssize_t channels, int frames, Py_ssize_t c_start, Py_ssize_t c_end) {
+    Py_ssize_t width = c_end - c_start, videos = rows / frames;
+    float *dy = work, *sum_dy = work + videos * width, *sum_dy_xhat = sum_dy + width;
+    for (Py_ssize_t k = 0; k < width; k++) sum_dy[k] = sum_dy_xhat[k] = 0.0f;
+    for (Py_ssize_t video = 0; video < videos; video++) {
+        const float *grad = dpooled + video * channels + c_start;
+        const int32_t *from = winner + video * channels + c_start;
+        float *out = dy + video * width;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            Py_ssize_t c = c_start + k;
+            float xhat = (x[(video * frames + from[k]) * channels + c] - mean[c]) * invstd[c];
+            float y = xhat * gamma[c] + beta[c];
+            out[k] = (y > 0.0f) & (y < 6.0f) ? grad[k] : 0.0f;
+            sum_dy[k] += out[k];
+            sum_dy_xhat[k] += out[k] * xhat;
+        }
+    }
+    for (Py_ssize_t k = 0; k < width; k++) {
+        dgamma[c_start + k] = sum_dy_xhat[k];
+        dbeta[c_start + k] = sum_dy[k];
+        sum_dy[k] /= (float)rows;
+        sum_dy_xhat[k] /= (float)rows;
+    }
+    for (Py_ssize_t n = 0; n < rows; n++) {
+        Py_ssize_t video = n / frames;
+        int t = (int)(n % frames);
+        const float *row = x + n * channels + c_start;
+        const int32_t *from = winner + video * channels + c_start;
+        const float *grad = dy + video * width;
+        float *out = dx + n * channels + c_start;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            Py_ssize_t c = c_start + k;
+            float xhat = (row[k] - mean[c]) * invstd[c];
+            float own = from[k] == t ? grad[k] : 0.0f;
+            out[k] = gamma[c] * invstd[c] * (own - sum_dy[k] - xhat * sum_dy_xhat[k]);
+        }
+    }
+}
+
 static void release_buffers(Py_buffer **views, int count) {
     for (int k = 0; k < count; k++) PyBuffer_Release(views[k]);
 }
@@ -423,11 +540,97 @@ static PyObject *adam_update(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* The shapes both DBoF pooling calls share: x of `rows` x `channels` floats, rows a multiple of `frames`,
+ * per-channel vectors of `channels` floats, [videos, channels] pooled arrays, the channel range within. */
+static int dbof_shapes_fit(const char *name, Py_buffer *x, Py_ssize_t channels, int frames, Py_ssize_t c_start,
+                           Py_ssize_t c_end, Py_buffer **vectors, int vector_count, Py_buffer **pooled,
+                           int pooled_count, Py_ssize_t *rows) {
+    *rows = channels > 0 ? x->len / (Py_ssize_t)sizeof(float) / channels : 0;
+    if (channels < 1 || frames < 1 || *rows < frames || *rows % frames || c_start < 0 || c_end > channels ||
+        c_start > c_end) {
+        PyErr_Format(PyExc_ValueError, "%s: channels, frames or channel range out of range", name);
+        return 0;
+    }
+    if (!float_buffer(x, *rows * channels, "x")) return 0;
+    for (int k = 0; k < vector_count; k++)
+        if (!float_buffer(vectors[k], channels, "per-channel vector")) return 0;
+    for (int k = 0; k < pooled_count; k++)
+        if (!float_buffer(pooled[k], *rows / frames * channels, "pooled array")) return 0;
+    return 1;
+}
+
+PyDoc_STRVAR(dbof_pool_forward_doc,
+"dbof_pool_forward(x, gamma, beta, mean, var, invstd, pooled, winner, channels, frames, eps, c_start, c_end)\n\n"
+"Batch norm (batch statistics) of x [rows, channels], ReLU6, and the max over each video's `frames` rows, for\n"
+"channels [c_start, c_end): writes the batch mean, biased variance and 1 / sqrt(var + eps), pooled [videos,\n"
+"channels] and winner (int32, the frame each maximum came from).");
+
+static PyObject *dbof_pool_forward(PyObject *self, PyObject *args) {
+    Py_buffer x, gamma, beta, mean, var, invstd, pooled, winner;
+    Py_ssize_t channels, c_start, c_end, rows;
+    int frames;
+    float eps;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*w*nifnn", &x, &gamma, &beta, &mean, &var, &invstd, &pooled, &winner,
+                          &channels, &frames, &eps, &c_start, &c_end))
+        return NULL;
+    PyObject *result = NULL;
+    double *work = NULL;
+    if (!dbof_shapes_fit("dbof_pool_forward", &x, channels, frames, c_start, c_end,
+                         (Py_buffer *[]){&gamma, &beta, &mean, &var, &invstd}, 5, (Py_buffer *[]){&pooled, &winner},
+                         2, &rows))
+        goto done;
+    work = PyMem_RawMalloc((2 * (c_end - c_start) + 1) * sizeof(double));
+    if (work == NULL && PyErr_NoMemory() == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    dbof_pool_forward_channels(x.buf, gamma.buf, beta.buf, mean.buf, var.buf, invstd.buf, pooled.buf, winner.buf,
+                               work, rows, channels, frames, eps, c_start, c_end);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_RawFree(work);
+    release_buffers((Py_buffer *[]){&x, &gamma, &beta, &mean, &var, &invstd, &pooled, &winner}, 8);
+    return result;
+}
+
+PyDoc_STRVAR(dbof_pool_backward_doc,
+"dbof_pool_backward(x, gamma, beta, mean, invstd, dpooled, winner, dx, dgamma, dbeta, channels, frames,\n"
+"                   c_start, c_end)\n\n"
+"The gradients of dbof_pool_forward for channels [c_start, c_end): dx [rows, channels], dgamma and dbeta.");
+
+static PyObject *dbof_pool_backward(PyObject *self, PyObject *args) {
+    Py_buffer x, gamma, beta, mean, invstd, dpooled, winner, dx, dgamma, dbeta;
+    Py_ssize_t channels, c_start, c_end, rows;
+    int frames;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*ninn", &x, &gamma, &beta, &mean, &invstd, &dpooled, &winner,
+                          &dx, &dgamma, &dbeta, &channels, &frames, &c_start, &c_end))
+        return NULL;
+    PyObject *result = NULL;
+    float *work = NULL;
+    if (!dbof_shapes_fit("dbof_pool_backward", &x, channels, frames, c_start, c_end,
+                         (Py_buffer *[]){&gamma, &beta, &mean, &invstd, &dgamma, &dbeta}, 6,
+                         (Py_buffer *[]){&dpooled, &winner}, 2, &rows) ||
+        !float_buffer(&dx, rows * channels, "dx"))
+        goto done;
+    work = PyMem_RawMalloc((rows / frames + 2) * (c_end - c_start) * sizeof(float) + sizeof(float));
+    if (work == NULL && PyErr_NoMemory() == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    dbof_pool_backward_channels(x.buf, gamma.buf, beta.buf, mean.buf, invstd.buf, dpooled.buf, winner.buf, dx.buf,
+                                dgamma.buf, dbeta.buf, work, rows, channels, frames, c_start, c_end);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_RawFree(work);
+    release_buffers((Py_buffer *[]){&x, &gamma, &beta, &mean, &invstd, &dpooled, &winner, &dx, &dgamma, &dbeta}, 10);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"moe_forward", moe_forward, METH_VARARGS, moe_forward_doc},
     {"moe_backward", moe_backward, METH_VARARGS, moe_backward_doc},
     {"penalized_squared_norm", penalized_squared_norm, METH_VARARGS, penalized_squared_norm_doc},
     {"adam_update", adam_update, METH_VARARGS, adam_update_doc},
+    {"dbof_pool_forward", dbof_pool_forward, METH_VARARGS, dbof_pool_forward_doc},
+    {"dbof_pool_backward", dbof_pool_backward, METH_VARARGS, dbof_pool_backward_doc},
     {NULL, NULL, 0, NULL},
 };
 

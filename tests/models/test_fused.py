@@ -1,10 +1,14 @@
 """The fused CPU kernels against their eager references: values and gradients, extremes, NaN, dispatch."""
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from yt8m.kernels import use_fused_kernels
-from yt8m.models.fused import MoeMixture
+from yt8m.models import create_model
+from yt8m.models.fused import BatchNormRelu6MaxPool, MoeMixture
 from yt8m.models.video import mixture_logits
 
 
@@ -63,3 +67,70 @@ def test_a_forked_child_runs_the_kernels_on_its_own_threads():
     with multiprocessing.get_context("fork").Pool(1) as pool:
         logits = pool.apply_async(MoeMixture.apply, (gates, experts, 2)).get(timeout=60)  # hangs without the fix
     torch.testing.assert_close(logits, expected)
+
+
+def pooling_inputs(videos: int = 5, frames: int = 7, channels: int = 300):
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(videos * frames, channels, generator=generator) * 3 + 1
+    x[frames:2 * frames] = x[frames]  # a video whose frames repeat (fewer real frames than sampled): exact ties
+    gamma = torch.rand(channels, generator=generator) * 4 - 1  # some negative: the order flips
+    beta = torch.randn(channels, generator=generator) * 2  # many values clamp at 0 and 6
+    dpooled = torch.randn(videos, channels, generator=generator)
+    return x, gamma, beta, dpooled
+
+
+def test_batch_norm_relu6_max_pool_matches_eager_pytorch_in_float64():
+    x, gamma, beta, dpooled = pooling_inputs()
+    fused = [t.clone().requires_grad_() for t in (x, gamma, beta)]
+    pooled, mean, var = BatchNormRelu6MaxPool.apply(*fused, 7, 1e-3)
+    pooled.backward(dpooled)
+    reference = [t.double().requires_grad_() for t in (x, gamma, beta)]
+    normalized = F.batch_norm(reference[0], None, None, reference[1], reference[2], training=True, eps=1e-3)
+    expected = F.relu6(normalized).view(5, 7, -1).amax(dim=1)
+    expected.backward(dpooled.double())
+    torch.testing.assert_close(pooled, expected.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean, x.double().mean(0).float())
+    torch.testing.assert_close(var, x.double().var(0, unbiased=False).float())
+    # Ties share reduce_max's gradient in the reference and go to one frame here: they differ row by row only
+    # within the repeated video, whose rows are equal, so any weight gradient computed from them is the same.
+    tied = slice(7, 14)
+    torch.testing.assert_close(fused[0].grad[tied].sum(0), reference[0].grad[tied].sum(0).float(), rtol=1e-4, atol=1e-5)
+    untied = torch.ones(35, dtype=torch.bool)
+    untied[tied] = False
+    torch.testing.assert_close(fused[0].grad[untied], reference[0].grad[untied].float(), rtol=1e-4, atol=1e-5)
+    for got, want in zip(fused[1:], reference[1:]):
+        torch.testing.assert_close(got.grad, want.grad.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_relu6_max_pool_keeps_a_nan():
+    x, gamma, beta, _ = pooling_inputs()
+    x[3 * 7 + 2, 10] = float("nan")  # video 3, channel 10: its batch statistics and its maximum are NaN
+    pooled, _, _ = BatchNormRelu6MaxPool.apply(x, gamma, beta, 7, 1e-3)
+    assert torch.isnan(pooled[:, 10]).all() and torch.isfinite(pooled[:, 11]).all()
+
+
+def test_dbof_trains_the_same_with_and_without_the_fused_pooling():
+    """Logits, every gradient and the batch-norm running statistics, against the eager path of the same model."""
+    torch.manual_seed(0)
+    fused = create_model("DbofModel", 48, 20, dbof_cluster_size=64, dbof_hidden_size=16, iterations=5).train()
+    eager = copy.deepcopy(fused)
+    eager._fused_pooling_applies = lambda activations: False
+    features, num_frames = torch.randn(6, 12, 48), torch.tensor([12, 3, 7, 12, 1, 9])  # some sample repeats
+    calls = []
+    original = BatchNormRelu6MaxPool.forward
+    BatchNormRelu6MaxPool.forward = staticmethod(lambda *args: calls.append(1) or original(*args))
+    try:
+        torch.manual_seed(1)
+        logits = fused(features, num_frames)["logits"]
+    finally:
+        BatchNormRelu6MaxPool.forward = staticmethod(original)
+    torch.manual_seed(1)
+    expected = eager(features, num_frames)["logits"]
+    assert calls, "the fused pooling did not run"
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    logits.square().sum().backward()
+    expected.square().sum().backward()
+    for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5, msg=name)
+    for (name, got), want in zip(fused.named_buffers(), eager.buffers()):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)

@@ -11,7 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from yt8m.kernels import use_fused_kernels
 from yt8m.models.base import BaseModel, starter_linear
+from yt8m.models.fused import BatchNormRelu6MaxPool
 from yt8m.models.registry import create_classifier, register_model
 
 
@@ -110,11 +112,32 @@ class DbofModel(BaseModel):
         batch, _, size = features.shape
         index = self.frame_indices(_frame_counts(features, num_frames))
         frames = features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size)
-        clusters = self._activate(self.cluster_norm, self.input_norm(frames) @ self.cluster_weights, self.cluster_bias)
-        clusters = clusters.view(batch, self.iterations, -1)
-        pooled = clusters.amax(dim=1) if self.pooling == "max" else clusters.mean(dim=1)
+        activations = self.input_norm(frames) @ self.cluster_weights
+        if self._fused_pooling_applies(activations):
+            pooled = self._fused_cluster_pooling(activations)
+        else:
+            clusters = self._activate(self.cluster_norm, activations, self.cluster_bias).view(batch, self.iterations, -1)
+            pooled = clusters.amax(dim=1) if self.pooling == "max" else clusters.mean(dim=1)
         hidden = self._activate(self.hidden_norm, pooled @ self.hidden_weights, self.hidden_bias)
         return self.classifier.compute_logits(hidden, None)
+
+    def _fused_pooling_applies(self, activations: torch.Tensor) -> bool:
+        """Training with batch norm and max pooling on float32 CPU tensors: one kernel each way instead of a dozen
+        passes over [videos x frames, clusters] (DbofModel's step: bench/bench_train.py)."""
+        norm = self.cluster_norm
+        return (self.training and self.pooling == "max" and isinstance(norm, nn.BatchNorm1d) and
+                norm.momentum is not None and activations.shape[0] > 1 and
+                use_fused_kernels(activations, norm.weight, norm.bias))
+
+    def _fused_cluster_pooling(self, activations: torch.Tensor) -> torch.Tensor:
+        norm = self.cluster_norm
+        pooled, mean, var = BatchNormRelu6MaxPool.apply(activations, norm.weight, norm.bias, self.iterations, norm.eps)
+        rows = activations.shape[0]
+        with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)
+            norm.running_mean.lerp_(mean, norm.momentum)
+            norm.running_var.lerp_(var * (rows / (rows - 1)), norm.momentum)
+            norm.num_batches_tracked.add_(1)
+        return pooled
 
     @staticmethod
     def _activate(norm: nn.Module, activation: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:

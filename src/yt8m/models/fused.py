@@ -1,5 +1,6 @@
-"""The MoE mixture's fused CPU kernel (_kernels.c) as an autograd function; its eager PyTorch reference is
-`mixture_logits` in models/video.py, and `yt8m.kernels.use_fused_kernels` says when the kernel runs."""
+"""The models' fused CPU kernels (_kernels.c) as autograd functions: the MoE mixture (its eager reference is
+`mixture_logits` in models/video.py) and DbofModel's cluster pooling (the reference: DbofModel's eager path);
+`yt8m.kernels.use_fused_kernels` says when they run."""
 
 from __future__ import annotations
 
@@ -29,3 +30,36 @@ class MoeMixture(torch.autograd.Function):
         over_rows(_kernels.moe_backward, gates.shape[0], gates.detach().numpy(), experts.detach().numpy(),
                   dlogits.contiguous().numpy(), dgates.numpy(), dexperts.numpy(), dlogits.shape[1], ctx.mixtures)
         return dgates, dexperts, None
+
+
+class BatchNormRelu6MaxPool(torch.autograd.Function):
+    """DbofModel's cluster layer in training, [videos x frames, C] -> [videos, C]: batch norm with the batch's
+    statistics, ReLU6, and the max over each video's frames, without the [videos x frames, C] activations eager
+    PyTorch writes and reads a dozen times. Returns the pooled values and the batch mean and biased variance."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, frames: int,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows, channels = x.shape
+        mean, var, invstd = (x.new_empty(channels) for _ in range(3))
+        pooled = x.new_empty((rows // frames, channels))
+        winner = torch.empty((rows // frames, channels), dtype=torch.int32)
+        over_rows(_kernels.dbof_pool_forward, channels, *_arrays(x, gamma, beta, mean, var, invstd, pooled, winner),
+                  channels, frames, eps)
+        ctx.save_for_backward(x, gamma, beta, mean, invstd, winner)
+        ctx.frames = frames
+        ctx.mark_non_differentiable(mean, var)
+        return pooled, mean, var
+
+    @staticmethod
+    def backward(ctx, dpooled: torch.Tensor, _mean: torch.Tensor, _var: torch.Tensor):
+        x, gamma, beta, mean, invstd, winner = ctx.saved_tensors
+        dx, dgamma, dbeta = torch.empty_like(x), torch.empty_like(gamma), torch.empty_like(beta)
+        over_rows(_kernels.dbof_pool_backward, x.shape[1],
+                  *_arrays(x, gamma, beta, mean, invstd, dpooled.contiguous(), winner, dx, dgamma, dbeta),
+                  x.shape[1], ctx.frames)
+        return dx, dgamma, dbeta, None, None
+
+
+def _arrays(*tensors: torch.Tensor) -> list:
+    return [tensor.detach().numpy() for tensor in tensors]
