@@ -21,7 +21,7 @@ from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
 from yt8m.losses import create_loss
-from yt8m.runtime import autocast, reuse_freed_memory, setup_logging
+from yt8m.runtime import autocast, configure_process, setup_logging
 from yt8m.optim import build_optimizer, l2_terms
 from yt8m.trainer import WARMUP_STEPS, backward_and_update, model_loss, train
 
@@ -151,7 +151,7 @@ def main() -> int:
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
     args = parser.parse_args()
     setup_logging()
-    reuse_freed_memory()  # as the `yt8m` command does; the ceiling, timed in this process, gains from it too
+    configure_process()  # as the `yt8m` command does; the ceiling, timed in this process, gains from it too
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", file=sys.stderr)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-bench-train-")
     results = []

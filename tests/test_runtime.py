@@ -1,10 +1,11 @@
-"""Process settings of the `yt8m` command: malloc keeps freed blocks of every size for reuse."""
+"""Process settings of the `yt8m` command: malloc keeps freed blocks of every size for reuse, denormals flush to 0."""
 
 import ctypes
 import subprocess
 import sys
 
 import pytest
+import torch
 
 PROBE = """
 import ctypes, sys
@@ -37,3 +38,31 @@ def test_large_blocks_come_from_the_heap_after_reuse_freed_memory():
         pytest.skip("not glibc 2.33+: no mallinfo2 to look with")
     assert mapped_on_its_own("default")
     assert not mapped_on_its_own("reuse")
+
+
+DENORMAL_PROBE = """
+import sys, threading
+import torch
+from yt8m.runtime import configure_process
+
+if sys.argv[1] == "configured":
+    configure_process()
+product = lambda: (torch.tensor([1e-30]) * torch.tensor([1e-10])).item()  # 1e-40: a float32 denormal
+in_thread = []
+thread = threading.Thread(target=lambda: in_thread.append(product()))  # started after the setting: inherits it
+thread.start()
+thread.join()
+print(product(), in_thread[0])
+"""
+
+
+def denormal_products(mode: str) -> list[float]:
+    result = subprocess.run([sys.executable, "-c", DENORMAL_PROBE, mode], capture_output=True, text=True, check=True)
+    return [float(value) for value in result.stdout.split()]
+
+
+def test_configure_process_flushes_denormals_in_this_thread_and_later_ones():
+    assert all(0 < value < 1e-38 for value in denormal_products("default"))
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    assert denormal_products("configured") == [0.0, 0.0]

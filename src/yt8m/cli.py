@@ -46,9 +46,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"yt8m: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
-    from yt8m.runtime import reuse_freed_memory  # here: `yt8m --help` need not import torch
+    from yt8m.runtime import configure_process  # here: `yt8m --help` need not import torch
 
-    reuse_freed_memory()
+    configure_process()
     command = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(command(rest) or 0)
