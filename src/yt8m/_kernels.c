@@ -68,26 +68,31 @@ static inline void sigmoid_pair(float x, float *positive, float *negative) {
     *negative = x >= 0.0f ? t * d : d;
 }
 
-/* Per row of the MoE mixture: the largest gate logit, P = sum_i u_i s_i and Q = u_M + sum_i u_i sigmoid(-e_i)
- * (u_j = exp(g_j - top), s_i = sigmoid(e_i)), each loop over the row's classes so that it vectorizes. */
+/* Per row of the MoE mixture: the largest gate logit `top`, the terms u_j = exp(g_j - top) (M + 1 gates),
+ * s_i = sigmoid(e_i) and r_i = sigmoid(-e_i) (kept for the backward, which would otherwise compute them again),
+ * P = sum_i u_i s_i and Q = u_M + sum_i u_i r_i; each loop runs over the row's classes so that it vectorizes. */
 VECTOR_CLONES
-static int moe_sums(const float *restrict g, const float *restrict e, float *restrict top, float *restrict P,
-                    float *restrict Q, Py_ssize_t classes, int mixtures) {
+static int moe_sums(const float *restrict g, const float *restrict e, float *restrict top, float *restrict u,
+                    float *restrict s, float *restrict r, float *restrict P, float *restrict Q, Py_ssize_t classes,
+                    int mixtures) {
     const float *dummy = g + mixtures * classes;
+    float *dummy_u = u + mixtures * classes;
     for (Py_ssize_t c = 0; c < classes; c++) top[c] = dummy[c];
     for (int i = 0; i < mixtures; i++)
         for (Py_ssize_t c = 0; c < classes; c++) top[c] = max_keeping_nan(top[c], g[i * classes + c]);
     for (Py_ssize_t c = 0; c < classes; c++) {
+        dummy_u[c] = exp_nonpositive(dummy[c] - top[c]);
         P[c] = 0.0f;
-        Q[c] = exp_nonpositive(dummy[c] - top[c]);
+        Q[c] = dummy_u[c];
     }
     for (int i = 0; i < mixtures; i++) {
         const float *gi = g + i * classes, *ei = e + i * classes;
+        float *ui = u + i * classes, *si = s + i * classes, *ri = r + i * classes;
         for (Py_ssize_t c = 0; c < classes; c++) {
-            float u = exp_nonpositive(gi[c] - top[c]), s, r;
-            sigmoid_pair(ei[c], &s, &r);
-            P[c] += u * s;
-            Q[c] += u * r;
+            ui[c] = exp_nonpositive(gi[c] - top[c]);
+            sigmoid_pair(ei[c], &si[c], &ri[c]);
+            P[c] += ui[c] * si[c];
+            Q[c] += ui[c] * ri[c];
         }
     }
     int tiny = 0;
@@ -154,16 +159,17 @@ static void to_class_major(const float *restrict runs, float *restrict row, Py_s
  * [rows, C * M], class-major as the model's layers give them (mixture j of class c at column c * (M + 1) + j).
  * p = sum_i u_i s_i / sum_j u_j, and its logit log p - log(1 - p) = log P - log Q: both sums of positive terms, so
  * exact where p rounds to 0 or 1; a class where either falls below TINY_SUM (a term may have underflowed) is redone
- * in log space. `work` holds (2M + 4) * C floats. */
+ * in log space. `work` holds (5M + 5) * C floats. */
 VECTOR_CLONES
 static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits, float *work,
                              Py_ssize_t classes, int mixtures, Py_ssize_t row_start, Py_ssize_t row_end) {
     float *top = work, *P = work + classes, *Q = work + 2 * classes, *g = work + 3 * classes;
-    float *e = g + (mixtures + 1) * classes;
+    float *e = g + (mixtures + 1) * classes, *u = e + mixtures * classes, *s = u + (mixtures + 1) * classes;
+    float *r = s + mixtures * classes;
     for (Py_ssize_t row = row_start; row < row_end; row++) {
         to_mixture_major(gates + row * (mixtures + 1) * classes, g, classes, mixtures + 1);
         to_mixture_major(experts + row * mixtures * classes, e, classes, mixtures);
-        int tiny = moe_sums(g, e, top, P, Q, classes, mixtures);
+        int tiny = moe_sums(g, e, top, u, s, r, P, Q, classes, mixtures);
         float *z = logits + row * classes;
         for (Py_ssize_t c = 0; c < classes; c++) z[c] = log_positive(P[c]) - log_positive(Q[c]);
         double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
@@ -172,16 +178,15 @@ static void moe_forward_rows(const float *gates, const float *experts, float *re
     }
 }
 
-/* One expert's and its gate's gradients over a row's classes, from P = dz / P and Q = dz / Q. */
+/* One expert's and its gate's gradients over a row's classes, from its terms u, s, r (moe_sums), P = dz / P and
+ * Q = dz / Q. */
 VECTOR_CLONES
-static void expert_gradients(const float *restrict g, const float *restrict e, const float *restrict top,
+static void expert_gradients(const float *restrict u, const float *restrict s, const float *restrict r,
                              const float *restrict P, const float *restrict Q, float *restrict dg,
                              float *restrict de, Py_ssize_t classes) {
     for (Py_ssize_t c = 0; c < classes; c++) {
-        float u = exp_nonpositive(g[c] - top[c]), s, r;
-        sigmoid_pair(e[c], &s, &r);
-        dg[c] = u * (s * P[c] - r * Q[c]);
-        de[c] = u * s * r * (P[c] + Q[c]);
+        dg[c] = u[c] * (s[c] * P[c] - r[c] * Q[c]);
+        de[c] = u[c] * s[c] * r[c] * (P[c] + Q[c]);
     }
 }
 
@@ -199,8 +204,8 @@ static void exact_gradients(const float *g, const float *e, float dz, float *dg,
 }
 
 /* The mixture's gradients from dz = dL/dlogit: dg_i = dz u_i (s_i / P - r_i / Q), dg_M = -dz u_M / Q and
- * de_i = dz u_i s_i r_i (1 / P + 1 / Q), with r_i = sigmoid(-e_i): recomputed from the logits, not stored.
- * `work` holds (4M + 6) * C floats. */
+ * de_i = dz u_i s_i r_i (1 / P + 1 / Q), with r_i = sigmoid(-e_i): recomputed from the logits (not stored between the passes).
+ * `work` holds (7M + 7) * C floats. */
 VECTOR_CLONES
 static void moe_backward_rows(const float *gates, const float *experts, const float *dlogits, float *dgates,
                               float *dexperts, float *work, Py_ssize_t classes, int mixtures, Py_ssize_t row_start,
@@ -208,13 +213,14 @@ static void moe_backward_rows(const float *gates, const float *experts, const fl
     float *restrict top = work, *restrict P = work + classes, *restrict Q = work + 2 * classes;
     float *g = work + 3 * classes, *e = g + (mixtures + 1) * classes;
     float *dg = e + mixtures * classes, *de = dg + (mixtures + 1) * classes;
-    int32_t *tiny_classes = (int32_t *)(de + mixtures * classes);
+    float *u = de + mixtures * classes, *s = u + (mixtures + 1) * classes, *r = s + mixtures * classes;
+    int32_t *tiny_classes = (int32_t *)(r + mixtures * classes);
     for (Py_ssize_t row = row_start; row < row_end; row++) {
         Py_ssize_t gate_row = row * (mixtures + 1) * classes, expert_row = row * mixtures * classes, tiny = 0;
         const float *restrict dz = dlogits + row * classes;
         to_mixture_major(gates + gate_row, g, classes, mixtures + 1);
         to_mixture_major(experts + expert_row, e, classes, mixtures);
-        if (moe_sums(g, e, top, P, Q, classes, mixtures))
+        if (moe_sums(g, e, top, u, s, r, P, Q, classes, mixtures))
             for (Py_ssize_t c = 0; c < classes; c++)
                 if (P[c] < TINY_SUM || Q[c] < TINY_SUM) tiny_classes[tiny++] = (int32_t)c;
         for (Py_ssize_t c = 0; c < classes; c++) {  /* from here on P and Q hold dz / P and dz / Q */
@@ -222,11 +228,11 @@ static void moe_backward_rows(const float *gates, const float *experts, const fl
             Q[c] = dz[c] / Q[c];
         }
         float *restrict dummy_out = dg + mixtures * classes;
-        const float *restrict dummy = g + mixtures * classes;
-        for (Py_ssize_t c = 0; c < classes; c++) dummy_out[c] = -exp_nonpositive(dummy[c] - top[c]) * Q[c];
+        const float *restrict dummy_u = u + mixtures * classes;
+        for (Py_ssize_t c = 0; c < classes; c++) dummy_out[c] = -dummy_u[c] * Q[c];
         for (int i = 0; i < mixtures; i++)
-            expert_gradients(g + i * classes, e + i * classes, top, P, Q, dg + i * classes, de + i * classes,
-                             classes);
+            expert_gradients(u + i * classes, s + i * classes, r + i * classes, P, Q, dg + i * classes,
+                             de + i * classes, classes);
         for (Py_ssize_t k = 0; k < tiny; k++)
             exact_gradients(g, e, dz[tiny_classes[k]], dg, de, classes, mixtures, tiny_classes[k]);
         to_class_major(dg, dgates + gate_row, classes, mixtures + 1);
@@ -431,7 +437,7 @@ static PyObject *moe_forward(PyObject *self, PyObject *args) {
     if (!moe_shapes_fit("moe_forward", classes, mixtures, rows, row_start, row_end, &gates, &experts) ||
         !float_buffer(&logits, rows * classes, "logits"))
         goto done;
-    work = PyMem_RawMalloc((2 * (Py_ssize_t)mixtures + 4) * classes * sizeof(float));
+    work = PyMem_RawMalloc((5 * (Py_ssize_t)mixtures + 5) * classes * sizeof(float));
     if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
     moe_forward_rows(gates.buf, experts.buf, logits.buf, work, classes, mixtures, row_start, row_end);
@@ -462,7 +468,7 @@ static PyObject *moe_backward(PyObject *self, PyObject *args) {
         !float_buffer(&dgates, rows * (mixtures + 1) * classes, "dgates") ||
         !float_buffer(&dexperts, rows * mixtures * classes, "dexperts"))
         goto done;
-    work = PyMem_RawMalloc((4 * (Py_ssize_t)mixtures + 6) * classes * sizeof(float));
+    work = PyMem_RawMalloc((7 * (Py_ssize_t)mixtures + 7) * classes * sizeof(float));
     if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
     moe_backward_rows(gates.buf, experts.buf, dlogits.buf, dgates.buf, dexperts.buf, work, classes, mixtures,
