@@ -60,6 +60,7 @@ from yt8m.distributed import (
     barrier,
     broadcast_from_rank0,
     env_rank,
+    exit_without_teardown,
     launched_by_torchrun,
     process_group,
     rank_and_world_size,
@@ -642,4 +643,6 @@ def main(argv: Sequence[str]) -> int:
     summary = train(config)
     if env_rank() == 0:
         print(json.dumps(summary), flush=True)
+    if launched_by_torchrun():
+        exit_without_teardown(0)
     return 0
