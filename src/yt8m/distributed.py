@@ -103,7 +103,7 @@ def exit_without_teardown(code: int = 0) -> NoReturn:
     still be releasing the last collectives' tensors then, and a thread that needs the GIL while the interpreter
     finalizes aborts the process (SIGABRT, "terminate called without an active exception"; a core dump showed
     ProcessGroupGloo::runLoop destroying the final barrier's work), which torchrun reports as a failed run: 3 of
-    16 full test runs on 2 busy cores. By now every file the run writes is closed; streams and logging are
+    19 full test runs on 2 cores. By now every file the run writes is closed; streams and logging are
     flushed here."""
     logging.shutdown()
     sys.stdout.flush()
