@@ -26,10 +26,10 @@ def use_fused_kernels(*tensors: torch.Tensor) -> bool:
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
 
 
-def over_rows(kernel: Callable[..., Result], rows: int, *args: object) -> list[Result]:
-    """Run kernel(*args, row_start, row_end) over [0, rows) in as many slices as torch has threads (at most one
-    per `rows`); returns each slice's result, in order."""
-    threads = max(1, min(torch.get_num_threads(), rows))
+def over_rows(kernel: Callable[..., Result], rows: int, *args: object, grain: int = 1) -> list[Result]:
+    """Run kernel(*args, row_start, row_end) over [0, rows) in as many slices as torch has threads, each of at least
+    `grain` rows (smaller work costs more to hand to a thread than it saves); returns each slice's result, in order."""
+    threads = max(1, min(torch.get_num_threads(), rows // grain))
     bounds = [rows * k // threads for k in range(threads + 1)]
     if threads == 1:
         return [kernel(*args, 0, rows)]

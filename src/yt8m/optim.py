@@ -27,7 +27,7 @@ TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
 # Adam options the fused step implements; any other value goes through torch's own step.
 _FUSED_ADAM_OPTIONS = {"weight_decay": 0, "amsgrad": False, "maximize": False, "capturable": False,
                        "differentiable": False, "decoupled_weight_decay": False}
-# Below this many elements a weight is updated on the calling thread: a thread hand-off costs more than it saves.
+# Elements per thread at least: below twice this a weight is updated on the calling thread alone.
 _ELEMENTS_PER_THREAD = 1 << 16
 
 L2Terms = Sequence[tuple[nn.Parameter, float]]
@@ -138,18 +138,13 @@ def fused_adam_step(optimizer: torch.optim.Adam, clip_gradient_norm: float,
             coefficient = penalties.get(weight, 0.0)
             grad_scale = 1.0
             if clip_gradient_norm > 0:
-                norm = math.sqrt(sum(_split(_kernels.penalized_squared_norm, *buffers, coefficient)))
+                norm = math.sqrt(sum(over_rows(_kernels.penalized_squared_norm, weight.numel(), *buffers,
+                                               coefficient, grain=_ELEMENTS_PER_THREAD)))
                 grad_scale = clip_gradient_norm / norm if norm > clip_gradient_norm else 1.0
-            _split(_kernels.adam_update, *buffers, state["exp_avg"].numpy(), state["exp_avg_sq"].numpy(),
-                   coefficient, grad_scale, 1 - beta1, beta2, 1 - beta2, group["lr"] / (1 - beta1 ** step),
-                   math.sqrt(1 - beta2 ** step), group["eps"])
+            over_rows(_kernels.adam_update, weight.numel(), *buffers, state["exp_avg"].numpy(),
+                      state["exp_avg_sq"].numpy(), coefficient, grad_scale, 1 - beta1, beta2, 1 - beta2,
+                      group["lr"] / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step), group["eps"],
+                      grain=_ELEMENTS_PER_THREAD)
             for tensor in (weight, state["exp_avg"], state["exp_avg_sq"]):
                 torch.autograd.graph.increment_version(tensor)  # written through NumPy, unseen by autograd
 
-
-def _split(kernel, *args: Any) -> list:
-    """kernel(*args, start, end) over a weight's elements (the first argument), in one slice per thread."""
-    elements = args[0].size
-    if elements < 2 * _ELEMENTS_PER_THREAD:
-        return [kernel(*args, 0, elements)]
-    return over_rows(kernel, elements, *args)

@@ -17,8 +17,7 @@ class MoeMixture(torch.autograd.Function):
     def forward(ctx, gates: torch.Tensor, experts: torch.Tensor, mixtures: int) -> torch.Tensor:
         rows, classes = gates.shape[0], gates.shape[1] // (mixtures + 1)
         logits = gates.new_empty((rows, classes))
-        over_rows(_kernels.moe_forward, rows, gates.detach().numpy(), experts.detach().numpy(), logits.numpy(),
-                  classes, mixtures)
+        over_rows(_kernels.moe_forward, rows, *_arrays(gates, experts, logits), classes, mixtures)
         ctx.save_for_backward(gates, experts)
         ctx.mixtures = mixtures
         return logits
@@ -27,8 +26,8 @@ class MoeMixture(torch.autograd.Function):
     def backward(ctx, dlogits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         gates, experts = ctx.saved_tensors
         dgates, dexperts = torch.empty_like(gates), torch.empty_like(experts)
-        over_rows(_kernels.moe_backward, gates.shape[0], gates.detach().numpy(), experts.detach().numpy(),
-                  dlogits.contiguous().numpy(), dgates.numpy(), dexperts.numpy(), dlogits.shape[1], ctx.mixtures)
+        over_rows(_kernels.moe_backward, gates.shape[0],
+                  *_arrays(gates, experts, dlogits.contiguous(), dgates, dexperts), dlogits.shape[1], ctx.mixtures)
         return dgates, dexperts, None
 
 
@@ -62,4 +61,5 @@ class BatchNormRelu6MaxPool(torch.autograd.Function):
 
 
 def _arrays(*tensors: torch.Tensor) -> list:
+    """The kernels' buffers: NumPy views sharing the tensors' memory."""
     return [tensor.detach().numpy() for tensor in tensors]

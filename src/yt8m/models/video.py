@@ -9,8 +9,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from yt8m.models.base import BaseModel, starter_linear
 from yt8m.kernels import use_fused_kernels
+from yt8m.models.base import BaseModel, starter_linear
 from yt8m.models.fused import MoeMixture
 from yt8m.models.registry import register_model
 
