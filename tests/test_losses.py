@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from yt8m.kernels import _kernels, use_fused_kernels
 from yt8m.losses import create_loss
 
 LABELS = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
@@ -45,6 +47,59 @@ def test_cross_entropy_stays_exact_where_log_p_plus_epsilon_saturates():
     assert loss.item() == pytest.approx(400.0)
     loss.backward()
     assert torch.isfinite(logits.grad).all() and (logits.grad.abs() > 0.4).all()
+
+
+def fused_case() -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 logits large enough to be split over threads, spanning both signs and the extremes where
+    sigmoid rounds to 0 or 1, with sparse bool labels (the reader's): the fused kernel's case."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(40, 4000, generator=generator) * 8 - 4
+    logits[0, :8] = torch.tensor([-200.0, 200.0, 0.0, -0.0, 1e-8, -1e-8, -30.0, 40.0])
+    labels = torch.rand(40, 4000, generator=generator) < 0.01
+    labels[0, :2] = True
+    return logits, labels
+
+
+def float64_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, torch.Tensor]:
+    x = logits.double().requires_grad_()
+    loss = (F.softplus(x) - x * labels.double()).sum(1).mean()
+    loss.backward()
+    return loss.item(), x.grad.float()
+
+
+def test_softplus_kernel_sums_within_float_rounding_of_float64():
+    logits, _ = fused_case()
+    predictions = torch.sigmoid(logits)
+    gradient = torch.empty_like(logits)
+    total = _kernels.softplus_sum(logits.numpy(), predictions.numpy(), gradient.numpy(), 0.25, 0, logits.numel())
+    assert total == pytest.approx(F.softplus(logits.double()).sum().item(), rel=1e-7)
+    assert torch.equal(gradient, predictions * 0.25)
+    # Where 1 - p rounds to 1, softplus(z) ~ p is all in the rounding error the kernel adds back.
+    tiny = torch.linspace(-40.0, -17.0, 1000)
+    expected = F.softplus(tiny.double()).sum().item()
+    assert _kernels.softplus_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), None, 1.0, 0, 1000) == pytest.approx(
+        expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("weight", [1.0, 3.0])
+def test_fused_cross_entropy_matches_float64_in_value_and_gradient(weight):
+    logits, labels = fused_case()
+    expected_loss, expected_gradient = float64_cross_entropy(logits, labels)
+    fused = logits.clone().requires_grad_()
+    assert use_fused_kernels(fused)
+    loss = create_loss("CrossEntropyLoss")(output_for(fused), labels)
+    (loss * weight).backward()
+    assert loss.dtype == torch.float32 and loss.item() == pytest.approx(expected_loss, rel=1e-6)
+    # (p - 1) / batch with p a float32 sigmoid: off by up to an ulp of 1 / batch where p rounds to 1
+    torch.testing.assert_close(fused.grad, expected_gradient * weight, rtol=1e-5, atol=weight * 2e-8)
+    with torch.no_grad():  # evaluation: no gradient written, the same value
+        assert create_loss("CrossEntropyLoss")(output_for(logits), labels).item() == loss.item()
+
+
+def test_fused_cross_entropy_keeps_a_nan():
+    logits, labels = fused_case()
+    logits[3, 7] = float("nan")
+    assert torch.isnan(create_loss("CrossEntropyLoss")(output_for(logits), labels))
 
 
 def test_hinge_loss_on_predictions_with_margin_one():

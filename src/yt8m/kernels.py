@@ -1,6 +1,6 @@
 """The fused CPU kernels of training (_kernels.c) from Python: when they apply, and their work split over threads.
 
-Callers are the MoE mixture (models/fused.py) and the optimizer step (optim.py).
+Callers are the models' fused layers (models/fused.py), the loss (losses.py) and the optimizer step (optim.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import torch
 from yt8m import _kernels  # noqa: F401  (re-exported to the callers)
 
 Result = TypeVar("Result")
+# Elements per thread at least for element-wise kernels: smaller slices cost more to hand to a thread than they save.
+ELEMENTS_PER_THREAD = 1 << 16
 _pool: dict[int, ThreadPoolExecutor] = {}
 # A forked child has none of the parent's pool threads: it starts its own pool.
 os.register_at_fork(after_in_child=_pool.clear)
@@ -35,3 +37,8 @@ def over_rows(kernel: Callable[..., Result], rows: int, *args: object, grain: in
         return [kernel(*args, 0, rows)]
     pool = _pool.get(threads) or _pool.setdefault(threads, ThreadPoolExecutor(threads, "yt8m-kernel"))
     return [done.result() for done in [pool.submit(kernel, *args, start, end) for start, end in zip(bounds, bounds[1:])]]
+
+
+def as_arrays(*tensors: torch.Tensor) -> list:
+    """The kernels' buffers: NumPy views sharing the tensors' memory."""
+    return [tensor.detach().numpy() for tensor in tensors]

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.kernels import ELEMENTS_PER_THREAD, _kernels, as_arrays, over_rows, use_fused_kernels
+
 
 class CrossEntropyLoss(nn.Module):
     """Binary cross-entropy summed over classes, averaged over videos (the starter kit's
@@ -34,10 +36,23 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
     videos; its gradient (sigmoid(x) - y) / batch reuses the model's predictions instead of recomputing
     sigmoid (element-wise passes dominate the step on CPU). Labels are a dense float tensor, or the flat
     int64 index of the positives: then x * y and - y touch only those few entries, sparing three passes
-    over [batch, classes]."""
+    over [batch, classes]. With positives on float32 CPU tensors, one fused pass (_kernels.c) sums softplus
+    from the predictions and writes the gradient: a third of torch's time."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        batch = logits.shape[0]
+        ctx.gradient = None
+        if labels.dtype == torch.int64 and use_fused_kernels(logits, predictions):
+            gradient = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
+            softplus = sum(over_rows(_kernels.softplus_sum, logits.numel(), *as_arrays(logits, predictions),
+                                     None if gradient is None else gradient.numpy(), 1.0 / batch,
+                                     grain=ELEMENTS_PER_THREAD))
+            if gradient is not None:
+                gradient.view(-1).index_put_((labels,), torch.tensor(-1.0 / batch), accumulate=True)
+                ctx.gradient = gradient
+            cross_term = logits.reshape(-1)[labels].sum(dtype=torch.float64)
+            return ((softplus - cross_term) / batch).to(logits.dtype)
         if labels.dtype == torch.int64:
             ctx.positives = labels
             ctx.save_for_backward(predictions)
@@ -46,10 +61,12 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
             ctx.positives = None
             ctx.save_for_backward(predictions, labels)
             cross_term = torch.dot(logits.reshape(-1), labels.reshape(-1))
-        return (F.softplus(logits).sum() - cross_term) / logits.shape[0]
+        return (F.softplus(logits).sum() - cross_term) / batch
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        if ctx.gradient is not None:  # written by the forward for a loss weight of 1, the trainer's case
+            return (ctx.gradient if grad.item() == 1.0 else ctx.gradient * grad), None, None
         scale = grad / ctx.saved_tensors[0].shape[0]
         if ctx.positives is not None:
             gradient = ctx.saved_tensors[0] * scale

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from yt8m.kernels import _kernels, over_rows, use_fused_kernels
+from yt8m.kernels import ELEMENTS_PER_THREAD, _kernels, as_arrays, over_rows, use_fused_kernels
 
 # TensorFlow optimizer class names from starter-kit command lines, with the TF defaults torch lacks.
 TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -27,8 +27,6 @@ TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
 # Adam options the fused step implements; any other value goes through torch's own step.
 _FUSED_ADAM_OPTIONS = {"weight_decay": 0, "amsgrad": False, "maximize": False, "capturable": False,
                        "differentiable": False, "decoupled_weight_decay": False}
-# Elements per thread at least: below twice this a weight is updated on the calling thread alone.
-_ELEMENTS_PER_THREAD = 1 << 16
 
 L2Terms = Sequence[tuple[nn.Parameter, float]]
 
@@ -134,17 +132,17 @@ def fused_adam_step(optimizer: torch.optim.Adam, clip_gradient_norm: float,
                 state["exp_avg_sq"] = torch.zeros_like(weight, memory_format=torch.preserve_format)
             state["step"] += 1
             step = state["step"].item()
-            buffers = [weight.detach().numpy(), weight.grad.numpy()]
+            buffers = as_arrays(weight, weight.grad)
             coefficient = penalties.get(weight, 0.0)
             grad_scale = 1.0
             if clip_gradient_norm > 0:
                 norm = math.sqrt(sum(over_rows(_kernels.penalized_squared_norm, weight.numel(), *buffers,
-                                               coefficient, grain=_ELEMENTS_PER_THREAD)))
+                                               coefficient, grain=ELEMENTS_PER_THREAD)))
                 grad_scale = clip_gradient_norm / norm if norm > clip_gradient_norm else 1.0
             over_rows(_kernels.adam_update, weight.numel(), *buffers, state["exp_avg"].numpy(),
                       state["exp_avg_sq"].numpy(), coefficient, grad_scale, 1 - beta1, beta2, 1 - beta2,
                       group["lr"] / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step), group["eps"],
-                      grain=_ELEMENTS_PER_THREAD)
+                      grain=ELEMENTS_PER_THREAD)
             for tensor in (weight, state["exp_avg"], state["exp_avg_sq"]):
                 torch.autograd.graph.increment_version(tensor)  # written through NumPy, unseen by autograd
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from yt8m.kernels import _kernels, over_rows
+from yt8m.kernels import _kernels, as_arrays, over_rows
 
 
 class MoeMixture(torch.autograd.Function):
@@ -17,7 +17,7 @@ class MoeMixture(torch.autograd.Function):
     def forward(ctx, gates: torch.Tensor, experts: torch.Tensor, mixtures: int) -> torch.Tensor:
         rows, classes = gates.shape[0], gates.shape[1] // (mixtures + 1)
         logits = gates.new_empty((rows, classes))
-        over_rows(_kernels.moe_forward, rows, *_arrays(gates, experts, logits), classes, mixtures)
+        over_rows(_kernels.moe_forward, rows, *as_arrays(gates, experts, logits), classes, mixtures)
         ctx.save_for_backward(gates, experts)
         ctx.mixtures = mixtures
         return logits
@@ -27,7 +27,7 @@ class MoeMixture(torch.autograd.Function):
         gates, experts = ctx.saved_tensors
         dgates, dexperts = torch.empty_like(gates), torch.empty_like(experts)
         over_rows(_kernels.moe_backward, gates.shape[0],
-                  *_arrays(gates, experts, dlogits.contiguous(), dgates, dexperts), dlogits.shape[1], ctx.mixtures)
+                  *as_arrays(gates, experts, dlogits.contiguous(), dgates, dexperts), dlogits.shape[1], ctx.mixtures)
         return dgates, dexperts, None
 
 
@@ -43,7 +43,7 @@ class BatchNormRelu6MaxPool(torch.autograd.Function):
         mean, var, invstd = (x.new_empty(channels) for _ in range(3))
         pooled = x.new_empty((rows // frames, channels))
         winner = torch.empty((rows // frames, channels), dtype=torch.int32)
-        over_rows(_kernels.dbof_pool_forward, channels, *_arrays(x, gamma, beta, mean, var, invstd, pooled, winner),
+        over_rows(_kernels.dbof_pool_forward, channels, *as_arrays(x, gamma, beta, mean, var, invstd, pooled, winner),
                   channels, frames, eps)
         ctx.save_for_backward(x, gamma, beta, mean, invstd, winner)
         ctx.frames = frames
@@ -55,11 +55,7 @@ class BatchNormRelu6MaxPool(torch.autograd.Function):
         x, gamma, beta, mean, invstd, winner = ctx.saved_tensors
         dx, dgamma, dbeta = torch.empty_like(x), torch.empty_like(gamma), torch.empty_like(beta)
         over_rows(_kernels.dbof_pool_backward, x.shape[1],
-                  *_arrays(x, gamma, beta, mean, invstd, dpooled.contiguous(), winner, dx, dgamma, dbeta),
+                  *as_arrays(x, gamma, beta, mean, invstd, dpooled.contiguous(), winner, dx, dgamma, dbeta),
                   x.shape[1], ctx.frames)
         return dx, dgamma, dbeta, None, None
 
-
-def _arrays(*tensors: torch.Tensor) -> list:
-    """The kernels' buffers: NumPy views sharing the tensors' memory."""
-    return [tensor.detach().numpy() for tensor in tensors]
