@@ -68,25 +68,26 @@ static inline void sigmoid_pair(float x, float *positive, float *negative) {
     *negative = x >= 0.0f ? t * d : d;
 }
 
-/* Per row of the MoE mixture: the largest gate logit `top`, the terms u_j = exp(g_j - top) (M + 1 gates),
+/* Per row of the MoE mixture, whose gate logits are M + 1 runs of C classes and expert logits M runs, run i at
+ * g + i * stride (and e + i * stride): the largest gate logit `top`, the terms u_j = exp(g_j - top),
  * s_i = sigmoid(e_i) and r_i = sigmoid(-e_i) (kept for the backward, which would otherwise compute them again),
  * P = sum_i u_i s_i and Q = u_M + sum_i u_i r_i; each loop runs over the row's classes so that it vectorizes. */
 VECTOR_CLONES
-static int moe_sums(const float *restrict g, const float *restrict e, float *restrict top, float *restrict u,
-                    float *restrict s, float *restrict r, float *restrict P, float *restrict Q, Py_ssize_t classes,
-                    int mixtures) {
-    const float *dummy = g + mixtures * classes;
+static int moe_sums(const float *restrict g, const float *restrict e, Py_ssize_t stride, float *restrict top,
+                    float *restrict u, float *restrict s, float *restrict r, float *restrict P, float *restrict Q,
+                    Py_ssize_t classes, int mixtures) {
+    const float *dummy = g + mixtures * stride;
     float *dummy_u = u + mixtures * classes;
     for (Py_ssize_t c = 0; c < classes; c++) top[c] = dummy[c];
     for (int i = 0; i < mixtures; i++)
-        for (Py_ssize_t c = 0; c < classes; c++) top[c] = max_keeping_nan(top[c], g[i * classes + c]);
+        for (Py_ssize_t c = 0; c < classes; c++) top[c] = max_keeping_nan(top[c], g[i * stride + c]);
     for (Py_ssize_t c = 0; c < classes; c++) {
         dummy_u[c] = exp_nonpositive(dummy[c] - top[c]);
         P[c] = 0.0f;
         Q[c] = dummy_u[c];
     }
     for (int i = 0; i < mixtures; i++) {
-        const float *gi = g + i * classes, *ei = e + i * classes;
+        const float *gi = g + i * stride, *ei = e + i * stride;
         float *ui = u + i * classes, *si = s + i * classes, *ri = r + i * classes;
         for (Py_ssize_t c = 0; c < classes; c++) {
             ui[c] = exp_nonpositive(gi[c] - top[c]);
@@ -108,14 +109,14 @@ static int moe_sums(const float *restrict g, const float *restrict e, float *res
  * have underflowed): a_i = g_i + log sigmoid(e_i), b = (g_M, g_i + log sigmoid(-e_i)); the logit is
  * logsumexp(a) - logsumexp(b), and wa_i = exp(a_i - logsumexp(a)), wb_j = exp(b_j - logsumexp(b)) are
  * u_i s_i / P and u r / Q of the float path. */
-static double exact_class(const float *g, const float *e, Py_ssize_t classes, int mixtures, Py_ssize_t c,
+static double exact_class(const float *g, const float *e, Py_ssize_t stride, int mixtures, Py_ssize_t c,
                           double *wa, double *wb) {
-    double top_a = -HUGE_VAL, top_b = g[mixtures * classes + c], sum_a = 0.0, sum_b = 0.0;
+    double top_a = -HUGE_VAL, top_b = g[mixtures * stride + c], sum_a = 0.0, sum_b = 0.0;
     wb[0] = top_b;
     for (int i = 0; i < mixtures; i++) {
-        double x = e[i * classes + c], softplus_x = (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
-        wa[i] = g[i * classes + c] + x - softplus_x;  /* g + log sigmoid(x) */
-        wb[i + 1] = g[i * classes + c] - softplus_x;  /* g + log sigmoid(-x) */
+        double x = e[i * stride + c], softplus_x = (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
+        wa[i] = g[i * stride + c] + x - softplus_x;  /* g + log sigmoid(x) */
+        wb[i + 1] = g[i * stride + c] - softplus_x;  /* g + log sigmoid(-x) */
         top_a = wa[i] > top_a ? wa[i] : top_a;
         top_b = wb[i + 1] > top_b ? wb[i + 1] : top_b;
     }
@@ -127,54 +128,26 @@ static double exact_class(const float *g, const float *e, Py_ssize_t classes, in
     return lse_a - lse_b;
 }
 
-/* A row of class-major [C, width] values as width contiguous runs of C (mixture-major), and back. Widths up to 5
- * (up to 4 mixtures, the starter kit's range) get a loop of constant width, which vectorizes. */
-#define TRANSPOSE(WIDTH, TO, FROM)                                                                              \
-    for (Py_ssize_t c = 0; c < classes; c++)                                                                      \
-        for (int j = 0; j < (WIDTH); j++) TO = FROM;
-#define TO_RUNS(WIDTH) TRANSPOSE(WIDTH, runs[j * classes + c], row[c * (WIDTH) + j])
-#define TO_ROW(WIDTH) TRANSPOSE(WIDTH, row[c * (WIDTH) + j], runs[j * classes + c])
-
-#define BY_WIDTH(OP)                                                                                            \
-    switch (width) {                                                                                              \
-    case 1: OP(1) break;                                                                                          \
-    case 2: OP(2) break;                                                                                          \
-    case 3: OP(3) break;                                                                                          \
-    case 4: OP(4) break;                                                                                          \
-    case 5: OP(5) break;                                                                                          \
-    default: OP(width)                                                                                            \
-    }
-
-VECTOR_CLONES
-static void to_mixture_major(const float *restrict row, float *restrict runs, Py_ssize_t classes, int width) {
-    BY_WIDTH(TO_RUNS)
-}
-
-VECTOR_CLONES
-static void to_class_major(const float *restrict runs, float *restrict row, Py_ssize_t classes, int width) {
-    BY_WIDTH(TO_ROW)
-}
-
-/* Logits of the MoE mixture over rows [row_start, row_end): gate logits [rows, C * (M + 1)] and expert logits
- * [rows, C * M], class-major as the model's layers give them (mixture j of class c at column c * (M + 1) + j).
+/* Logits of the MoE mixture over rows [row_start, row_end) of `rows`: gate logits [M + 1, rows, C] and expert
+ * logits [M, rows, C], each mixture's a run of C per row as MoeModel's run-major layers give them.
  * p = sum_i u_i s_i / sum_j u_j, and its logit log p - log(1 - p) = log P - log Q: both sums of positive terms, so
  * exact where p rounds to 0 or 1; a class where either falls below TINY_SUM (a term may have underflowed) is redone
- * in log space. `work` holds (5M + 5) * C floats. */
+ * in log space. `work` holds (3M + 4) * C floats. */
 VECTOR_CLONES
 static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits, float *work,
-                             Py_ssize_t classes, int mixtures, Py_ssize_t row_start, Py_ssize_t row_end) {
-    float *top = work, *P = work + classes, *Q = work + 2 * classes, *g = work + 3 * classes;
-    float *e = g + (mixtures + 1) * classes, *u = e + mixtures * classes, *s = u + (mixtures + 1) * classes;
-    float *r = s + mixtures * classes;
+                             Py_ssize_t rows, Py_ssize_t classes, int mixtures, Py_ssize_t row_start,
+                             Py_ssize_t row_end) {
+    float *top = work, *P = work + classes, *Q = work + 2 * classes, *u = work + 3 * classes;
+    float *s = u + (mixtures + 1) * classes, *r = s + mixtures * classes;
+    Py_ssize_t stride = rows * classes;
     for (Py_ssize_t row = row_start; row < row_end; row++) {
-        to_mixture_major(gates + row * (mixtures + 1) * classes, g, classes, mixtures + 1);
-        to_mixture_major(experts + row * mixtures * classes, e, classes, mixtures);
-        int tiny = moe_sums(g, e, top, u, s, r, P, Q, classes, mixtures);
+        const float *g = gates + row * classes, *e = experts + row * classes;
+        int tiny = moe_sums(g, e, stride, top, u, s, r, P, Q, classes, mixtures);
         float *z = logits + row * classes;
         for (Py_ssize_t c = 0; c < classes; c++) z[c] = log_positive(P[c]) - log_positive(Q[c]);
         double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
         for (Py_ssize_t c = 0; tiny && c < classes; c++)
-            if (P[c] < TINY_SUM || Q[c] < TINY_SUM) z[c] = (float)exact_class(g, e, classes, mixtures, c, wa, wb);
+            if (P[c] < TINY_SUM || Q[c] < TINY_SUM) z[c] = (float)exact_class(g, e, stride, mixtures, c, wa, wb);
     }
 }
 
@@ -190,53 +163,50 @@ static void expert_gradients(const float *restrict u, const float *restrict s, c
     }
 }
 
-/* Class c's gradients in log space (see exact_class), written into the row's mixture-major dg and de. */
-static void exact_gradients(const float *g, const float *e, float dz, float *dg, float *de, Py_ssize_t classes,
+/* Class c's gradients in log space (see exact_class), written into the row's runs of dg and de. */
+static void exact_gradients(const float *g, const float *e, float dz, float *dg, float *de, Py_ssize_t stride,
                             int mixtures, Py_ssize_t c) {
     double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
-    exact_class(g, e, classes, mixtures, c, wa, wb);
+    exact_class(g, e, stride, mixtures, c, wa, wb);
     for (int i = 0; i < mixtures; i++) {
-        double x = e[i * classes + c], s = 1.0 / (1.0 + exp(-x)), r = 1.0 / (1.0 + exp(x));
-        dg[i * classes + c] = (float)(dz * (wa[i] - wb[i + 1]));
-        de[i * classes + c] = (float)(dz * (wa[i] * r + wb[i + 1] * s));
+        double x = e[i * stride + c], s = 1.0 / (1.0 + exp(-x)), r = 1.0 / (1.0 + exp(x));
+        dg[i * stride + c] = (float)(dz * (wa[i] - wb[i + 1]));
+        de[i * stride + c] = (float)(dz * (wa[i] * r + wb[i + 1] * s));
     }
-    dg[mixtures * classes + c] = (float)(-dz * wb[0]);
+    dg[mixtures * stride + c] = (float)(-dz * wb[0]);
 }
 
-/* The mixture's gradients from dz = dL/dlogit: dg_i = dz u_i (s_i / P - r_i / Q), dg_M = -dz u_M / Q and
- * de_i = dz u_i s_i r_i (1 / P + 1 / Q), with r_i = sigmoid(-e_i): recomputed from the logits (not stored between the passes).
- * `work` holds (7M + 7) * C floats. */
+/* The mixture's gradients from dz = dL/dlogit, in the layout of its inputs: dg_i = dz u_i (s_i / P - r_i / Q),
+ * dg_M = -dz u_M / Q and de_i = dz u_i s_i r_i (1 / P + 1 / Q), with r_i = sigmoid(-e_i). `work` holds (3M + 4) * C
+ * floats and C int32. */
 VECTOR_CLONES
 static void moe_backward_rows(const float *gates, const float *experts, const float *dlogits, float *dgates,
-                              float *dexperts, float *work, Py_ssize_t classes, int mixtures, Py_ssize_t row_start,
-                              Py_ssize_t row_end) {
+                              float *dexperts, float *work, Py_ssize_t rows, Py_ssize_t classes, int mixtures,
+                              Py_ssize_t row_start, Py_ssize_t row_end) {
     float *restrict top = work, *restrict P = work + classes, *restrict Q = work + 2 * classes;
-    float *g = work + 3 * classes, *e = g + (mixtures + 1) * classes;
-    float *dg = e + mixtures * classes, *de = dg + (mixtures + 1) * classes;
-    float *u = de + mixtures * classes, *s = u + (mixtures + 1) * classes, *r = s + mixtures * classes;
+    float *u = work + 3 * classes, *s = u + (mixtures + 1) * classes, *r = s + mixtures * classes;
     int32_t *tiny_classes = (int32_t *)(r + mixtures * classes);
+    Py_ssize_t stride = rows * classes;
     for (Py_ssize_t row = row_start; row < row_end; row++) {
-        Py_ssize_t gate_row = row * (mixtures + 1) * classes, expert_row = row * mixtures * classes, tiny = 0;
+        const float *g = gates + row * classes, *e = experts + row * classes;
+        float *dg = dgates + row * classes, *de = dexperts + row * classes;
         const float *restrict dz = dlogits + row * classes;
-        to_mixture_major(gates + gate_row, g, classes, mixtures + 1);
-        to_mixture_major(experts + expert_row, e, classes, mixtures);
-        if (moe_sums(g, e, top, u, s, r, P, Q, classes, mixtures))
+        Py_ssize_t tiny = 0;
+        if (moe_sums(g, e, stride, top, u, s, r, P, Q, classes, mixtures))
             for (Py_ssize_t c = 0; c < classes; c++)
                 if (P[c] < TINY_SUM || Q[c] < TINY_SUM) tiny_classes[tiny++] = (int32_t)c;
         for (Py_ssize_t c = 0; c < classes; c++) {  /* from here on P and Q hold dz / P and dz / Q */
             P[c] = dz[c] / P[c];
             Q[c] = dz[c] / Q[c];
         }
-        float *restrict dummy_out = dg + mixtures * classes;
+        float *restrict dummy_out = dg + mixtures * stride;
         const float *restrict dummy_u = u + mixtures * classes;
         for (Py_ssize_t c = 0; c < classes; c++) dummy_out[c] = -dummy_u[c] * Q[c];
         for (int i = 0; i < mixtures; i++)
-            expert_gradients(u + i * classes, s + i * classes, r + i * classes, P, Q, dg + i * classes,
-                             de + i * classes, classes);
+            expert_gradients(u + i * classes, s + i * classes, r + i * classes, P, Q, dg + i * stride,
+                             de + i * stride, classes);
         for (Py_ssize_t k = 0; k < tiny; k++)
-            exact_gradients(g, e, dz[tiny_classes[k]], dg, de, classes, mixtures, tiny_classes[k]);
-        to_class_major(dg, dgates + gate_row, classes, mixtures + 1);
-        to_class_major(de, dexperts + expert_row, classes, mixtures);
+            exact_gradients(g, e, dz[tiny_classes[k]], dg, de, stride, mixtures, tiny_classes[k]);
     }
 }
 
@@ -448,8 +418,8 @@ static int moe_shapes_fit(const char *name, Py_ssize_t classes, int mixtures, Py
 
 PyDoc_STRVAR(moe_forward_doc,
 "moe_forward(gates, experts, logits, classes, mixtures, row_start, row_end)\n\n"
-"The MoE mixture's logits of rows [row_start, row_end) into `logits` (float32 buffers, class-major as\n"
-"MoeModel's layers give them).");
+"The MoE mixture's logits of rows [row_start, row_end) into `logits` [rows, classes] from gate logits\n"
+"[mixtures + 1, rows, classes] and expert logits [mixtures, rows, classes] (float32 buffers).");
 
 static PyObject *moe_forward(PyObject *self, PyObject *args) {
     Py_buffer gates, experts, logits;
@@ -463,10 +433,10 @@ static PyObject *moe_forward(PyObject *self, PyObject *args) {
     if (!moe_shapes_fit("moe_forward", classes, mixtures, rows, row_start, row_end, &gates, &experts) ||
         !float_buffer(&logits, rows * classes, "logits"))
         goto done;
-    work = PyMem_RawMalloc((5 * (Py_ssize_t)mixtures + 5) * classes * sizeof(float));
+    work = PyMem_RawMalloc((3 * (Py_ssize_t)mixtures + 4) * classes * sizeof(float));
     if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
-    moe_forward_rows(gates.buf, experts.buf, logits.buf, work, classes, mixtures, row_start, row_end);
+    moe_forward_rows(gates.buf, experts.buf, logits.buf, work, rows, classes, mixtures, row_start, row_end);
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
@@ -477,7 +447,8 @@ done:
 
 PyDoc_STRVAR(moe_backward_doc,
 "moe_backward(gates, experts, dlogits, dgates, dexperts, classes, mixtures, row_start, row_end)\n\n"
-"The MoE mixture's gradients of rows [row_start, row_end) into `dgates` and `dexperts`.");
+"The MoE mixture's gradients of rows [row_start, row_end) into `dgates` and `dexperts`, laid out as the gate\n"
+"and expert logits.");
 
 static PyObject *moe_backward(PyObject *self, PyObject *args) {
     Py_buffer gates, experts, dlogits, dgates, dexperts;
@@ -494,10 +465,10 @@ static PyObject *moe_backward(PyObject *self, PyObject *args) {
         !float_buffer(&dgates, rows * (mixtures + 1) * classes, "dgates") ||
         !float_buffer(&dexperts, rows * mixtures * classes, "dexperts"))
         goto done;
-    work = PyMem_RawMalloc((7 * (Py_ssize_t)mixtures + 7) * classes * sizeof(float));
+    work = PyMem_RawMalloc((3 * (Py_ssize_t)mixtures + 5) * classes * sizeof(float));
     if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
-    moe_backward_rows(gates.buf, experts.buf, dlogits.buf, dgates.buf, dexperts.buf, work, classes, mixtures,
+    moe_backward_rows(gates.buf, experts.buf, dlogits.buf, dgates.buf, dexperts.buf, work, rows, classes, mixtures,
                       row_start, row_end);
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);

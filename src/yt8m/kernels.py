@@ -22,9 +22,9 @@ os.register_at_fork(after_in_child=_pool.clear)
 
 
 def use_fused_kernels(*tensors: torch.Tensor) -> bool:
-    """True for contiguous float32 CPU tensors outside tracing (torch.compile, ONNX export): the kernels' case.
-    Elsewhere (accelerators, bfloat16 autocast, tracing) the eager reference runs."""
-    return not torch.compiler.is_compiling() and all(
+    """True for contiguous float32 CPU tensors outside tracing (torch.compile, ONNX export) and CPU autocast: the
+    kernels' case. Elsewhere (accelerators, bfloat16 autocast, tracing) the eager reference runs."""
+    return not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu") and all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
 
 

@@ -8,32 +8,38 @@ import torch.nn.functional as F
 
 from yt8m.kernels import use_fused_kernels
 from yt8m.models import create_model
-from yt8m.models.fused import BatchNormRelu6MaxPool, MoeMixture
+from yt8m.models.fused import BatchNormRelu6MaxPool, MoeMixture, RunMajorLinear
 from yt8m.models.video import mixture_logits
 
 
 def mixture_inputs(mixtures: int, classes: int = 37, rows: int = 9, seed: int = 0):
+    """Gate logits [M + 1, rows, C] and expert logits [M, rows, C], the kernels' run-major layout."""
     generator = torch.Generator().manual_seed(seed)
-    gates = torch.randn(rows, classes * (mixtures + 1), generator=generator) * 4
-    experts = torch.randn(rows, classes * mixtures, generator=generator) * 4
+    gates = torch.randn(mixtures + 1, rows, classes, generator=generator) * 4
+    experts = torch.randn(mixtures, rows, classes, generator=generator) * 4
     # Extremes where terms underflow in float32: the kernel redoes those classes in log space.
-    gates[0, :mixtures + 1] = torch.tensor([60.0] + [-60.0] * mixtures)
-    experts[0, :mixtures] = 300.0
-    experts[1, :mixtures] = -300.0
-    gates[2, -(mixtures + 1):] = torch.tensor([-90.0] * mixtures + [90.0])
+    gates[:, 0, 0] = torch.tensor([60.0] + [-60.0] * mixtures)
+    experts[:, 0, 0] = 300.0
+    experts[:, 1, 0] = -300.0
+    gates[:, 2, -1] = torch.tensor([-90.0] * mixtures + [90.0])
     return gates, experts
+
+
+def class_major(runs: torch.Tensor) -> torch.Tensor:
+    """[width, rows, C] runs as the [rows, C * width] class-major layer output (column c * width + j)."""
+    return runs.permute(1, 2, 0).reshape(runs.shape[1], -1)
 
 
 @pytest.mark.parametrize("mixtures", [1, 2, 3, 4, 6])
 def test_moe_mixture_matches_the_float64_reference(mixtures):
     gates, experts = mixture_inputs(mixtures)
-    dlogits = torch.randn(gates.shape[0], gates.shape[1] // (mixtures + 1), generator=torch.Generator().manual_seed(1))
+    dlogits = torch.randn(gates.shape[1], gates.shape[2], generator=torch.Generator().manual_seed(1))
     fused_gates, fused_experts = gates.clone().requires_grad_(), experts.clone().requires_grad_()
     assert use_fused_kernels(fused_gates, fused_experts)
     logits = MoeMixture.apply(fused_gates, fused_experts, mixtures)
     logits.backward(dlogits)
     reference_gates, reference_experts = gates.double().requires_grad_(), experts.double().requires_grad_()
-    expected = mixture_logits(reference_gates, reference_experts, mixtures)
+    expected = mixture_logits(class_major(reference_gates), class_major(reference_experts), mixtures)
     expected.backward(dlogits.double())
     torch.testing.assert_close(logits, expected.float(), rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(fused_gates.grad, reference_gates.grad.float(), rtol=1e-4, atol=1e-6)
@@ -43,19 +49,57 @@ def test_moe_mixture_matches_the_float64_reference(mixtures):
 
 def test_moe_mixture_keeps_a_nan():
     gates, experts = mixture_inputs(2)
-    gates[3, 5] = float("nan")
-    experts[4, 7] = float("nan")
+    gates[1, 3, 5] = float("nan")
+    experts[0, 4, 7] = float("nan")
     logits = MoeMixture.apply(gates, experts, 2)
-    assert torch.isnan(logits[3, 5 // 3]) and torch.isnan(logits[4, 7 // 2])
+    assert torch.isnan(logits[3, 5]) and torch.isnan(logits[4, 7])
     assert torch.isfinite(logits[5:]).all()
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_run_major_linear_is_the_layer_with_its_output_in_runs(with_bias):
+    generator = torch.Generator().manual_seed(3)
+    layer = torch.nn.Linear(11, 5 * 3, bias=with_bias)
+    x = torch.randn(4, 11, generator=generator)
+    druns = torch.randn(3, 4, 5, generator=generator)
+    fused_x, reference_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    runs = RunMajorLinear.apply(fused_x, layer.weight, layer.bias, 3)
+    runs.backward(druns)
+    fused_grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    expected = layer(reference_x)
+    expected.backward(class_major(druns))
+    torch.testing.assert_close(class_major(runs), expected)
+    torch.testing.assert_close(fused_x.grad, reference_x.grad)
+    for got, parameter in zip(fused_grads, layer.parameters()):
+        torch.testing.assert_close(got, parameter.grad)
+
+
+def test_moe_trains_the_same_with_and_without_the_fused_kernels():
+    """Logits and every gradient against the eager path (nn.Linear layers, mixture_logits) of the same model."""
+    torch.manual_seed(0)
+    fused = create_model("MoeModel", 24, 30, moe_num_mixtures=3).train()
+    eager = copy.deepcopy(fused)
+    features = torch.randn(7, 24)
+    logits = fused(features)["logits"]
+    normalized = F.normalize(features, dim=-1)
+    expected = mixture_logits(eager.gates(normalized), eager.experts(normalized), 3)
+    assert logits.grad_fn.name() == "MoeMixtureBackward"
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    logits.square().sum().backward()
+    expected.square().sum().backward()
+    for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_the_kernels_run_only_on_contiguous_float32_cpu_tensors():
     gates, experts = mixture_inputs(2)
     assert use_fused_kernels(gates, experts)
     assert not use_fused_kernels(gates.bfloat16(), experts)
-    assert not use_fused_kernels(gates.t(), experts)
+    assert not use_fused_kernels(gates.transpose(1, 2), experts)
     assert not use_fused_kernels(gates.double(), experts)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not use_fused_kernels(gates, experts)
 
 
 def test_a_forked_child_runs_the_kernels_on_its_own_threads():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from yt8m.kernels import use_fused_kernels
 from yt8m.models.base import BaseModel, starter_linear
-from yt8m.models.fused import MoeMixture
+from yt8m.models.fused import MoeMixture, RunMajorLinear
 from yt8m.models.registry import register_model
 
 
@@ -49,10 +49,12 @@ class MoeModel(BaseModel):
         self.experts = starter_linear(feature_size, num_classes * moe_num_mixtures)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
-        gates, experts = self.gates(features), self.experts(features)
-        if use_fused_kernels(gates, experts):  # the same math in one pass each way (_kernels.c)
-            return MoeMixture.apply(gates, experts, self.num_mixtures)
-        return mixture_logits(gates, experts, self.num_mixtures)
+        mixtures = self.num_mixtures
+        if use_fused_kernels(features, self.gates.weight, self.experts.weight):  # one pass each way (_kernels.c)
+            gates = RunMajorLinear.apply(features, self.gates.weight, None, mixtures + 1)
+            experts = RunMajorLinear.apply(features, self.experts.weight, self.experts.bias, mixtures)
+            return MoeMixture.apply(gates, experts, mixtures)
+        return mixture_logits(self.gates(features), self.experts(features), mixtures)
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [self.gates.weight, self.experts.weight]
