@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 
+import yt8m  # noqa: F401  (first: sets the OpenMP wait policy before torch loads, as for the yt8m command)
 import torch
 
 from yt8m.checkpoint import create_model_for
@@ -25,7 +26,8 @@ from yt8m.runtime import autocast, configure_process, setup_logging
 from yt8m.optim import build_optimizer, l2_terms
 from yt8m.trainer import WARMUP_STEPS, backward_and_update, model_loss, train
 
-MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+# Each matmul op's operands, in order; a recorded `out=` tensor after them is not one.
+MATMUL_OPERANDS = {"aten::mm": 2, "aten::addmm": 3, "aten::bmm": 2, "aten::baddbmm": 3}
 # The starter kit under TF 2.x on this machine (issue 4), for scale.
 STARTER_KIT = {"LogisticModel": 2600, "MoeModel": 370}
 
@@ -39,10 +41,11 @@ def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple
     for event in prof.events():
         parent, nested = event.cpu_parent, False
         while parent is not None:
-            nested = nested or parent.name in MATMUL_OPS
+            nested = nested or parent.name in MATMUL_OPERANDS
             parent = parent.cpu_parent
-        if event.name in MATMUL_OPS and not nested:
-            found.append((event.name, [list(shape) for shape in event.input_shapes]))
+        if event.name in MATMUL_OPERANDS and not nested:
+            operands = event.input_shapes[:MATMUL_OPERANDS[event.name]]
+            found.append((event.name, [list(shape) for shape in operands]))
     return found
 
 

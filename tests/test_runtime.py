@@ -1,6 +1,8 @@
-"""Process settings of the `yt8m` command: malloc keeps freed blocks of every size for reuse, denormals flush to 0."""
+"""Process settings of the `yt8m` command: malloc keeps freed blocks of every size for reuse, denormals flush to 0,
+idle OpenMP threads sleep."""
 
 import ctypes
+import os
 import subprocess
 import sys
 
@@ -66,3 +68,16 @@ def test_configure_process_flushes_denormals_in_this_thread_and_later_ones():
     if not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush denormals")
     assert denormal_products("configured") == [0.0, 0.0]
+
+
+def openmp_wait_policy(env: dict) -> str:
+    """OMP_WAIT_POLICY as torch's OpenMP runtime would read it after `import yt8m`, in a fresh process."""
+    probe = "import os, yt8m, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def test_importing_yt8m_first_makes_idle_openmp_threads_sleep_unless_the_user_chose():
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    assert openmp_wait_policy(env) == "PASSIVE"
+    assert openmp_wait_policy({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
