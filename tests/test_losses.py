@@ -67,18 +67,24 @@ def float64_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[f
     return loss.item(), x.grad.float()
 
 
-def test_softplus_kernel_sums_within_float_rounding_of_float64():
-    logits, _ = fused_case()
+def test_cross_entropy_kernel_sums_within_float_rounding_of_float64():
+    logits, labels = fused_case()
     predictions = torch.sigmoid(logits)
     gradient = torch.empty_like(logits)
-    total = _kernels.softplus_sum(logits.numpy(), predictions.numpy(), gradient.numpy(), 0.25, 0, logits.numel())
-    assert total == pytest.approx(F.softplus(logits.double()).sum().item(), rel=1e-7)
-    assert torch.equal(gradient, predictions * 0.25)
-    # Where 1 - p rounds to 1, softplus(z) ~ p is all in the rounding error the kernel adds back.
+    total = _kernels.cross_entropy_sum(logits.numpy(), predictions.numpy(), labels.numpy(), gradient.numpy(), 0.25, 0,
+                                       logits.numel())
+    expected = (F.softplus(logits.double()) - logits.double() * labels).sum().item()
+    assert total == pytest.approx(expected, rel=1e-7)
+    assert torch.equal(gradient, (predictions - labels.float()) * 0.25)
+    # Where 1 - p rounds to 1, softplus(z) ~ p is all in the rounding error the kernel adds back; a positive label
+    # on a very confident logit costs exactly -z.
     tiny = torch.linspace(-40.0, -17.0, 1000)
-    expected = F.softplus(tiny.double()).sum().item()
-    assert _kernels.softplus_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), None, 1.0, 0, 1000) == pytest.approx(
-        expected, rel=1e-6)
+    for positive in (False, True):
+        tiny_labels = torch.full((1000,), positive)
+        expected = (F.softplus(tiny.double()) - tiny.double() * positive).sum().item()
+        total = _kernels.cross_entropy_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), tiny_labels.numpy(), None, 1.0,
+                                           0, 1000)
+        assert total == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("weight", [1.0, 3.0])

@@ -1,5 +1,5 @@
 /* Fused kernels of training on the CPU, each one pass where eager PyTorch takes several: the MoE mixture's forward
- * and backward and DbofModel's cluster pooling (models/fused.py), the cross-entropy's softplus sum with its gradient
+ * and backward and DbofModel's cluster pooling (models/fused.py), the cross-entropy's sum with its gradient
  * (losses.py), and Adam's update with the L2 penalty's gradient and per-weight clipping folded in (optim.py).
  *
  * Hand-written because the step's element-wise passes, not its matmuls, kept training at 60-70% of the matmul
@@ -230,26 +230,29 @@ static double penalized_squares(const float *restrict g, const float *restrict w
     return total;
 }
 
-/* sum(softplus(z)) over [start, end) from the logits z and their sigmoids p, with one log per element where
- * softplus takes an exp and a log1p: z - log(p) for z > 0, else -log(u) for u = 1 - p rounded, plus its rounding
- * error u - 1 + p (which is all that is left below p = 2^-25, where u rounds to 1); each log's argument lies in
- * [1/2, 1], where it is exact to a few ulp. With `gradient`, writes p * scale there in the same pass. Float sums
- * over short blocks (each vector lane adds a few dozen terms), added into a double. */
-#define SUM_BLOCK 512
+/* The summed binary cross-entropy softplus(z) - y z over [start, end), from the logits z, their sigmoids p and the
+ * 0/1 labels y, with one log per element where softplus takes an exp and a log1p: softplus(z) is z - log(p) for
+ * z > 0, else -log(u) for u = 1 - p rounded plus its rounding error u - 1 + p (all that is left below p = 2^-25,
+ * where u rounds to 1); each log's argument lies in [1/2, 1], where it is exact to a few ulp. With `gradient`,
+ * writes (p - y) * scale there in the same pass. Float sums over blocks of 64 terms (a few per vector lane), added
+ * into a double: float sums of 512 lost 2e-7 of the total. */
+#define SUM_BLOCK 64
 VECTOR_CLONES
-static double softplus_sum_elements(const float *restrict z, const float *restrict p, float *restrict gradient,
-                                    float scale, Py_ssize_t start, Py_ssize_t end) {
+static double cross_entropy_elements(const float *restrict z, const float *restrict p, const uint8_t *restrict y,
+                                     float *restrict gradient, float scale, Py_ssize_t start, Py_ssize_t end) {
     double total = 0.0;
     for (Py_ssize_t block = start; block < end; block += SUM_BLOCK) {
         Py_ssize_t stop = end - block > SUM_BLOCK ? block + SUM_BLOCK : end;
-        float sum = 0.0f;
+        float sum = 0.0f, label[SUM_BLOCK];  /* converted apart: with bytes in it the sum's loop did not vectorize */
+        for (Py_ssize_t i = block; i < stop; i++) label[i - block] = (float)y[i];
         if (gradient)
-            for (Py_ssize_t i = block; i < stop; i++) gradient[i] = p[i] * scale;
+            for (Py_ssize_t i = block; i < stop; i++) gradient[i] = (p[i] - label[i - block]) * scale;
 #pragma omp simd reduction(+ : sum)
         for (Py_ssize_t i = block; i < stop; i++) {
             float u = 1.0f - p[i];
             int positive = z[i] > 0.0f;
-            sum += (positive ? z[i] : (u - 1.0f) + p[i]) - log_positive(positive ? p[i] : u);
+            float linear = (positive ? z[i] : (u - 1.0f) + p[i]) - label[i - block] * z[i];
+            sum += linear - log_positive(positive ? p[i] : u);
         }
         total += sum;
     }
@@ -516,33 +519,40 @@ static PyObject *penalized_squared_norm(PyObject *self, PyObject *args) {
     return result;
 }
 
-PyDoc_STRVAR(softplus_sum_doc,
-"softplus_sum(logits, predictions, gradient, scale, start, end) -> float\n\n"
-"sum(softplus(logits)) over elements [start, end) of float32 buffers, given predictions = sigmoid(logits); with a\n"
-"`gradient` buffer (else None), writes predictions * scale into it.");
+PyDoc_STRVAR(cross_entropy_sum_doc,
+"cross_entropy_sum(logits, predictions, labels, gradient, scale, start, end) -> float\n\n"
+"sum(softplus(logits) - labels * logits) over elements [start, end) of float32 logits, predictions = sigmoid(logits)\n"
+"and 0/1 labels (bool or uint8); with a `gradient` buffer (else None), writes (predictions - labels) * scale there.");
 
-static PyObject *softplus_sum(PyObject *self, PyObject *args) {
-    Py_buffer logits, predictions, gradient = {0};
+static PyObject *cross_entropy_sum(PyObject *self, PyObject *args) {
+    Py_buffer logits, predictions, labels, gradient = {0};
     PyObject *gradient_object;
     float scale;
     Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "y*y*Ofnn", &logits, &predictions, &gradient_object, &scale, &start, &end)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*Ofnn", &logits, &predictions, &labels, &gradient_object, &scale, &start, &end))
+        return NULL;
     PyObject *result = NULL;
     int with_gradient = gradient_object != Py_None;
-    Py_buffer *views[] = {&logits, &predictions, &gradient};
+    Py_buffer *views[] = {&logits, &predictions, &gradient, &labels};
     if (with_gradient && PyObject_GetBuffer(gradient_object, &gradient, PyBUF_WRITABLE) < 0) {
-        release_buffers(views, 2);
+        release_buffers((Py_buffer *[]){&logits, &predictions, &labels}, 3);
         return NULL;
     }
-    if (elements_fit("softplus_sum", views, 2 + with_gradient, start, end)) {
-        double total;
-        Py_BEGIN_ALLOW_THREADS
-        total = softplus_sum_elements(logits.buf, predictions.buf, with_gradient ? gradient.buf : NULL, scale, start,
-                                      end);
-        Py_END_ALLOW_THREADS
-        result = PyFloat_FromDouble(total);
+    if (!elements_fit("cross_entropy_sum", views, 2 + with_gradient, start, end)) goto done;
+    if (labels.len != logits.len / (Py_ssize_t)sizeof(float)) {
+        PyErr_Format(PyExc_ValueError, "cross_entropy_sum: %zd labels for %zd logits", labels.len,
+                     logits.len / (Py_ssize_t)sizeof(float));
+        goto done;
     }
-    release_buffers(views, 2 + with_gradient);
+    double total;
+    Py_BEGIN_ALLOW_THREADS
+    total = cross_entropy_elements(logits.buf, predictions.buf, labels.buf, with_gradient ? gradient.buf : NULL, scale,
+                                   start, end);
+    Py_END_ALLOW_THREADS
+    result = PyFloat_FromDouble(total);
+done:
+    release_buffers((Py_buffer *[]){&logits, &predictions, &labels}, 3);
+    if (with_gradient) PyBuffer_Release(&gradient);
     return result;
 }
 
@@ -662,7 +672,7 @@ static PyMethodDef methods[] = {
     {"moe_backward", moe_backward, METH_VARARGS, moe_backward_doc},
     {"penalized_squared_norm", penalized_squared_norm, METH_VARARGS, penalized_squared_norm_doc},
     {"adam_update", adam_update, METH_VARARGS, adam_update_doc},
-    {"softplus_sum", softplus_sum, METH_VARARGS, softplus_sum_doc},
+    {"cross_entropy_sum", cross_entropy_sum, METH_VARARGS, cross_entropy_sum_doc},
     {"dbof_pool_forward", dbof_pool_forward, METH_VARARGS, dbof_pool_forward_doc},
     {"dbof_pool_backward", dbof_pool_backward, METH_VARARGS, dbof_pool_backward_doc},
     {NULL, NULL, 0, NULL},

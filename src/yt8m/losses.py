@@ -23,42 +23,38 @@ class CrossEntropyLoss(nn.Module):
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
-        if labels.dtype == torch.bool and labels.device.type == "cpu":
-            # The reader's bool labels by the few positives' flat index (NumPy's flatnonzero: 0.56 ms for
-            # 1024 x 3862, torch's nonzero 1.6). Not on an accelerator: nonzero waits for the device there.
-            positives = torch.from_numpy(np.flatnonzero(labels.numpy()))
-            return SummedBinaryCrossEntropy.apply(logits, predictions, positives)
-        return SummedBinaryCrossEntropy.apply(logits, predictions, labels.to(logits.dtype))
+        if labels.dtype != torch.bool or labels.device.type != "cpu":
+            labels = labels.to(logits.dtype)
+        return SummedBinaryCrossEntropy.apply(logits, predictions, labels)
 
 
 class SummedBinaryCrossEntropy(torch.autograd.Function):
     """sum(softplus(x) - x * y) / batch, equal to BCE-with-logits summed over classes and averaged over
     videos; its gradient (sigmoid(x) - y) / batch reuses the model's predictions instead of recomputing
-    sigmoid (element-wise passes dominate the step on CPU). Labels are a dense float tensor, or the flat
-    int64 index of the positives: then x * y and - y touch only those few entries, sparing three passes
-    over [batch, classes]. With positives on float32 CPU tensors, one fused pass (_kernels.c) sums softplus
-    from the predictions and writes the gradient: a third of torch's time."""
+    sigmoid (element-wise passes dominate the step on CPU).
+
+    Labels are the reader's bool multi-hot tensor on the CPU, or dense floats. Bool labels with float32
+    logits take one fused pass (_kernels.c) that sums the loss from the predictions, one log per element,
+    and writes the gradient: a third of torch's time. Otherwise bool labels are taken by the few positives'
+    flat index, so that x * y and - y touch only those entries."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         batch = logits.shape[0]
-        ctx.gradient = None
-        if labels.dtype == torch.int64 and use_fused_kernels(logits, predictions):
+        ctx.gradient = ctx.positives = None
+        if labels.dtype == torch.bool and labels.is_contiguous() and use_fused_kernels(logits, predictions):
             gradient = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
-            softplus = sum(over_rows(_kernels.softplus_sum, logits.numel(), *as_arrays(logits, predictions),
-                                     None if gradient is None else gradient.numpy(), 1.0 / batch,
-                                     grain=ELEMENTS_PER_THREAD))
-            if gradient is not None:
-                gradient.view(-1).index_put_((labels,), torch.tensor(-1.0 / batch), accumulate=True)
-                ctx.gradient = gradient
-            cross_term = logits.reshape(-1)[labels].sum(dtype=torch.float64)
-            return ((softplus - cross_term) / batch).to(logits.dtype)
-        if labels.dtype == torch.int64:
-            ctx.positives = labels
+            total = sum(over_rows(_kernels.cross_entropy_sum, logits.numel(), *as_arrays(logits, predictions, labels),
+                                  None if gradient is None else gradient.numpy(), 1.0 / batch,
+                                  grain=ELEMENTS_PER_THREAD))
+            ctx.gradient = gradient
+            return torch.tensor(total / batch, dtype=logits.dtype)
+        if labels.dtype == torch.bool:
+            # NumPy's flatnonzero: 0.56 ms for 1024 x 3862, torch's nonzero 1.6.
+            ctx.positives = torch.from_numpy(np.flatnonzero(labels.numpy()))
             ctx.save_for_backward(predictions)
-            cross_term = logits.reshape(-1)[labels].sum()
+            cross_term = logits.reshape(-1)[ctx.positives].sum()
         else:
-            ctx.positives = None
             ctx.save_for_backward(predictions, labels)
             cross_term = torch.dot(logits.reshape(-1), labels.reshape(-1))
         return (F.softplus(logits).sum() - cross_term) / batch
