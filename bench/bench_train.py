@@ -27,7 +27,7 @@ from yt8m.optim import build_optimizer, l2_terms
 from yt8m.trainer import WARMUP_STEPS, backward_and_update, model_loss, train
 
 # Each matmul op's operands, in order; a recorded `out=` tensor after them is not one.
-MATMUL_OPERANDS = {"aten::mm": 2, "aten::addmm": 3, "aten::bmm": 2, "aten::baddbmm": 3}
+MATMUL_OPERANDS = {"aten::mm": 2, "aten::addmm": 3, "aten::addmm_": 3, "aten::bmm": 2, "aten::baddbmm": 3}
 # The starter kit under TF 2.x on this machine (issue 4), for scale.
 STARTER_KIT = {"LogisticModel": 2600, "MoeModel": 370}
 
@@ -55,7 +55,8 @@ def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5,
     calls = []
     for name, shapes in matmuls:
         operands = [torch.randn(shape, dtype=dtype) for shape in shapes if shape]
-        calls.append((getattr(torch, name.split("::")[1]), operands))
+        op = name.split("::")[1]  # an in-place op (addmm_) is the tensor method, on the first operand
+        calls.append((getattr(torch.Tensor if op.endswith("_") else torch, op), operands))
     timings = []
     for _ in range(repeats + 1):
         started = time.perf_counter()

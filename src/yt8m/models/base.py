@@ -19,6 +19,9 @@ class BaseModel(nn.Module):
     """
 
     frame_level: ClassVar[bool] = False
+    # True for a model that reads only some of the frames (DbofModel): it normalizes those itself, the same values
+    # without the work on the frames it skips.
+    normalizes_input: ClassVar[bool] = False
 
     def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):
         super().__init__()
@@ -33,11 +36,14 @@ class BaseModel(nn.Module):
         self._check_shape(features)
         # The starter kit L2-normalizes along the feature axis (per frame for frame-level input);
         # all-zero padding frames stay zero.
-        logits = self.compute_logits(F.normalize(features, dim=-1), num_frames)
+        if not self.normalizes_input:
+            features = F.normalize(features, dim=-1)
+        logits = self.compute_logits(features, num_frames)
         return {"logits": logits, "predictions": torch.sigmoid(logits)}
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
-        """Logits [batch, classes] from normalized features (frame models: `num_frames` None = all)."""
+        """Logits [batch, classes] from normalized features, raw ones where `normalizes_input` (frame models:
+        `num_frames` None = all)."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_logits")
 
     def penalized_weights(self) -> list[torch.Tensor]:

@@ -60,6 +60,7 @@ class DbofModel(BaseModel):
     """
 
     frame_level = True
+    normalizes_input = True  # the sampled frames only: a tenth of a 300-frame video's
 
     def __init__(self, feature_size: int, num_classes: int, iterations: int = 30,
                  sample_random_frames: bool = True, dbof_cluster_size: int = 8192,
@@ -111,7 +112,7 @@ class DbofModel(BaseModel):
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         batch, _, size = features.shape
         index = self.frame_indices(_frame_counts(features, num_frames))
-        frames = features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size)
+        frames = F.normalize(features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size), dim=-1)
         activations = self.input_norm(frames) @ self.cluster_weights
         if self._fused_pooling_applies(activations):
             pooled = self._fused_cluster_pooling(activations)
