@@ -47,7 +47,7 @@ static inline float exp_nonpositive(float x) {
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f +
               r * (8.33333333e-3f + r * (1.38888889e-3f + r * 1.98412698e-4f))))));
     float result = p * bits_to_float((int32_t)((uint32_t)((int32_t)n + 127) << 23));
-    return x == x ? result : x;
+    return x < -87.3f ? 0.0f : (x == x ? result : x);
 }
 
 /* log(x) for finite normal positive x; a NaN stays NaN */
@@ -134,20 +134,27 @@ static double exact_class(const float *g, const float *e, Py_ssize_t stride, int
  * exact where p rounds to 0 or 1; a class where either falls below TINY_SUM (a term may have underflowed) is redone
  * in log space. `work` holds (3M + 4) * C floats. */
 VECTOR_CLONES
-static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits, float *work,
-                             Py_ssize_t rows, Py_ssize_t classes, int mixtures, Py_ssize_t row_start,
-                             Py_ssize_t row_end) {
+static void moe_forward_rows(const float *gates, const float *experts, float *restrict logits,
+                             float *restrict predictions, float *work, Py_ssize_t rows, Py_ssize_t classes,
+                             int mixtures, Py_ssize_t row_start, Py_ssize_t row_end) {
     float *top = work, *P = work + classes, *Q = work + 2 * classes, *u = work + 3 * classes;
     float *s = u + (mixtures + 1) * classes, *r = s + mixtures * classes;
     Py_ssize_t stride = rows * classes;
     for (Py_ssize_t row = row_start; row < row_end; row++) {
         const float *g = gates + row * classes, *e = experts + row * classes;
         int tiny = moe_sums(g, e, stride, top, u, s, r, P, Q, classes, mixtures);
-        float *z = logits + row * classes;
-        for (Py_ssize_t c = 0; c < classes; c++) z[c] = log_positive(P[c]) - log_positive(Q[c]);
+        float *z = logits + row * classes, *p = predictions + row * classes;
+        for (Py_ssize_t c = 0; c < classes; c++) {
+            z[c] = log_positive(P[c]) - log_positive(Q[c]);
+            p[c] = P[c] / (P[c] + Q[c]);  /* P + Q is the sum of the gate terms, at least 1 */
+        }
         double wa[MAX_MIXTURES], wb[MAX_MIXTURES + 1];
         for (Py_ssize_t c = 0; tiny && c < classes; c++)
-            if (P[c] < TINY_SUM || Q[c] < TINY_SUM) z[c] = (float)exact_class(g, e, stride, mixtures, c, wa, wb);
+            if (P[c] < TINY_SUM || Q[c] < TINY_SUM) {
+                double logit = exact_class(g, e, stride, mixtures, c, wa, wb);
+                z[c] = (float)logit;
+                p[c] = (float)(1.0 / (1.0 + exp(-logit)));
+            }
     }
 }
 
@@ -420,31 +427,34 @@ static int moe_shapes_fit(const char *name, Py_ssize_t classes, int mixtures, Py
 }
 
 PyDoc_STRVAR(moe_forward_doc,
-"moe_forward(gates, experts, logits, classes, mixtures, row_start, row_end)\n\n"
-"The MoE mixture's logits of rows [row_start, row_end) into `logits` [rows, classes] from gate logits\n"
-"[mixtures + 1, rows, classes] and expert logits [mixtures, rows, classes] (float32 buffers).");
+"moe_forward(gates, experts, logits, predictions, classes, mixtures, row_start, row_end)\n\n"
+"The MoE mixture's logits and probabilities of rows [row_start, row_end) into `logits` and `predictions`\n"
+"[rows, classes] from gate logits [mixtures + 1, rows, classes] and expert logits [mixtures, rows, classes]\n"
+"(float32 buffers).");
 
 static PyObject *moe_forward(PyObject *self, PyObject *args) {
-    Py_buffer gates, experts, logits;
+    Py_buffer gates, experts, logits, predictions;
     Py_ssize_t classes, row_start, row_end;
     int mixtures;
-    if (!PyArg_ParseTuple(args, "y*y*w*ninn", &gates, &experts, &logits, &classes, &mixtures, &row_start, &row_end))
+    if (!PyArg_ParseTuple(args, "y*y*w*w*ninn", &gates, &experts, &logits, &predictions, &classes, &mixtures,
+                          &row_start, &row_end))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t rows = classes > 0 ? logits.len / (Py_ssize_t)sizeof(float) / classes : 0;
     float *work = NULL;
     if (!moe_shapes_fit("moe_forward", classes, mixtures, rows, row_start, row_end, &gates, &experts) ||
-        !float_buffer(&logits, rows * classes, "logits"))
+        !float_buffer(&logits, rows * classes, "logits") || !float_buffer(&predictions, rows * classes, "predictions"))
         goto done;
     work = PyMem_RawMalloc((3 * (Py_ssize_t)mixtures + 4) * classes * sizeof(float));
     if (work == NULL && PyErr_NoMemory() == NULL) goto done;
     Py_BEGIN_ALLOW_THREADS
-    moe_forward_rows(gates.buf, experts.buf, logits.buf, work, rows, classes, mixtures, row_start, row_end);
+    moe_forward_rows(gates.buf, experts.buf, logits.buf, predictions.buf, work, rows, classes, mixtures, row_start,
+                     row_end);
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
     PyMem_RawFree(work);
-    release_buffers((Py_buffer *[]){&gates, &experts, &logits}, 3);
+    release_buffers((Py_buffer *[]){&gates, &experts, &logits, &predictions}, 4);
     return result;
 }
 

@@ -36,12 +36,13 @@ def test_moe_mixture_matches_the_float64_reference(mixtures):
     dlogits = torch.randn(gates.shape[1], gates.shape[2], generator=torch.Generator().manual_seed(1))
     fused_gates, fused_experts = gates.clone().requires_grad_(), experts.clone().requires_grad_()
     assert use_fused_kernels(fused_gates, fused_experts)
-    logits = MoeMixture.apply(fused_gates, fused_experts, mixtures)
+    logits, predictions = MoeMixture.apply(fused_gates, fused_experts, mixtures)
     logits.backward(dlogits)
     reference_gates, reference_experts = gates.double().requires_grad_(), experts.double().requires_grad_()
     expected = mixture_logits(class_major(reference_gates), class_major(reference_experts), mixtures)
     expected.backward(dlogits.double())
     torch.testing.assert_close(logits, expected.float(), rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(predictions, torch.sigmoid(expected).float(), rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(fused_gates.grad, reference_gates.grad.float(), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(fused_experts.grad, reference_experts.grad.float(), rtol=1e-4, atol=1e-6)
     assert abs(logits[0, 0].item()) > 100  # the extreme classes really were extreme, and came out exact
@@ -51,7 +52,8 @@ def test_moe_mixture_keeps_a_nan():
     gates, experts = mixture_inputs(2)
     gates[1, 3, 5] = float("nan")
     experts[0, 4, 7] = float("nan")
-    logits = MoeMixture.apply(gates, experts, 2)
+    logits, predictions = MoeMixture.apply(gates, experts, 2)
+    assert torch.isnan(predictions[3, 5]) and torch.isnan(predictions[4, 7])
     assert torch.isnan(logits[3, 5]) and torch.isnan(logits[4, 7])
     assert torch.isfinite(logits[5:]).all()
 
@@ -81,11 +83,14 @@ def test_moe_trains_the_same_with_and_without_the_fused_kernels():
     fused = create_model("MoeModel", 24, 30, moe_num_mixtures=3).train()
     eager = copy.deepcopy(fused)
     features = torch.randn(7, 24)
-    logits = fused(features)["logits"]
+    output = fused(features)
+    logits = output["logits"]
     normalized = F.normalize(features, dim=-1)
     expected = mixture_logits(eager.gates(normalized), eager.experts(normalized), 3)
     assert logits.grad_fn.name() == "MoeMixtureBackward"
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(output["predictions"], torch.sigmoid(expected), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(fused.compute_logits(normalized), expected, rtol=1e-5, atol=1e-5)  # as sub-models call it
     logits.square().sum().backward()
     expected.square().sum().backward()
     for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
@@ -107,9 +112,9 @@ def test_a_forked_child_runs_the_kernels_on_its_own_threads():
     import multiprocessing
 
     gates, experts = mixture_inputs(2)
-    expected = MoeMixture.apply(gates, experts, 2)  # the parent's pool now exists
+    expected, _ = MoeMixture.apply(gates, experts, 2)  # the parent's pool now exists
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        logits = pool.apply_async(MoeMixture.apply, (gates, experts, 2)).get(timeout=60)  # hangs without the fix
+        logits, _ = pool.apply_async(MoeMixture.apply, (gates, experts, 2)).get(timeout=60)  # hangs without the fix
     torch.testing.assert_close(logits, expected)
 
 

@@ -14,8 +14,8 @@ class BaseModel(nn.Module):
     """Input `[batch, features]` (video-level) or `[batch, frames, features]` with `num_frames`
     (frame-level, zero-padded); output `{"logits": [batch, classes], "predictions": sigmoid(logits)}`.
 
-    Subclasses implement `compute_logits` on already normalized input, and list the weights their
-    own `l2_penalty` applies to in `penalized_weights` (sub-models list their own).
+    Subclasses implement `compute_logits` on already normalized input (and may override `compute_output`), and
+    list the weights their own `l2_penalty` applies to in `penalized_weights` (sub-models list their own).
     """
 
     frame_level: ClassVar[bool] = False
@@ -38,6 +38,11 @@ class BaseModel(nn.Module):
         # all-zero padding frames stay zero.
         if not self.normalizes_input:
             features = F.normalize(features, dim=-1)
+        return self.compute_output(features, num_frames)
+
+    def compute_output(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The output dict from what `compute_logits` takes; a model whose last step gives the probabilities
+        in the same pass as the logits overrides it."""
         logits = self.compute_logits(features, num_frames)
         return {"logits": logits, "predictions": torch.sigmoid(logits)}
 

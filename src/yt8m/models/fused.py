@@ -53,20 +53,22 @@ def _weight_runs(weight: torch.Tensor, width: int) -> list[torch.Tensor]:
 
 
 class MoeMixture(torch.autograd.Function):
-    """The MoE mixture's logits [B, C] from gate logits [M + 1, B, C] and expert logits [M, B, C] (RunMajorLinear's
-    layout), with MoeModel's math; the backward recomputes what it needs from the inputs."""
+    """The MoE mixture's logits [B, C] and probabilities (not differentiable) from gate logits [M + 1, B, C] and
+    expert logits [M, B, C] (RunMajorLinear's layout), with MoeModel's math; the backward recomputes what it
+    needs from the inputs."""
 
     @staticmethod
-    def forward(ctx, gates: torch.Tensor, experts: torch.Tensor, mixtures: int) -> torch.Tensor:
+    def forward(ctx, gates: torch.Tensor, experts: torch.Tensor, mixtures: int) -> tuple[torch.Tensor, torch.Tensor]:
         rows, classes = gates.shape[1], gates.shape[2]
-        logits = gates.new_empty((rows, classes))
-        over_rows(_kernels.moe_forward, rows, *as_arrays(gates, experts, logits), classes, mixtures)
+        logits, predictions = gates.new_empty((rows, classes)), gates.new_empty((rows, classes))
+        over_rows(_kernels.moe_forward, rows, *as_arrays(gates, experts, logits, predictions), classes, mixtures)
         ctx.save_for_backward(gates, experts)
         ctx.mixtures = mixtures
-        return logits
+        ctx.mark_non_differentiable(predictions)
+        return logits, predictions
 
     @staticmethod
-    def backward(ctx, dlogits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def backward(ctx, dlogits: torch.Tensor, _dpredictions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         gates, experts = ctx.saved_tensors
         dgates, dexperts = torch.empty_like(gates), torch.empty_like(experts)
         over_rows(_kernels.moe_backward, gates.shape[1],

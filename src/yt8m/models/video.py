@@ -49,12 +49,25 @@ class MoeModel(BaseModel):
         self.experts = starter_linear(feature_size, num_classes * moe_num_mixtures)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self._fused_mixture_applies(features):
+            return self._fused_mixture(features)[0]
+        return mixture_logits(self.gates(features), self.experts(features), self.num_mixtures)
+
+    def compute_output(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        if self._fused_mixture_applies(features):
+            logits, predictions = self._fused_mixture(features)
+            return {"logits": logits, "predictions": predictions}
+        return super().compute_output(features, num_frames)
+
+    def _fused_mixture_applies(self, features: torch.Tensor) -> bool:
+        return use_fused_kernels(features, self.gates.weight, self.experts.weight)
+
+    def _fused_mixture(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and probabilities in one pass each way (_kernels.c), from run-major layers."""
         mixtures = self.num_mixtures
-        if use_fused_kernels(features, self.gates.weight, self.experts.weight):  # one pass each way (_kernels.c)
-            gates = RunMajorLinear.apply(features, self.gates.weight, None, mixtures + 1)
-            experts = RunMajorLinear.apply(features, self.experts.weight, self.experts.bias, mixtures)
-            return MoeMixture.apply(gates, experts, mixtures)
-        return mixture_logits(self.gates(features), self.experts(features), mixtures)
+        gates = RunMajorLinear.apply(features, self.gates.weight, None, mixtures + 1)
+        experts = RunMajorLinear.apply(features, self.experts.weight, self.experts.bias, mixtures)
+        return MoeMixture.apply(gates, experts, mixtures)
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [self.gates.weight, self.experts.weight]
