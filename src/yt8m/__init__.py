@@ -3,9 +3,9 @@
 Reads the YouTube-8M TFRecord formats natively; no TensorFlow needed.
 """
 
-__version__ = "0.1.0"
-
 import os
+
+__version__ = "0.1.0"
 
 # Read once, when torch loads its OpenMP runtime, so set here, before any yt8m module imports torch: idle OpenMP
 # threads then sleep at the end of a matmul instead of spinning on the cores that the fused kernels' threads and

@@ -139,8 +139,8 @@ def fused_adam_step(optimizer: torch.optim.Adam, clip_gradient_norm: float,
                 norm = math.sqrt(sum(over_rows(_kernels.penalized_squared_norm, weight.numel(), *buffers,
                                                coefficient, grain=ELEMENTS_PER_THREAD)))
                 grad_scale = clip_gradient_norm / norm if norm > clip_gradient_norm else 1.0
-            over_rows(_kernels.adam_update, weight.numel(), *buffers, state["exp_avg"].numpy(),
-                      state["exp_avg_sq"].numpy(), coefficient, grad_scale, 1 - beta1, beta2, 1 - beta2,
+            over_rows(_kernels.adam_update, weight.numel(), *buffers, *as_arrays(state["exp_avg"], state["exp_avg_sq"]),
+                      coefficient, grad_scale, 1 - beta1, beta2, 1 - beta2,
                       group["lr"] / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step), group["eps"],
                       grain=ELEMENTS_PER_THREAD)
             for tensor in (weight, state["exp_avg"], state["exp_avg_sq"]):
