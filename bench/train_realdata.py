@@ -17,7 +17,8 @@ from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.evaluate import evaluate_model
 from yt8m.losses import create_loss
-from yt8m.runtime import configure_process, setup_logging
+from yt8m.runtime import setup_logging
+from yt8m.training_process import configure_training_process
 from yt8m.trainer import TrainEvent, train
 
 SHARDS = Path(__file__).resolve().parents[1].parent / "shared" / "realdata" / "yt8m_2018_video_validate"
@@ -61,7 +62,7 @@ def main() -> int:
     parser.add_argument("--mixed_precision", action="store_true", help="Train with bfloat16 autocast.")
     args = parser.parse_args()
     setup_logging()
-    configure_process()  # as the `yt8m` command does
+    configure_training_process()  # as `yt8m train` does
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-realdata-")
     finals = {}
     for model in args.models.split(","):

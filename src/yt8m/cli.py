@@ -1,12 +1,14 @@
 """The `yt8m <command>` entry point: dispatches to each command's own `main(argv)`.
 
-Commands are imported lazily so that `yt8m --help` and light commands start fast.
+Commands are imported lazily so that `yt8m --help` and light commands start fast. A user error (bad input, a
+bad flag, a missing or unwritable file) prints one line and exits 1; `--verbose` adds its traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 from typing import Optional, Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -23,17 +25,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("yt8m.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
     "tune-report": ("yt8m.tune:report_main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
+# Commands whose work is training get the process settings that speed it up (yt8m.training_process); the others
+# compute and print values exactly as stored, whatever those settings would do to them.
+TRAINING_COMMANDS = ("train", "tune")
+VERBOSE_FLAG = "--verbose"
+# Errors a user can act on, printed as one line: bad input or flags (ValueError), missing or unwritable files and a
+# full disk (OSError). Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError)
 
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: yt8m <command> [flags]   (yt8m <command> --help for its flags)", "", "commands:"]
+    lines = ["usage: yt8m <command> [flags] [--verbose]   (yt8m <command> --help for its flags; --verbose: "
+             "tracebacks with errors)", "", "commands:"]
     lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = VERBOSE_FLAG in argv
+    argv = [arg for arg in argv if arg != VERBOSE_FLAG]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -45,18 +57,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if name not in COMMANDS:
         print(f"yt8m: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
         return 2
-    module_name, func_name = COMMANDS[name][0].split(":")
-    from yt8m.runtime import configure_process  # here: `yt8m --help` need not import torch
+    if name in TRAINING_COMMANDS:
+        from yt8m.training_process import configure_training_process  # before the command's module imports torch
 
-    configure_process()
+        configure_training_process()
+    module_name, func_name = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(command(rest) or 0)
-    except (ValueError, FileNotFoundError, OSError, KeyError) as err:
-        if getattr(err, "yt8m_user_error", False) or isinstance(err, (ValueError, FileNotFoundError)):
-            print(f"yt8m {name}: error: {err}", file=sys.stderr)
-            return 1
-        raise
+    except USER_ERRORS as err:
+        if verbose:
+            traceback.print_exc()
+        print(f"yt8m {name}: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Kept apart from the commands so that each of them sets up a run the same way.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import sys
@@ -15,38 +14,6 @@ from typing import Any, ContextManager
 import torch
 
 log = logging.getLogger("yt8m")
-_M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
-_M_MMAP_MAX = -4
-
-
-def reuse_freed_memory() -> None:
-    """Have glibc's malloc keep freed blocks of every size for reuse (a process setting, made by the `yt8m` command).
-
-    By default it maps each block over 32 MB afresh and unmaps it when freed, so each step's large tensors (MoE
-    logits and gradients, weight gradients) page-fault once per 4 KB: MoeModel trains 12% faster without that
-    (bench/bench_train.py: 2,326 -> 2,615 examples/s). A no-op where mallopt is missing (not glibc).
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
-        return
-    mallopt(_M_MMAP_MAX, 0)  # no block is mapped on its own: all come from the heap, and go back to it
-    mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1)  # the heap's free top is returned to the system only past 2 GB
-
-
-def flush_denormals() -> None:
-    """Flush float32 denormals to zero on the CPU, as TensorFlow's CPU threads do (the starter kit trained so):
-    gradients that decay into the denormal range take a slow microcode path in every op that reads them, DbofModel's
-    matmuls among them (its bare step: 534 -> 472 ms median). Threads started afterwards (torch's OpenMP workers,
-    the fused kernels' pool) inherit the setting from the one that makes it. A no-op where the CPU lacks it."""
-    torch.set_flush_denormal(True)
-
-
-def configure_process() -> None:
-    """The process settings of the `yt8m` command (and of the benchmarks that time it), made before any thread
-    starts: freed memory kept for reuse, denormals flushed to zero."""
-    reuse_freed_memory()
-    flush_denormals()
 
 
 def setup_logging(level: int = logging.INFO) -> None:

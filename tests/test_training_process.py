@@ -1,0 +1,137 @@
+"""Process-wide settings: made by the training commands only (malloc keeps freed blocks, denormals flush to 0, idle
+OpenMP threads sleep); `import yt8m` and every other command leave the process as it was, so values come out as
+stored or computed."""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import as_float32, load_sidecar
+
+MALLOC_PROBE = """
+import ctypes, sys
+import numpy as np
+import yt8m
+from yt8m.training_process import reuse_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+if sys.argv[1] == "reuse":
+    reuse_freed_memory()
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+block = np.ones(64 << 20, np.uint8)  # 64 MB: mapped on its own by default
+print(mallinfo2().hblkhd >= 64 << 20)
+"""
+
+
+def mapped_on_its_own(mode: str) -> bool:
+    result = subprocess.run([sys.executable, "-c", MALLOC_PROBE, mode], capture_output=True, text=True, check=True)
+    return result.stdout.strip() == "True"
+
+
+def test_large_blocks_come_from_the_heap_after_reuse_freed_memory_only():
+    try:
+        ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        pytest.skip("not glibc 2.33+: no mallinfo2 to look with")
+    assert mapped_on_its_own("default")  # importing yt8m did not change malloc
+    assert not mapped_on_its_own("reuse")
+
+
+DENORMAL_PROBE = """
+import sys, threading
+import torch
+import yt8m
+from yt8m.training_process import configure_training_process
+
+if sys.argv[1] == "configured":
+    configure_training_process()
+product = lambda: (torch.tensor([1e-30]) * torch.tensor([1e-10])).item()  # 1e-40: a float32 denormal
+in_thread = []
+thread = threading.Thread(target=lambda: in_thread.append(product()))  # started after the setting: inherits it
+thread.start()
+thread.join()
+print(product(), in_thread[0])
+"""
+
+
+def denormal_products(mode: str) -> list[float]:
+    result = subprocess.run([sys.executable, "-c", DENORMAL_PROBE, mode], capture_output=True, text=True, check=True)
+    return [float(value) for value in result.stdout.split()]
+
+
+def test_denormals_flush_only_after_configure_training_process():
+    assert all(0 < value < 1e-38 for value in denormal_products("default"))  # importing yt8m did not flush them
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    assert denormal_products("configured") == [0.0, 0.0]
+
+
+def openmp_wait_policy(env: dict, configure: bool) -> str:
+    """OMP_WAIT_POLICY as torch's OpenMP runtime would read it, in a fresh process."""
+    setup = "from yt8m.training_process import configure_training_process; configure_training_process(); " \
+        if configure else ""
+    probe = f"import os, yt8m; {setup}import torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def test_idle_openmp_threads_sleep_in_training_processes_unless_the_user_chose():
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    assert openmp_wait_policy(env, configure=False) == "None"  # a library import sets nothing
+    assert openmp_wait_policy(env, configure=True) == "PASSIVE"
+    assert openmp_wait_policy({**env, "OMP_WAIT_POLICY": "ACTIVE"}, configure=True) == "ACTIVE"
+
+
+def yt8m(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yt8m", *args], capture_output=True, text=True)
+
+
+def bits(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("name", ["train00", "train02"])
+def test_inspect_prints_extreme_floats_as_stored_bit_for_bit(fixtures_dir, name):
+    path = fixtures_dir / "video" / f"{name}.tfrecord"
+    sidecar = load_sidecar(path)
+    extreme = [case["index"] for case in sidecar["edge_cases"] if case["what"].startswith("extreme floats")]
+    assert extreme, "the fixture lists its extreme-float records"
+    result = yt8m("inspect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(printed) == len(sidecar["records"])
+    for record, expected in zip(printed, sidecar["records"]):
+        for feature in ("mean_rgb", "mean_audio"):
+            np.testing.assert_array_equal(bits(record["features"][feature]), bits(as_float32(expected[feature])),
+                                          err_msg=f"{name} record {expected['index']} {feature}")
+    subnormal = [value for index in extreme for value in printed[index]["features"]["mean_rgb"]
+                 if 0 < abs(value) < np.finfo(np.float32).tiny]
+    assert subnormal, "the extreme-float records hold subnormals, which a flushing process prints as 0.0"
+
+
+def test_score_ranks_denormal_confidences_as_computed(tmp_path):
+    """Two videos whose confidences differ only as denormals: flushed to zero they would tie, and the tie order
+    (video order) would put the wrong video first."""
+    labels = tmp_path / "labels.csv"
+    labels.write_text("VideoId,Labels\na,1\nb,0\n")
+    predictions = tmp_path / "predictions.csv"
+    predictions.write_text("VideoId,LabelConfidencePairs\na,0 2e-40 1 1e-40\nb,0 3e-40 1 4e-45\n")
+    result = yt8m("score", "--predictions", str(predictions), "--labels", str(labels), "--num_classes", "2",
+                  "--top_k", "1")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    # a's top-1 is class 0 (2e-40 > 1e-40): a miss; b's is class 0 (3e-40): a hit. Flushed, both would tie
+    # (class 0 first by index) with the same hits, but the pooled ranking must put b's 3e-40 above a's 2e-40.
+    assert scores["hit_at_one"] == 0.5
+    assert scores["gap"] == 0.5  # pooled: b (3e-40, positive) first, then a (2e-40, negative): AP = 1/1 / 2 labels
