@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -14,7 +16,8 @@ def _parse(argv: list[str]) -> tuple[TrainConfig, set[str]]:
     parser = argparse.ArgumentParser()
     add_config_file_argument(parser)
     add_config_arguments(parser, TrainConfig)
-    return parse_config(TrainConfig, parser.parse_args(argv))
+    config, given = parse_config(TrainConfig, parser.parse_args(["--train_data_pattern", "data/*", *argv]))
+    return config, given - {"train_data_pattern"}
 
 
 def test_defaults_are_the_starter_kits():
@@ -30,9 +33,10 @@ def test_defaults_are_the_starter_kits():
     (["--noframe_features"], False), (["--frame_features", "0"], False),
 ])
 def test_boolean_flags_in_every_absl_spelling(argv, expected):
-    config, given = _parse(argv)
+    model = "FrameLevelLogisticModel" if expected else "LogisticModel"
+    config, given = _parse([*argv, "--model", model])
     assert config.frame_features is expected
-    assert "frame_features" in given
+    assert given == {"frame_features", "model"}
 
 
 def test_flags_override_the_yaml_file(tmp_path):
@@ -58,3 +62,46 @@ def test_feature_layout_pairs_names_with_sizes():
         feature_layout(DataConfig(feature_names="mean_rgb,mean_audio", feature_sizes="1024"))
     with pytest.raises(ValueError, match="comma-separated integers"):
         feature_layout(DataConfig(feature_names="mean_rgb", feature_sizes="big"))
+
+
+def yt8m(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yt8m", *map(str, args)], capture_output=True, text=True)
+
+
+def test_train_reports_every_problem_of_its_config_file_at_once(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("train_data_pattern: data/*\nmodel: MoeModl\nbatch_size: -5\nbase_learning_rate: abc\n"
+                    "batch_sise: 5\n")
+    result = yt8m("train", "--config", path, "--train_dir", tmp_path / "run")
+    assert result.returncode == 1
+    for text in ("unknown field 'batch_sise'; did you mean 'batch_size'?", "'base_learning_rate' expects float, got 'abc'",
+                 "--model 'MoeModl' is not a model; did you mean 'MoeModel'?", "--batch_size must be at least 1, got -5"):
+        assert text in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_reports_every_bad_flag_at_once(tmp_path):
+    result = yt8m("train", "--train_data_pattern", "data/*", "--train_dir", tmp_path / "run", "--batch_size", "-5",
+                  "--base_learning_rate", "0", "--learning_rate_decay", "-1", "--keep_checkpoints", "0",
+                  "--num_epochs", "two", "--optimizer", "FooOpt", "--frame_features", "maybe")
+    assert result.returncode == 1
+    for text in ("--batch_size must be at least 1, got -5", "--base_learning_rate must be above 0, got 0.0",
+                 "--learning_rate_decay must be above 0, got -1.0", "--keep_checkpoints must be at least 1, got 0",
+                 "'num_epochs' expects int, got 'two'", "--optimizer 'FooOpt' is not a torch.optim class",
+                 "'frame_features' expects bool, got 'maybe'"):
+        assert text in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model: [MoeModel\n", "not a valid YAML config: line 2, column 1"),
+    ("model: !!python/object/apply:os.system ['true']\n", "not a valid YAML config"),
+])
+def test_a_broken_yaml_file_is_one_line(tmp_path, text, expected):
+    path = tmp_path / "train.yaml"
+    path.write_text(text)
+    result = yt8m("train", "--config", path, "--train_dir", tmp_path / "run")
+    assert result.returncode == 1
+    assert expected in result.stderr and str(path) in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

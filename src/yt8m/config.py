@@ -1,28 +1,105 @@
-"""Typed configuration: one flat dataclass per command, filled from YAML files and CLI flags.
+"""Typed configuration: one flat dataclass per command, filled from YAML files and CLI flags, and checked whole.
 
-Flag names and defaults follow the YouTube-8M starter code, so an old command line pastes as is.
+Flag names and defaults follow the YouTube-8M starter code, so an old command line pastes as is. Every field
+declares its valid values; one error lists every problem of a config (types, ranges, names, combinations).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import yaml
 
 from yt8m.files import write_file_atomically
 
 T = TypeVar("T")
+# A field's own check: the problem with a value (e.g. "'MoeModl' is not a model; did you mean 'MoeModel'?"), or None.
+Check = Callable[[Any], Optional[str]]
 
 
-def setting(default: Any, help: str) -> Any:
-    """A config field with its default and the help text its flag shows."""
-    return field(default=default, metadata={"help": help})
+def setting(default: Any, help: str, *, at_least: Optional[float] = None, above: Optional[float] = None,
+            at_most: Optional[float] = None, choices: Optional[Callable[[], Sequence[str]]] = None,
+            check: Optional[Check] = None, required: bool = False) -> Any:
+    """A config field: its default, the help text its flag shows, and its valid values (a range, names given by
+    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
+    rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
+             "required": required}
+    return field(default=default, metadata={"help": help, **{k: v for k, v in rules.items() if v is not None and v is not False}})
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    match = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+def _model_names() -> list[str]:
+    from yt8m.models import list_models
+
+    return list_models()
+
+
+def _known_model(name: str) -> Optional[str]:
+    known = _model_names()
+    if name not in known:
+        return f"{name!r} is not a model{_closest(name, known)} (known: {', '.join(known)})"
+    return None
+
+
+def _video_level_model(name: str) -> Optional[str]:
+    from yt8m.models import is_frame_level
+
+    problem = _known_model(name)
+    if problem is None and is_frame_level(name):
+        return f"{name!r} is a frame-level model: the classifier on pooled frames must be video-level"
+    return problem
+
+
+def _loss_names() -> list[str]:
+    from yt8m.losses import LOSSES
+
+    return list(LOSSES)
+
+
+def _metric_names() -> list[str]:
+    from yt8m.train_eval import HIGHER_IS_BETTER
+
+    return list(HIGHER_IS_BETTER)
+
+
+def _known_optimizer(name: str) -> Optional[str]:
+    from yt8m.optim import optimizer_class
+
+    try:
+        optimizer_class(name)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _device_name(name: str) -> Optional[str]:
+    if name == "auto":
+        return None
+    import torch
+
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return f"{name!r} is not a device: use auto, cpu, cuda or cuda:N"
+    return None
+
+
+def _reader_count(value: Any) -> Optional[str]:
+    if str(value) == "auto" or str(value).isdigit():
+        return None
+    return f"must be 'auto' or a number of processes >= 0, got {value!r}"
 
 
 @dataclass
@@ -32,86 +109,113 @@ class DataConfig:
     feature_names: str = setting("mean_rgb", "Comma-separated feature names, concatenated in this order.")
     feature_sizes: str = setting("1024", "Comma-separated sizes of the features in --feature_names.")
     frame_features: bool = setting(False, "Read frame-level SequenceExamples instead of video-level Examples.")
-    max_frames: int = setting(300, "Frame-level: keep at most this many frames per video.")
-    num_classes: int = setting(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).")
-    num_readers: int = setting(8, "DataLoader worker processes reading the shards.")
+    max_frames: int = setting(300, "Frame-level: keep at most this many frames per video.", at_least=1)
+    num_classes: int = setting(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).", at_least=1)
+    num_readers: int = setting(8, "DataLoader worker processes reading the shards.", at_least=0)
     skip_corrupt: bool = setting(False, "Skip the rest of a shard after a corrupt record (with a warning) instead of failing.")
+
+    def _own_problems(self) -> list[str]:
+        try:
+            feature_layout(self)
+        except ValueError as err:
+            return [str(err)]
+        return []
 
 
 @dataclass
 class ModelConfig:
     """The model and its hyper-parameters (starter-kit flag names and defaults)."""
 
-    model: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.")
-    l2_penalty: float = setting(1e-8, "L2 weight of the model's classifier weights.")
-    moe_num_mixtures: int = setting(2, "MoeModel: number of experts per class (plus one dummy expert).")
-    iterations: int = setting(30, "DbofModel: number of frames sampled per video.")
+    model: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.",
+                         check=_known_model)
+    l2_penalty: float = setting(1e-8, "L2 weight of the model's classifier weights.", at_least=0)
+    moe_num_mixtures: int = setting(2, "MoeModel: number of experts per class (plus one dummy expert).", at_least=1)
+    iterations: int = setting(30, "DbofModel: number of frames sampled per video.", at_least=1)
     sample_random_frames: bool = setting(True, "DbofModel: sample random frames (else a random contiguous run).")
-    dbof_cluster_size: int = setting(8192, "DbofModel: number of units in the cluster layer.")
-    dbof_hidden_size: int = setting(1024, "DbofModel: number of units in the hidden layer.")
+    dbof_cluster_size: int = setting(8192, "DbofModel: number of units in the cluster layer.", at_least=1)
+    dbof_hidden_size: int = setting(1024, "DbofModel: number of units in the hidden layer.", at_least=1)
     dbof_add_batch_norm: bool = setting(True, "DbofModel: add batch normalization layers.")
-    dbof_pooling_method: str = setting("max", "DbofModel: frame pooling, 'max' or 'average'.")
-    video_level_classifier_model: str = setting("MoeModel", "Frame models: the video-level classifier on top.")
-    lstm_cells: int = setting(1024, "LstmModel: units per LSTM layer.")
-    lstm_layers: int = setting(2, "LstmModel: number of stacked LSTM layers.")
+    dbof_pooling_method: str = setting("max", "DbofModel: frame pooling, 'max' or 'average'.",
+                                       choices=lambda: ("max", "average"))
+    video_level_classifier_model: str = setting("MoeModel", "Frame models: the video-level classifier on top.",
+                                                check=_video_level_model)
+    lstm_cells: int = setting(1024, "LstmModel: units per LSTM layer.", at_least=1)
+    lstm_layers: int = setting(2, "LstmModel: number of stacked LSTM layers.", at_least=1)
 
 
 @dataclass
 class TrainConfig(ModelConfig, DataConfig):
     """Everything `yt8m train` needs."""
 
-    train_data_pattern: str = setting("", "File glob(s) of training shards; comma-separated for several.")
-    train_dir: str = setting("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.")
-    label_loss: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.")
-    regularization_penalty: float = setting(1.0, "Weight of the models' L2 penalties in the loss.")
+    train_data_pattern: str = setting("", "File glob(s) of training shards; comma-separated for several.", required=True)
+    train_dir: str = setting("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.", required=True)
+    label_loss: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.", choices=_loss_names)
+    regularization_penalty: float = setting(1.0, "Weight of the models' L2 penalties in the loss.", at_least=0)
     batch_size: int = setting(1024, "Examples per batch in each process; one optimizer step takes the global batch "
                                "batch_size x processes x --numbatches_to_aggregate (4 torchrun processes with "
-                               "--batch_size 256 step on 1024 examples, as one process with 1024).")
-    base_learning_rate: float = setting(0.01, "Initial learning rate.")
-    learning_rate_decay: float = setting(0.95, "Learning rate multiplier per --learning_rate_decay_examples.")
-    learning_rate_decay_examples: int = setting(4000000, "Examples between learning-rate decays (staircase).")
-    num_epochs: int = setting(5, "Passes over the training data.")
-    max_steps: Optional[int] = setting(None, "Stop after this many steps (None: after --num_epochs).")
-    optimizer: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).")
+                               "--batch_size 256 step on 1024 examples, as one process with 1024).", at_least=1)
+    base_learning_rate: float = setting(0.01, "Initial learning rate.", above=0)
+    learning_rate_decay: float = setting(0.95, "Learning rate multiplier per --learning_rate_decay_examples.", above=0, at_most=1)
+    learning_rate_decay_examples: int = setting(4000000, "Examples between learning-rate decays (staircase).", at_least=1)
+    num_epochs: int = setting(5, "Passes over the training data.", at_least=1)
+    max_steps: Optional[int] = setting(None, "Stop after this many steps (None: after --num_epochs; 0 writes the "
+                                        "initialized model, e.g. from --init_from, as the step-0 checkpoint).",
+                                        at_least=0)
+    optimizer: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).", check=_known_optimizer)
     clip_gradient_norm: float = setting(1.0, "Clip each parameter's gradient to this norm, as the starter kit's "
-                                        "per-variable clip_by_norm (0 disables).")
+                                        "per-variable clip_by_norm (0 disables).", at_least=0)
     clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
-                                         "disables); --clip_gradient_norm 0 leaves value clipping alone.")
+                                         "disables); --clip_gradient_norm 0 leaves value clipping alone.", at_least=0)
     numbatches_to_aggregate: int = setting(1, "Accumulate gradients over this many batches per optimizer step: the "
-                                         "same update as one batch this many times larger.")
-    export_model_steps: int = setting(1000, "Write a checkpoint every this many steps.")
-    keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.")
+                                         "same update as one batch this many times larger.", at_least=1)
+    export_model_steps: int = setting(1000, "Write a checkpoint every this many steps.", at_least=1)
+    keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.", at_least=1)
     start_new_model: bool = setting(False, "Delete the train dir's checkpoints and start from scratch.")
-    shuffle_buffer: int = setting(10000, "Records held in the shuffle buffer of each reader.")
+    shuffle_buffer: int = setting(10000, "Records held in the shuffle buffer of each reader.", at_least=1)
     cache_in_memory: bool = setting(False, "Video-level: hold the decoded training set in RAM after the first epoch.")
-    seed: int = setting(0, "Seed for initialization, shuffling and sampling.")
-    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+    seed: int = setting(0, "Seed for initialization, shuffling and sampling.", at_least=0)
+    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
     mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "
                                     "GPU lacks it); CPU bfloat16, fast where the CPU has AMX or AVX512-BF16.")
     compile: bool = setting(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
-    log_every_steps: int = setting(1, "Log the step's loss and examples/s every this many steps.")
-    metrics_every_steps: int = setting(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.")
+    log_every_steps: int = setting(1, "Log the step's loss and examples/s every this many steps.", at_least=1)
+    metrics_every_steps: int = setting(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.", at_least=1)
     init_from: str = setting("", "A new run starts from the parameters of this checkpoint (or train dir) that match "
                             "by name and shape; the log lists what was not loaded.")
     num_gpu: int = setting(1, "GPUs to train on, one process each: above 1, `yt8m train` relaunches itself under "
-                         "torchrun (--nproc_per_node N); under torchrun it is informational.")
+                         "torchrun (--nproc_per_node N); under torchrun it is informational.", at_least=1)
     eval_data_pattern: str = setting("", "Train and evaluate: evaluate on these shards after each checkpoint, export "
                                     "the best, latest and final models to <train_dir>/export.")
-    eval_steps: Optional[int] = setting(None, "Evaluate on the first N batches of --eval_data_pattern (None: all).")
+    eval_steps: Optional[int] = setting(None, "Evaluate on the first N batches of --eval_data_pattern (None: all).", at_least=1)
     eval_throttle_secs: float = setting(0.0, "Skip a checkpoint's evaluation when the previous one started less "
-                                        "than this many seconds ago (the final checkpoint is always evaluated).")
+                                        "than this many seconds ago (the final checkpoint is always evaluated).", at_least=0)
     eval_start_delay_secs: float = setting(0.0, "Evaluate no checkpoint in the first N seconds of training (the "
-                                           "final one is always evaluated).")
+                                           "final one is always evaluated).", at_least=0)
     best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
-                                 "hit_at_one, perr (higher is better) or loss (lower is better).")
-    keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).")
-    keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).")
+                                 "hit_at_one, perr (higher is better) or loss (lower is better).", choices=_metric_names)
+    keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).", at_least=0)
+    keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)
     early_stopping_patience: int = setting(0, "Stop after this many evaluations in a row without improving "
-                                         "--best_metric (0: never).")
+                                         "--best_metric (0: never).", at_least=0)
     lr_halving_patience: int = setting(0, "Halve the learning rate after this many evaluations in a row without "
-                                     "improvement (0: never); the factor is kept in checkpoints.")
+                                     "improvement (0: never); the factor is kept in checkpoints.", at_least=0)
     revert_to_best: bool = setting(False, "With --lr_halving_patience: each halving also reloads the best export's "
                                      "weights and optimizer state.")
+
+    def _own_problems(self) -> list[str]:
+        from yt8m.models import is_frame_level
+
+        problems = []
+        if self.model in _model_names() and is_frame_level(self.model) != self.frame_features:
+            kind = "frame-level" if is_frame_level(self.model) else "video-level"
+            problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")
+        if self.cache_in_memory and self.frame_features:
+            problems.append("--cache_in_memory holds video-level data only: frame-level sets are streamed")
+        if self.revert_to_best and not self.lr_halving_patience:
+            problems.append("--revert_to_best acts when the learning rate is halved: set --lr_halving_patience")
+        if self.revert_to_best and self.keep_best_exports < 1:
+            problems.append("--revert_to_best reloads the best export: --keep_best_exports must be at least 1")
+        return problems
 
 
 # The fields that define what a checkpoint's model is: resuming, evaluating or predicting with other
@@ -123,14 +227,17 @@ MODEL_IDENTITY_FIELDS = ("model", "feature_names", "feature_sizes", "frame_featu
 class EvalConfig(ModelConfig, DataConfig):
     """Everything `yt8m eval` needs; model and data fields not given are read from the train dir."""
 
-    eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.")
-    train_dir: str = setting("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.")
-    label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.")
+    eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.", required=True)
+    train_dir: str = setting("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.", required=True)
+    label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.", choices=_loss_names)
     run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
-    top_k: int = setting(20, "Predictions per video counted by GAP.")
-    batch_size: int = setting(1024, "Examples per evaluation batch.")
-    poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.")
-    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+    top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
+    batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
+    poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
+    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+
+
+PREDICTION_FORMATS = ("csv", "jsonl")
 
 
 @dataclass
@@ -138,16 +245,21 @@ class PredictConfig:
     """Everything `yt8m predict` needs; features and model come from the train dir's checkpoint or the
     ONNX export's metadata."""
 
-    input_data_pattern: str = setting("", "File glob(s) of the shards to predict; labels are not needed.")
+    input_data_pattern: str = setting("", "File glob(s) of the shards to predict; labels are not needed.", required=True)
     train_dir: str = setting("", "The train dir whose latest checkpoint predicts (or give --model).")
     model: str = setting("", "An ONNX export (`yt8m export --output`: FILE.onnx or DIR) to predict with onnxruntime.")
-    output_file: str = setting("", "The file to write: a Kaggle CSV (VideoId,LabelConfidencePairs) or JSON lines.")
-    output_format: str = setting("csv", "'csv' (Kaggle) or 'jsonl': one {video_id, class_indexes, predictions} per line.")
-    top_k: int = setting(20, "Predictions written per video.")
-    batch_size: int = setting(8192, "Examples per prediction batch.")
-    num_readers: int = setting(1, "DataLoader worker processes reading the shards.")
+    output_file: str = setting("", "The file to write: a Kaggle CSV (VideoId,LabelConfidencePairs) or JSON lines.", required=True)
+    output_format: str = setting("csv", "'csv' (Kaggle) or 'jsonl': one {video_id, class_indexes, predictions} per line.", choices=lambda: PREDICTION_FORMATS)
+    top_k: int = setting(20, "Predictions written per video.", at_least=1)
+    batch_size: int = setting(8192, "Examples per prediction batch.", at_least=1)
+    num_readers: int = setting(1, "DataLoader worker processes reading the shards.", at_least=0)
     skip_corrupt: bool = setting(False, "Skip the rest of a shard after a corrupt record instead of failing.")
-    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+
+    def _own_problems(self) -> list[str]:
+        if bool(self.model) == bool(self.train_dir):
+            return ["give exactly one of --train_dir (a checkpoint) and --model (an ONNX export)"]
+        return []
 
 
 def field_names(cls: type) -> list[str]:
@@ -193,11 +305,13 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
     return value
 
 
-def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Build `cls` from a mapping, naming every unknown or ill-typed field in one error."""
+def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config", check_values: bool = True) -> T:
+    """Build `cls` from a mapping, naming every unknown or ill-typed field and (with `check_values`) every invalid
+    value or combination in one error. Configs a run stored (config.yaml, checkpoints) load with check_values=False:
+    they were checked when made, and later versions must still read them."""
     known = set(field_names(cls))
     unknown = sorted(set(values) - known)
-    problems = [f"{source}: unknown field '{k}'" for k in unknown]
+    problems = [f"{source}: unknown field '{k}'{_closest(k, sorted(known))}" for k in unknown]
     coerced = {}
     for key, value in values.items():
         if key in known:
@@ -205,19 +319,67 @@ def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config
                 coerced[key] = _coerce(cls, key, value, source)
             except ValueError as err:
                 problems.append(str(err))
+    config = cls(**coerced)
+    if check_values:
+        ill_typed = {key for key in values if key in known and key not in coerced}
+        problems += config_problems(config, skip=ill_typed)
     if problems:
-        raise ValueError("\n".join(problems))
-    return cls(**coerced)
+        raise ValueError(f"invalid config ({source}):\n  " + "\n  ".join(problems))
+    return config
+
+
+def config_problems(config: Any, skip: set[str] = frozenset()) -> list[str]:
+    """Every invalid value of `config` (by its fields' rules) and every invalid combination (by each config class's
+    `_own_problems`), as lines naming the flag; fields in `skip` are left out."""
+    problems = []
+    for f in dataclasses.fields(config):
+        problem = None if f.name in skip else _value_problem(f.metadata, getattr(config, f.name))
+        if problem:
+            problems.append(f"--{f.name} {problem}")
+    for cls in type(config).__mro__:
+        if "_own_problems" in vars(cls):
+            problems += vars(cls)["_own_problems"](config)
+    return problems
+
+
+def _value_problem(rules: Any, value: Any) -> Optional[str]:
+    if rules.get("required") and value in ("", None):
+        return "is required"
+    if value is None or value == "":
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    bounds = [("at_least", lambda low: value >= low, "at least"), ("above", lambda low: value > low, "above"),
+              ("at_most", lambda high: value <= high, "at most")]
+    for key, holds, words in bounds:
+        if key in rules and not holds(rules[key]):
+            return f"must be {words} {rules[key]:g}, got {value}"
+    if "choices" in rules and value not in rules["choices"]():
+        return f"must be one of {', '.join(rules['choices']())}, got {value!r}"
+    if "check" in rules:
+        return rules["check"](value)
+    return None
 
 
 def load_yaml(path: str) -> dict[str, Any]:
+    """A YAML file's mapping; plain YAML only (no `!!python` tags), errors as one line naming the file and line."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"config file not found: {path}")
     with open(path) as fh:
-        data = yaml.safe_load(fh) or {}
+        try:
+            data = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not a valid YAML config: {_one_line(err)}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file must hold a mapping of field: value")
     return data
+
+
+def _one_line(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err)
+    return where + " ".join(str(problem).split())
 
 
 def save_config(config: Any, path: str) -> None:
@@ -225,24 +387,27 @@ def save_config(config: Any, path: str) -> None:
 
 
 def load_config(cls: type[T], path: str) -> T:
-    return config_from_dict(cls, load_yaml(path), source=path)
+    """A config a run stored (its values were checked when it was made)."""
+    return config_from_dict(cls, load_yaml(path), source=path, check_values=False)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one `--name` flag per field; booleans also take `--noname` and `--name=false`.
 
-    Defaults are suppressed so that `parse_config` can tell which flags were given.
+    Values stay text here and are typed by `config_from_dict`, so that one error lists every bad flag. Defaults are
+    suppressed so that `parse_config` can tell which flags were given.
     """
     for f in dataclasses.fields(cls):
         kind = field_type(cls, f.name)
         help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
         if kind is bool:
-            parser.add_argument(f"--{f.name}", nargs="?", const=True, type=parse_bool,
-                                default=argparse.SUPPRESS, metavar="BOOL", help=help_text)
-            parser.add_argument(f"--no{f.name}", dest=f.name, action="store_false",
+            parser.add_argument(f"--{f.name}", nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL",
+                                help=help_text)
+            parser.add_argument(f"--no{f.name}", dest=f.name, action="store_const", const="false",
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
-            parser.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
+                                help=help_text)
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
@@ -250,8 +415,9 @@ def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
                         help="YAML file with the same field names as the flags; flags override it.")
 
 
-def parse_config(cls: type[T], args: argparse.Namespace) -> tuple[T, set[str]]:
-    """Resolve a config from `--config FILE.yaml` and the flags given; flags win.
+def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = True) -> tuple[T, set[str]]:
+    """Resolve a config from `--config FILE.yaml` and the flags given; flags win. `check_values=False` leaves the
+    values' checks to a caller that completes the config first (eval, from the train dir).
 
     Returns the config and the names of the fields set explicitly (by file or flag).
     """
@@ -262,7 +428,8 @@ def parse_config(cls: type[T], args: argparse.Namespace) -> tuple[T, set[str]]:
     names = set(field_names(cls))
     flags = {k: v for k, v in vars(args).items() if k in names}
     values.update(flags)
-    return config_from_dict(cls, values, source=file_path or "flags"), set(values)
+    source = " and ".join(part for part in (file_path, "flags" if flags else "") if part) or "defaults"
+    return config_from_dict(cls, values, source=source, check_values=check_values), set(values)
 
 
 def split_list(text: str) -> list[str]:
@@ -280,4 +447,6 @@ def feature_layout(config: DataConfig) -> tuple[list[str], list[int]]:
         raise ValueError(
             f"--feature_names ({config.feature_names!r}) and --feature_sizes ({config.feature_sizes!r}) "
             "must list the same number of entries")
+    if min(sizes) < 1:
+        raise ValueError(f"--feature_sizes must be positive, got {config.feature_sizes!r}")
     return names, sizes

@@ -27,6 +27,7 @@ from yt8m.config import (
     TrainConfig,
     add_config_arguments,
     add_config_file_argument,
+    config_problems,
     field_names,
     load_config,
     parse_config,
@@ -65,19 +66,23 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], loss_fn:
 
 
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
-    """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree."""
+    """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree, and the
+    whole config must be valid: every problem in one error."""
     path = os.path.join(config.train_dir, "config.yaml")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = load_config(TrainConfig, path)
     identity = [name for name in dict.fromkeys([*MODEL_IDENTITY_FIELDS, *field_names(ModelConfig)]) if name in given]
-    differing = differing_fields(trained, config, identity)
-    if differing:
-        lines = "\n".join(f"  --{name}: given {new!r}, {path} has {old!r}" for name, old, new in differing)
-        raise ValueError(f"the flags disagree with the model in {config.train_dir}:\n{lines}\n"
-                         f"Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
+    problems = [f"--{name}: given {new!r}, {path} has {old!r}"
+                for name, old, new in differing_fields(trained, config, identity)]
+    if problems:
+        problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
     inherited = set(field_names(DataConfig)) | set(field_names(ModelConfig)) | {"label_loss"}
-    return dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given})
+    resolved = dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given})
+    problems += config_problems(resolved)
+    if problems:
+        raise ValueError(f"the eval config for {config.train_dir} is invalid:\n  " + "\n  ".join(problems))
+    return resolved
 
 
 def write_metrics(train_dir: str, result: dict[str, Any], writer) -> str:
@@ -160,7 +165,7 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="yt8m eval", description=__doc__)
     add_config_file_argument(parser)
     add_config_arguments(parser, EvalConfig)
-    config, given = parse_config(EvalConfig, parser.parse_args(argv))
+    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False)
     setup_logging()
     for result in evaluate_checkpoints(config, given):
         print(json.dumps(result), flush=True)

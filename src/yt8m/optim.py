@@ -31,8 +31,8 @@ _FUSED_ADAM_OPTIONS = {"weight_decay": 0, "amsgrad": False, "maximize": False, "
 L2Terms = Sequence[tuple[nn.Parameter, float]]
 
 
-def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Any torch.optim class by name (case-insensitive), or a TensorFlow optimizer name."""
+def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The torch.optim class (case-insensitive) or TensorFlow optimizer name, with the TF defaults torch lacks."""
     class_name, defaults = TF_OPTIMIZERS.get(name, (name, {}))
     classes = {
         cls.__name__.lower(): cls for cls in vars(torch.optim).values()
@@ -42,8 +42,13 @@ def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) ->
     }
     if class_name.lower() not in classes:
         known = sorted(cls.__name__ for cls in classes.values()) + sorted(TF_OPTIMIZERS)
-        raise ValueError(f"--optimizer {name!r} is not a torch.optim class; known: {', '.join(known)}")
-    cls = classes[class_name.lower()]
+        raise ValueError(f"{name!r} is not a torch.optim class; known: {', '.join(known)}")
+    return classes[class_name.lower()], defaults
+
+
+def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Any torch.optim class by name (case-insensitive), or a TensorFlow optimizer name."""
+    cls, defaults = optimizer_class(name)
     parameters = list(parameters)
     if "fused" in inspect.signature(cls).parameters:
         # One fused kernel per step instead of a dozen passes over the weights: several times faster.

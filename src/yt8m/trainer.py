@@ -51,7 +51,7 @@ from yt8m.config import (
     TrainConfig,
     add_config_arguments,
     add_config_file_argument,
-    feature_layout,
+    config_problems,
     parse_config,
     save_config,
 )
@@ -74,7 +74,7 @@ from yt8m.train_eval import (
     TrainEvaluator,
     Verdict,
     best_export_checkpoint,
-    validate_train_eval_config,
+    evaluation_problems,
     validation_evaluator,
 )
 
@@ -84,6 +84,11 @@ log = logging.getLogger("yt8m.train")
 WARMUP_STEPS = 5
 
 TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite: training stops with the last good checkpoint kept."""
+
 
 @dataclass
 class Progress:
@@ -132,24 +137,7 @@ def learning_rate(config: TrainConfig, examples: int) -> float:
 
 def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
     """One ValueError listing every problem; `evaluating`: train-and-evaluate has an evaluation to run."""
-    from yt8m.models import is_frame_level
-
-    problems = []
-    if not config.train_data_pattern:
-        problems.append("--train_data_pattern is required")
-    if is_frame_level(config.model) != config.frame_features:
-        kind = "frame-level" if is_frame_level(config.model) else "video-level"
-        problems.append(f"--model {config.model} is a {kind} model but --frame_features is {config.frame_features}")
-    for name in ("batch_size", "export_model_steps", "log_every_steps", "metrics_every_steps", "num_epochs",
-                 "numbatches_to_aggregate"):
-        if getattr(config, name) < 1:
-            problems.append(f"--{name} must be at least 1, got {getattr(config, name)}")
-    if config.max_steps is not None and config.max_steps < 0:
-        problems.append(f"--max_steps must not be negative, got {config.max_steps}")
-    if config.clip_gradient_value < 0:
-        problems.append(f"--clip_gradient_value must not be negative, got {config.clip_gradient_value}")
-    problems += validate_train_eval_config(config, evaluating)
-    feature_layout(config)
+    problems = config_problems(config) + evaluation_problems(config, evaluating)
     if problems:
         raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
 
@@ -187,8 +175,10 @@ def remove_previous_run(train_dir: str) -> None:
 def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Optional[EvaluateFn] = None) -> dict[str, Any]:
     """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary.
 
-    Under torchrun every process calls it and it joins the process group itself. With --eval_data_pattern,
-    or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it trains and evaluates.
+    Everything is checked (config, model, optimizer, loss, data) before the train dir is touched, so a failed start
+    leaves it as it was. Under torchrun every process calls it and it joins the process group itself. With
+    --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
+    trains and evaluates.
     """
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.losses import create_loss
@@ -197,48 +187,57 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     device = training_device(config.device)
     with process_group(device):
         rank, world_size = rank_and_world_size()
-        resume = prepare_train_dir(config, rank)
         seed_everything(config.seed)
         model = create_model_for(config).to(device)
-        if resume is None and config.init_from:
-            init_from_checkpoint(model, config.init_from).log(log)
         optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
+        loss_fn = create_loss(config.label_loss)
         dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
                               shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
                               skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
-        loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
-
-        def epoch_batches(epoch: int) -> Iterable[dict]:
-            dataset.set_epoch(epoch)
-            return loader
-
+        dataset.check_first_record()
         evaluator = None
         if rank == 0 and (config.eval_data_pattern or evaluate is not None):
             evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
-        log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
-                 config.model, sum(p.numel() for p in model.parameters()), device, world_size,
-                 config.batch_size * world_size * config.numbatches_to_aggregate)
-        return fit(model, optimizer, create_loss(config.label_loss), epoch_batches, config,
-                   hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+        with train_dir_lock(config.train_dir, rank):
+            resume = prepare_train_dir(config, rank, model)
+            loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
+
+            def epoch_batches(epoch: int) -> Iterable[dict]:
+                dataset.set_epoch(epoch)
+                return loader
+
+            log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
+                     config.model, sum(p.numel() for p in model.parameters()), device, world_size,
+                     config.batch_size * world_size * config.numbatches_to_aggregate)
+            return fit(model, optimizer, loss_fn, epoch_batches, config,
+                       hooks=hooks, resume=resume, device=device, evaluator=evaluator)
 
 
-def prepare_train_dir(config: TrainConfig, rank: int) -> Optional[dict]:
-    """Start over or find the checkpoint to resume from (every process reads the same one); rank 0 writes
-    the resolved config."""
-    if config.start_new_model and rank == 0:
-        remove_previous_run(config.train_dir)
-    barrier()  # no process may pick up a checkpoint that --start_new_model is deleting
-    resume_path = latest_checkpoint(config.train_dir)
+def prepare_train_dir(config: TrainConfig, rank: int, model: nn.Module) -> Optional[dict]:
+    """Start over or find the checkpoint to resume from (every process reads the same one), else start `model` from
+    --init_from; rank 0 then writes the resolved config. Nothing is removed or written until the checkpoint to
+    resume is known to match the config."""
+    resume_path = None if config.start_new_model else latest_checkpoint(config.train_dir)
     resume = load_checkpoint(resume_path, map_location="cpu") if resume_path else None
     if resume is not None:
         refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
         log.info("resuming from %s", resume_path)
         if config.init_from:
             log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
+    elif config.init_from:
+        init_from_checkpoint(model, config.init_from).log(log)
+    barrier()  # every process has read the checkpoint before --start_new_model deletes it
     if rank == 0:
+        if config.start_new_model:
+            remove_previous_run(config.train_dir)
         save_config(config, os.path.join(config.train_dir, "config.yaml"))
         clear_final_marker(config.train_dir)
     return resume
+
+
+def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
+    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once."""
+    return contextlib.nullcontext()
 
 
 def seed_everything(seed: int) -> None:
@@ -342,6 +341,8 @@ class TrainingLoop:
             group = list(itertools.islice(batches, config.numbatches_to_aggregate))
             examples = all_reduce_sum(sum(batch["labels"].shape[0] for batch in group), self.device)
             if examples == 0:  # every process has finished its share of the epoch
+                if progress.batches_in_epoch == 0:
+                    raise ValueError(self._no_examples_message())
                 progress.epoch += 1
                 progress.batches_in_epoch = 0
                 self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
@@ -352,6 +353,11 @@ class TrainingLoop:
                 self._checkpoint()
             if self.stop or reached_max_steps(config, progress):
                 return
+
+    def _no_examples_message(self) -> str:
+        skipped = " (--skip_corrupt skipped every record)" if self.config.skip_corrupt else ""
+        return (f"epoch {self.progress.epoch + 1} has no training examples: {self.config.train_data_pattern} holds "
+                f"no records{skipped}; nothing was trained")
 
     def _fast_forward(self, batches: Iterator[dict]) -> None:
         """After a resume: skip the batches the checkpoint had taken, then continue its random streams."""
@@ -377,6 +383,7 @@ class TrainingLoop:
         group = [to_device(batch, self.device) for batch in group]
         self.meter.data_ready()
         last_output = self._accumulate_gradients(group, examples)
+        self._refuse_non_finite_loss(group)
         apply_update(self.model, self.optimizer, self.scaler, config.clip_gradient_norm, config.clip_gradient_value,
                      self.penalties)
         record_trained_ids(self.rank, progress.epoch, group)
@@ -417,6 +424,32 @@ class TrainingLoop:
             self.loss_value = label_loss_sum.item() / sum(batch["labels"].shape[0] for batch in group)
             return output
         return None
+
+    def _refuse_non_finite_loss(self, group: list[dict]) -> None:
+        """A NaN or infinite loss on any process stops training before its update reaches the weights and before a
+        checkpoint is written: the last checkpoint stays the last good one."""
+        bad_processes = all_reduce_sum(int(bool(group) and not math.isfinite(self.loss_value)), self.device)
+        if not bad_processes:
+            return
+        videos = [video_id for batch in group for video_id in batch["video_ids"]][:3]
+        last = latest_checkpoint(self.config.train_dir)
+        where = f" (this process's batch starts with videos {', '.join(videos)})" if group and videos else ""
+        raise NonFiniteLossError(
+            f"step {self.progress.step + 1}: the training loss is {self.loss_value} on {bad_processes} process(es)"
+            f"{where}; stopped before updating the weights. The last checkpoint, {last or 'none yet'}, is kept. "
+            f"Lower --base_learning_rate, keep --clip_gradient_norm on, or check the data.")
+
+    def _refuse_non_finite_weights(self) -> None:
+        """A finite loss can still give an update that overflows the weights: such a model is never saved."""
+        broken = [name for name, tensor in self.model.state_dict().items()
+                  if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
+        if broken:
+            last = latest_checkpoint(self.config.train_dir)
+            raise NonFiniteLossError(
+                f"step {self.progress.step}: the model's weights hold NaN or infinite values ({', '.join(broken[:3])}"
+                f"{', ...' if len(broken) > 3 else ''}), so no checkpoint was written; the last one, "
+                f"{last or 'none yet'}, is kept. Lower --base_learning_rate, keep --clip_gradient_norm on, or check "
+                f"the data.")
 
     def _gradient_sync(self, sync: bool) -> ContextManager:
         """DDP averages gradients on the group's last backward only; the others accumulate locally."""
@@ -466,6 +499,7 @@ class TrainingLoop:
                  self.progress.step, step, path)
 
     def _save(self, final: bool = False) -> str:
+        self._refuse_non_finite_weights()
         payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                    "scaler": self.scaler.state_dict(), "config": dataclasses.asdict(self.config),
                    "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}

@@ -59,3 +59,18 @@ def test_dbof_eval_sampling_spreads_over_the_video():
     model.sample_random_frames = False
     assert model.frame_indices(torch.tensor([16, 3])).tolist() == [
         [4, 5, 6, 7, 8, 9, 10, 11], [0, 1, 2, 2, 2, 2, 2, 2]]
+
+
+@pytest.mark.parametrize("name", FRAME_MODELS)
+def test_videos_without_frames_read_one_zero_frame(name):
+    """A batch of only 0-frame videos (no frame axis at all, or zero padding) has a defined, finite output in
+    training and evaluation, the same either way it comes."""
+    model = warmed_up(name)
+    no_frames = torch.zeros(3, dtype=torch.long)
+    output = model(torch.zeros(3, 0, 6), no_frames)
+    output["logits"].sum().backward()
+    assert torch.isfinite(output["logits"]).all()
+    model.eval()
+    torch.testing.assert_close(model(torch.zeros(3, 0, 6), no_frames)["logits"],
+                               model(torch.zeros(3, 1, 6), no_frames)["logits"])
+    assert torch.isfinite(model(torch.zeros(3, 0, 6), None)["logits"]).all()

@@ -6,6 +6,7 @@ sets that fit in RAM can be decoded once and served from memory.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import itertools
 from dataclasses import dataclass
@@ -336,6 +337,14 @@ class YT8MDataset(IterableDataset):
     def _frame_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
         for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
             yield _frame_batch(chunk, self.spec), sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
+
+    def check_first_record(self) -> None:
+        """Decode the first record of the first file with the spec, so that a mismatch (a wrong feature size, a
+        missing feature, another label space) fails before a run starts, with the error reading would give."""
+        probe = copy.copy(self)
+        probe.paths, probe.batch_size, probe.shuffle, probe.cache_in_memory = self.paths[:1], 1, False, False
+        probe.rank, probe.world_size = 0, 1
+        next(probe._streamed_batches(0, 1), None)
 
     def load_cache(self, num_workers: int = 0) -> None:
         """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""

@@ -34,6 +34,9 @@ class BaseModel(nn.Module):
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
         self._check_shape(features)
+        if self.frame_level and features.shape[1] == 0:
+            # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
+            features = features.new_zeros(features.shape[0], 1, features.shape[2])
         # The starter kit L2-normalizes along the feature axis (per frame for frame-level input);
         # all-zero padding frames stay zero.
         if not self.normalizes_input:
