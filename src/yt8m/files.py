@@ -12,7 +12,7 @@ import re
 import secrets
 import shutil
 from contextlib import contextmanager
-from typing import IO, Callable, Iterator, TextIO, TypeVar
+from typing import IO, Callable, Iterator, Optional, TextIO, TypeVar
 
 T = TypeVar("T")
 
@@ -49,11 +49,13 @@ def is_temporary(name: str) -> bool:
 
 class _RawFile(io.RawIOBase):
     """An unbuffered file whose write, fsync and close failures become WriteError naming `reported_path`,
-    so a caller's own OSErrors (reading its input) stay as they are."""
+    so a caller's own OSErrors (reading its input) stay as they are. The first failure is kept in `error`:
+    a writer such as torch.save may replace it with an error of its own."""
 
     def __init__(self, path: str, reported_path: str) -> None:
         super().__init__()
         self.reported_path = reported_path
+        self.error: Optional[WriteError] = None
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
 
     def writable(self) -> bool:
@@ -66,13 +68,13 @@ class _RawFile(io.RawIOBase):
         try:
             return os.write(self._fd, data)
         except OSError as err:
-            raise WriteError(self.reported_path, err) from err
+            raise self._failed(err) from err
 
     def sync(self) -> None:
         try:
             os.fsync(self._fd)
         except OSError as err:
-            raise WriteError(self.reported_path, err) from err
+            raise self._failed(err) from err
 
     def close(self) -> None:
         if not self.closed:
@@ -81,7 +83,11 @@ class _RawFile(io.RawIOBase):
             try:
                 os.close(fd)
             except OSError as err:
-                raise WriteError(self.reported_path, err) from err
+                raise self._failed(err) from err
+
+    def _failed(self, cause: OSError) -> WriteError:
+        self.error = self.error or WriteError(self.reported_path, cause)
+        return self.error
 
 
 @contextmanager
@@ -103,9 +109,11 @@ def atomic_writer(path: str, binary: bool = False) -> Iterator[IO]:
         raw.sync()
         out.close()
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         _discard(raw, out)
         _remove_quietly(tmp)
+        if raw.error is not None and err is not raw.error:
+            raise raw.error from err
         raise
     sync_directory(os.path.dirname(os.path.abspath(path)))
 
