@@ -89,7 +89,7 @@ def test_the_holder_removes_what_a_killed_writer_left_half_written(tmp_path):
     kept = train_dir / "checkpoints" / "ckpt-00000004.pt"
     kept.write_bytes(b"a checkpoint")
     leftovers = [temporary_path(str(train_dir / "checkpoints" / "ckpt-00000008.pt")),
-                 temporary_path(str(train_dir / "config.yaml")),
+                 temporary_path(str(train_dir / "export" / "final")),
                  temporary_path(str(train_dir / "export" / "best" / "00000008"))]
     for path in leftovers:
         open(path, "w").close()

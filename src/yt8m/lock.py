@@ -42,7 +42,7 @@ class TrainDirLock:
     `release()`, the end of the `with` block or the process's death.
 
     The holder writes its host, pid and start time into the lock file, for the error a second trainer
-    gets, and, as the only writer of checkpoints/ and export/, removes what a killed holder left
+    gets, and, as the only writer of checkpoints/ and export/, removes what a killed writer left
     half-written there.
     """
 
@@ -82,7 +82,8 @@ class TrainDirLock:
 
     def _remove_unfinished_writes(self) -> None:
         export = os.path.join(self.train_dir, EXPORT_DIR)
-        folders = [self.train_dir, checkpoint_dir(self.train_dir), export,
+        # Not the train dir itself: a `predict --output_file` may be writing there.
+        folders = [checkpoint_dir(self.train_dir), export,
                    *(os.path.join(export, kind) for kind in ("best", "latest"))]
         for path in (removed for folder in folders for removed in remove_temporaries(folder)):
             log.info("removed %s, left unfinished by a killed writer", path)
