@@ -16,10 +16,14 @@ from yt8m.files import temporary_path
 from yt8m.lock import LOCK_FILE, TrainDirInUse, TrainDirLock, train_dir_holder
 
 HOLD = """
-import sys, time
+import os, sys, time
 from yt8m.lock import TrainDirLock
 TrainDirLock(sys.argv[1]).acquire()
-print("held", flush=True)
+worker = os.fork()  # like a DataLoader worker, which outlives a killed trainer for a few seconds
+if worker == 0:
+    time.sleep(60)
+    os._exit(0)
+print("held", worker, flush=True)
 time.sleep(60)
 """
 
@@ -29,12 +33,16 @@ def holder(tmp_path):
     """A subprocess holding the lock of tmp_path/run, until it is killed."""
     train_dir = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-c", HOLD, str(train_dir)], stdout=subprocess.PIPE, text=True)
+    worker = None
     try:
-        assert process.stdout.readline().strip() == "held"
+        held, worker = process.stdout.readline().split()
+        assert held == "held"
         yield process, train_dir
     finally:
         process.kill()
         process.wait()
+        if worker is not None:
+            os.kill(int(worker), signal.SIGKILL)
 
 
 def test_a_second_holder_fails_at_once_naming_the_first(holder):
@@ -58,7 +66,7 @@ def test_the_probe_names_the_holder_without_taking_the_lock(holder):
         TrainDirLock(str(train_dir)).acquire()
 
 
-def test_sigkill_of_the_holder_releases_the_lock(holder):
+def test_sigkill_of_the_holder_releases_the_lock_while_its_forked_worker_lives_on(holder):
     process, train_dir = holder
     os.kill(process.pid, signal.SIGKILL)
     process.wait()

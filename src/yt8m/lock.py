@@ -26,6 +26,19 @@ _RETRY_SECS = 0.05
 
 log = logging.getLogger(__name__)
 
+# Descriptors of the locks this process holds. A forked child (a DataLoader worker) closes its copies, so that
+# when the holder is killed the lock goes with it, not when the last worker notices and exits.
+_held: set[int] = set()
+
+
+def _close_inherited_locks() -> None:
+    for fd in _held:
+        os.close(fd)  # not LOCK_UN: that would release the parent's lock
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
 
 class TrainDirInUse(OSError):
     """Another process holds the train dir's lock. The `yt8m` command prints it as one line."""
@@ -66,12 +79,15 @@ class TrainDirLock:
             os.close(fd)  # closing the descriptor also releases a lock taken on it
             raise
         self._fd = fd
+        _held.add(fd)
         self._remove_unfinished_writes()
         return self
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            _held.discard(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)  # even if a child forked outside Python still has the descriptor
             os.close(fd)
 
     def __enter__(self) -> "TrainDirLock":
