@@ -17,11 +17,13 @@ import numpy as np
 import torch
 
 from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout, split_list
-from yt8m.files import write_file_atomically
+from yt8m.files import atomic_writer, write_file_atomically
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
 FINAL_MARKER = "final"
 _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
+
+log = logging.getLogger(__name__)
 
 
 def checkpoint_dir(train_dir: str) -> str:
@@ -66,22 +68,33 @@ def clear_final_marker(train_dir: str) -> None:
 
 
 def save_checkpoint(train_dir: str, payload: dict[str, Any], step: int, keep: int, final: bool = False) -> str:
-    """Write ckpt-<step>.pt atomically, keep the newest `keep`, and mark it final when asked.
+    """Write ckpt-<step>.pt atomically and durably, mark it final when asked, then keep the newest `keep`.
 
-    Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary
-    name in the same directory and renamed into place.
+    Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary name
+    in the same directory, fsynced and renamed into place. A failure (a full disk) raises WriteError naming
+    the checkpoint, removes the temporary file and leaves every earlier checkpoint as it was.
     """
     path = checkpoint_path(train_dir, step)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
-    os.replace(tmp, path)
-    for _, old in list_checkpoints(train_dir)[:-max(keep, 1)]:
-        os.remove(old)
+    with atomic_writer(path, binary=True) as out:
+        torch.save({"format": CHECKPOINT_FORMAT, **payload}, out)
     if final:
         write_file_atomically(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER),
                               lambda out: out.write(os.path.basename(path)))
+    prune_checkpoints(train_dir, step, keep)
     return path
+
+
+def prune_checkpoints(train_dir: str, step: int, keep: int) -> None:
+    """Remove the checkpoints older than `step` beyond the newest `keep` (counting `step`'s own).
+
+    Newer ones are left alone: they can only be unreadable ones a resume passed over.
+    """
+    older = [path for saved, path in list_checkpoints(train_dir) if saved < step]
+    for path in older[:max(len(older) - (max(keep, 1) - 1), 0)]:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
 
 
 def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -89,11 +102,37 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint not found: {path}") from None
     except Exception as err:  # torch raises several types for truncated or foreign files
         raise ValueError(f"{path}: not a readable yt8m checkpoint ({err})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a yt8m checkpoint (expected format {CHECKPOINT_FORMAT!r})")
     return payload
+
+
+def load_latest_checkpoint(train_dir: str, map_location: str | torch.device = "cpu"
+                           ) -> Optional[tuple[str, dict[str, Any]]]:
+    """(path, payload) of the newest checkpoint of the train dir that loads, or None when it has none.
+
+    An unreadable newer one (truncated or empty after a power loss) is passed over with a warning naming it;
+    one removed meanwhile (pruned by the trainer) silently. Raises ValueError naming each checkpoint and
+    why it failed when checkpoints exist but none loads.
+    """
+    unreadable = []
+    for _, path in reversed(list_checkpoints(train_dir)):
+        try:
+            payload = load_checkpoint(path, map_location)
+        except FileNotFoundError:
+            continue
+        except ValueError as err:
+            log.warning("passing over an unreadable checkpoint: %s", err)
+            unreadable.append(str(err))
+            continue
+        return path, payload
+    if unreadable:
+        raise ValueError(f"no readable checkpoint in {checkpoint_dir(train_dir)}: " + "; ".join(unreadable))
+    return None
 
 
 def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
@@ -102,7 +141,12 @@ def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
 
 def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, TrainConfig, int]:
     """The checkpoint's model with its weights, in eval mode, plus its training config and step."""
-    payload = load_checkpoint(path, map_location=device)
+    return build_model_from_payload(load_checkpoint(path, map_location=device), path, device)
+
+
+def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu"
+                             ) -> tuple[torch.nn.Module, TrainConfig, int]:
+    """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
     config = checkpoint_config(payload, path)
     model = create_model_for(config)
     model.load_state_dict(payload["model"])
@@ -135,10 +179,10 @@ class InitReport:
 def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
     """Copy into `model` the checkpoint tensors whose names and shapes match; `source` is a checkpoint file
     or a train dir (its latest checkpoint)."""
-    path = latest_checkpoint(source) if os.path.isdir(source) else source
-    if path is None:
+    found = load_latest_checkpoint(source) if os.path.isdir(source) else (source, load_checkpoint(source))
+    if found is None:
         raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
-    saved = load_checkpoint(path)["model"]
+    path, saved = found[0], found[1]["model"]
     own = model.state_dict()
     loaded, not_loaded = [], {}
     for name, tensor in own.items():

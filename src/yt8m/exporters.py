@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.checkpoint import checkpoint_path
+from yt8m.files import copy_file_atomically, sync_directory, temporary_path, write_file_atomically
 
 EXPORT_DIR = "export"
 METRICS_FILE = "metrics.json"
@@ -41,19 +42,47 @@ def list_exports(train_dir: str, kind: str) -> list[tuple[int, str]]:
 
 
 def write_export(train_dir: str, kind: str, checkpoint: str, result: dict[str, Any]) -> str:
-    """Export `checkpoint` (of step result["global_step"]) with its metrics; readers never see half of it."""
+    """Export `checkpoint` (of step result["global_step"]) with its metrics; readers never see half of it.
+
+    The export is staged in a folder of its own beside the target, every file fsynced, then renamed into
+    place. A failure (a full disk) raises WriteError naming the file, and removes the staging folder.
+    """
     step = int(result["global_step"])
     target = export_path(train_dir, kind, step)
-    staging = f"{target}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(os.path.dirname(checkpoint_path(staging, step)))
-    link_or_copy(checkpoint, checkpoint_path(staging, step))
-    shutil.copyfile(os.path.join(train_dir, "config.yaml"), os.path.join(staging, "config.yaml"))
-    with open(os.path.join(staging, METRICS_FILE), "w") as fh:
-        json.dump(result, fh, indent=1)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
+    staging = temporary_path(target)
+    try:
+        _stage_export(staging, train_dir, checkpoint, step, result)
+        _replace_folder(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return target
+
+
+def _stage_export(staging: str, train_dir: str, checkpoint: str, step: int, result: dict[str, Any]) -> None:
+    staged_checkpoint = checkpoint_path(staging, step)
+    os.makedirs(os.path.dirname(staged_checkpoint))
+    link_or_copy(checkpoint, staged_checkpoint)
+    copy_file_atomically(os.path.join(train_dir, "config.yaml"), os.path.join(staging, "config.yaml"))
+    write_file_atomically(os.path.join(staging, METRICS_FILE), lambda out: json.dump(result, out, indent=1))
+    sync_directory(os.path.dirname(staged_checkpoint))
+
+
+def _replace_folder(staging: str, target: str) -> None:
+    """Rename `staging` to `target`; an existing `target` is moved aside first and removed only once
+    `staging` took its place."""
+    if not os.path.exists(target):
+        os.replace(staging, target)
+    else:
+        previous = temporary_path(target)
+        os.replace(target, previous)
+        try:
+            os.replace(staging, target)
+        except BaseException:
+            os.replace(previous, target)
+            raise
+        shutil.rmtree(previous, ignore_errors=True)
+    sync_directory(os.path.dirname(target))
 
 
 def link_or_copy(source: str, destination: str) -> None:
@@ -61,7 +90,7 @@ def link_or_copy(source: str, destination: str) -> None:
     try:
         os.link(source, destination)
     except OSError:  # another filesystem, or one without hard links
-        shutil.copyfile(source, destination)
+        copy_file_atomically(source, destination)
 
 
 def read_export_metrics(folder: str) -> dict[str, Any]:

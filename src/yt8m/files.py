@@ -1,21 +1,177 @@
-"""File helpers shared by the commands: text files that appear only once completely written.
+"""File helpers shared by the commands: files that appear only once completely written, and durably.
 
-A watching reader (`yt8m eval`, `tune-report`, a serving job) never sees half a file.
+A watching reader (`yt8m eval`, `tune-report`, a serving job) never sees half a file, and a full disk leaves none.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
-from typing import Callable, TextIO, TypeVar
+import re
+import secrets
+import shutil
+from contextlib import contextmanager
+from typing import IO, Callable, Iterator, Optional, TextIO, TypeVar
 
 T = TypeVar("T")
 
+# `.NAME.tmp-PID-RANDOM` beside NAME: hidden from globs, never a name another writer picks.
+_TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
+_BUFFER_BYTES = 1 << 20
+
+
+class WriteError(OSError):
+    """Writing a file failed (a full disk, a file size limit, an I/O error): names the file and the cause.
+
+    The `yt8m` command prints it as one line (yt8m_user_error), without a traceback.
+    """
+
+    yt8m_user_error = True
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.filename = path
+
+    def __str__(self) -> str:
+        return f"could not write {self.filename}: {self.strerror}"
+
+
+def temporary_path(path: str) -> str:
+    """A name beside `path` (so that renaming it into place is atomic) that no other writer uses."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def is_temporary(name: str) -> bool:
+    return bool(_TEMPORARY.match(name))
+
+
+class _RawFile(io.RawIOBase):
+    """An unbuffered file whose write, fsync and close failures become WriteError naming `reported_path`,
+    so a caller's own OSErrors (reading its input) stay as they are. The first failure is kept in `error`:
+    a writer such as torch.save may replace it with an error of its own."""
+
+    def __init__(self, path: str, reported_path: str) -> None:
+        super().__init__()
+        self.reported_path = reported_path
+        self.error: Optional[WriteError] = None
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, data) -> int:
+        try:
+            return os.write(self._fd, data)
+        except OSError as err:
+            raise self._failed(err) from err
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as err:
+            raise self._failed(err) from err
+
+    def close(self) -> None:
+        if not self.closed:
+            fd, self._fd = self._fd, -1
+            super().close()
+            try:
+                os.close(fd)
+            except OSError as err:
+                raise self._failed(err) from err
+
+    def _failed(self, cause: OSError) -> WriteError:
+        self.error = self.error or WriteError(self.reported_path, cause)
+        return self.error
+
+
+@contextmanager
+def atomic_writer(path: str, binary: bool = False) -> Iterator[IO]:
+    """A file object that becomes `path` when the block ends: written under a temporary name beside it,
+    flushed to the disk (fsync), renamed into place, then the directory synced.
+
+    If anything fails the temporary file is removed and `path` is left as it was; a failure to write
+    raises WriteError naming `path`.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = temporary_path(path)
+    raw = _RawFile(tmp, path)
+    buffered = io.BufferedWriter(raw, _BUFFER_BYTES)
+    out = buffered if binary else io.TextIOWrapper(buffered, encoding="utf-8", newline="")
+    try:
+        yield out
+        out.flush()
+        raw.sync()
+        out.close()
+        os.replace(tmp, path)
+    except BaseException as err:
+        _discard(raw, out)
+        _remove_quietly(tmp)
+        if raw.error is not None and err is not raw.error:
+            raise raw.error from err
+        raise
+    sync_directory(os.path.dirname(os.path.abspath(path)))
+
 
 def write_file_atomically(path: str, write: Callable[[TextIO], T]) -> T:
-    """Run `write(out)` into `path`, written under a temporary name and renamed into place; returns its result."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as out:
-        result = write(out)
-    os.replace(tmp, path)
-    return result
+    """Run `write(out)` into `path` through `atomic_writer` (text, UTF-8); returns its result."""
+    with atomic_writer(path) as out:
+        return write(out)
+
+
+def copy_file_atomically(source: str, destination: str) -> None:
+    with open(source, "rb") as src, atomic_writer(destination, binary=True) as out:
+        shutil.copyfileobj(src, out, _BUFFER_BYTES)
+
+
+def sync_directory(directory: str) -> None:
+    """Make the directory's entries (a rename, a new file) durable, where the OS allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # Windows, or a directory that cannot be opened: nothing more can be done
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):  # filesystems without directory fsync
+            raise WriteError(directory, err) from err
+    finally:
+        os.close(fd)
+
+
+def remove_temporaries(directory: str) -> list[str]:
+    """Remove what writers killed mid-write left in `directory` (files and folders named by
+    `temporary_path`); only safe where no other writer can be at work. Returns the removed paths."""
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        if is_temporary(name):
+            path = os.path.join(directory, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _remove_quietly(path)
+            removed.append(path)
+    return removed
+
+
+def _discard(raw: _RawFile, out: IO) -> None:
+    """Close a failed write without flushing what is still buffered: its first error is the one reported."""
+    for stream in (raw, out):
+        try:
+            stream.close()
+        except (OSError, ValueError):  # ValueError: the buffer's flush into the closed raw file
+            pass
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
