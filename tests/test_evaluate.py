@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import threading
+import time
 
 import pytest
 
@@ -95,3 +96,33 @@ def test_watch_mode_evaluates_new_checkpoints_until_the_final_one(tiny_data, tmp
     seen = [4, *steps.queue]
     assert seen == sorted(set(seen)) and seen[-1] == 12
     assert sorted(os.listdir(tmp_path / "eval"))[-1] == "metrics-00000012.json"
+
+
+def test_an_unreadable_newest_checkpoint_is_passed_over_with_a_warning(tiny_data, trained_copy, capsys, caplog):
+    newest = trained_copy / "checkpoints" / "ckpt-00000012.pt"
+    newest.write_bytes(b"")  # a power loss before the data reached the disk
+    assert main(eval_flags(tiny_data, trained_copy, "--run_once")) == 0
+    assert json.loads(capsys.readouterr().out)["global_step"] == 8
+    assert f"passing over an unreadable checkpoint: {newest}" in caplog.text
+
+
+def test_watching_a_stopped_run_says_what_it_waits_for(tiny_data, tmp_path, caplog):
+    config = tiny_train_config(tiny_data, tmp_path)
+
+    def stop_at_step_4(event):
+        if event.kind == "checkpoint" and event.step == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(config, hooks=[stop_at_step_4])
+    watcher = EvalConfig(eval_data_pattern=tiny_data["validate_pattern"], train_dir=str(tmp_path),
+                         num_readers=0, poll_interval_secs=0.05)
+    results = evaluate_checkpoints(watcher)
+    with caplog.at_level("INFO", logger="yt8m.eval"):
+        assert next(results)["global_step"] == 4
+        thread = threading.Thread(target=lambda: next(results, None), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while "no trainer runs there now" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "waiting until one resumes it" in caplog.text and "checkpoints/final" in caplog.text

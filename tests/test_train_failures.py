@@ -4,8 +4,11 @@ with its last good checkpoint, and a run with nothing to train on is an error, n
 from __future__ import annotations
 
 import dataclasses
+import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,35 @@ def test_training_on_an_empty_file_is_an_error(tiny_data, tmp_path):
     assert result.returncode == 1
     assert "has no training examples" in result.stderr and "nothing was trained" in result.stderr
     assert list_checkpoints(str(tmp_path / "run")) == []
+
+
+def test_a_second_trainer_on_a_train_dir_fails_at_once_naming_the_first(tiny_data, tmp_path):
+    from yt8m.lock import train_dir_holder
+
+    train_dir = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "yt8m", "train",
+                              *train_flags(tiny_data, train_dir, num_epochs=10000)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while train_dir_holder(str(train_dir)) is None:
+            assert first.poll() is None and time.monotonic() < deadline, "the first trainer did not start"
+            time.sleep(0.1)
+        second = yt8m_train(*train_flags(tiny_data, train_dir))
+        assert second.returncode == 1
+        assert f"is in use by another `yt8m train` (host {socket.gethostname()}, pid {first.pid}, since " in \
+            second.stderr
+    finally:
+        first.kill()
+        first.wait()
+    assert train_dir_holder(str(train_dir)) is None  # the OS released the killed trainer's lock
+
+
+def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(tiny_data, trained_copy):
+    newest = list_checkpoints(str(trained_copy))[-1][1]
+    Path(newest).write_bytes(Path(newest).read_bytes()[:1000])  # a power loss in the middle of the write
+    resumed = yt8m_train(*train_flags(tiny_data, trained_copy, num_epochs=4))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "passing over an unreadable checkpoint" in resumed.stderr and newest in resumed.stderr
+    assert "resuming from" in resumed.stderr and "ckpt-00000008.pt" in resumed.stderr
+    assert json.loads(resumed.stdout)["global_step"] == 16

@@ -136,7 +136,7 @@ def load_latest_checkpoint(train_dir: str, map_location: str | torch.device = "c
 
 
 def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
-    return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)")
+    return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)", check_values=False)
 
 
 def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, TrainConfig, int]:

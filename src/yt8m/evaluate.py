@@ -18,7 +18,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from yt8m.checkpoint import build_model_from_checkpoint, differing_fields, final_checkpoint, latest_checkpoint
+from yt8m.checkpoint import (build_model_from_payload, differing_fields, final_checkpoint, latest_checkpoint,
+                             load_latest_checkpoint)
 from yt8m.config import (
     MODEL_IDENTITY_FIELDS,
     DataConfig,
@@ -113,37 +114,45 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
     loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)
     writer = SummaryWriter(os.path.join(config.train_dir, "eval"))
-    evaluated: Optional[str] = None
+    evaluated: Optional[str] = None  # the checkpoint evaluated last
+    looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
+    said = ""
     try:
         while True:
             latest = latest_checkpoint(config.train_dir)
             if latest is None and config.run_once:
                 raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
-            if latest is not None and latest != evaluated:
-                result = evaluate_checkpoint(latest, loader, loss_fn, config, device)
-                if result is not None:
+            if latest is not None and latest != looked_at:
+                looked_at = latest
+                found = load_latest_checkpoint(config.train_dir, map_location=device)  # past unreadable ones
+                if found is not None and found[0] != evaluated:
+                    result = evaluate_payload(*found, loader, loss_fn, config, device)
                     write_metrics(config.train_dir, result, writer)
                     yield result
-                    evaluated = latest
-                if config.run_once and result is not None:
-                    return
+                    evaluated = found[0]
+                    if config.run_once:
+                        return
                 continue
-            if evaluated is not None and final_checkpoint(config.train_dir) == evaluated:
-                log.info("evaluated the final checkpoint %s; done", evaluated)
+            final = final_checkpoint(config.train_dir)
+            if final is not None and final == looked_at:
+                if final != evaluated:
+                    log.warning("the final checkpoint %s is unreadable; the newest readable one, %s, was evaluated",
+                                final, evaluated)
+                log.info("evaluated the final checkpoint's run; done")
                 return
+            waiting = waiting_message(config.train_dir, evaluated)
+            if waiting != said:
+                log.info("%s", waiting)
+                said = waiting
             time.sleep(config.poll_interval_secs)
     finally:
         writer.close()
 
 
-def evaluate_checkpoint(path: str, loader: Iterable[dict], loss_fn: nn.Module, config: EvalConfig,
-                        device: torch.device) -> Optional[dict[str, Any]]:
-    """One checkpoint's metrics, or None when the trainer pruned it before it could be read."""
-    try:
-        model, _, step = build_model_from_checkpoint(path, device)
-    except FileNotFoundError:
-        log.info("%s was removed before it could be evaluated; moving on to a newer one", path)
-        return None
+def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], loss_fn: nn.Module,
+                     config: EvalConfig, device: torch.device) -> dict[str, Any]:
+    """The metrics of a loaded checkpoint (from `path`)."""
+    model, _, step = build_model_from_payload(payload, path, device)
     log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
     metrics = evaluate_model(model, loader, loss_fn, config.num_classes, config.top_k, device)
     result = {"global_step": step, **{name: metrics[name] for name in METRIC_KEYS}}
@@ -152,11 +161,23 @@ def evaluate_checkpoint(path: str, loader: Iterable[dict], loss_fn: nn.Module, c
     return result
 
 
+def waiting_message(train_dir: str, evaluated: Optional[str]) -> str:
+    """What a watching eval waits for, said once each time it changes (Ctrl+C stops the watch)."""
+    from yt8m.lock import describe_holder, train_dir_holder
+
+    done = f"evaluated {evaluated}" if evaluated else "no checkpoint yet"
+    holder = train_dir_holder(train_dir)
+    trainer = (f"a trainer runs there ({describe_holder(holder)})" if holder else
+               "no trainer runs there now: the run stopped before its last checkpoint, waiting until one resumes it")
+    return (f"watching {train_dir}: {done}; {trainer}. Waiting for a newer checkpoint, until the run marks its last "
+            f"one final (checkpoints/final). Ctrl+C stops; --run_once evaluates the latest and exits")
+
+
 def wait_for(condition, config: EvalConfig) -> None:
     logged = False
     while not condition():
         if not logged:
-            log.info("waiting for training to start in %s", config.train_dir)
+            log.info("waiting for training to start in %s (its config.yaml); Ctrl+C stops", config.train_dir)
             logged = True
         time.sleep(config.poll_interval_secs)
 

@@ -24,10 +24,8 @@ _BUFFER_BYTES = 1 << 20
 class WriteError(OSError):
     """Writing a file failed (a full disk, a file size limit, an I/O error): names the file and the cause.
 
-    The `yt8m` command prints it as one line (yt8m_user_error), without a traceback.
+    The `yt8m` command prints it as one line (an OSError), without a traceback.
     """
-
-    yt8m_user_error = True
 
     def __init__(self, path: str, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))

@@ -43,8 +43,6 @@ os.register_at_fork(after_in_child=_close_inherited_locks)
 class TrainDirInUse(OSError):
     """Another process holds the train dir's lock. The `yt8m` command prints it as one line."""
 
-    yt8m_user_error = True
-
 
 def lock_path(train_dir: str) -> str:
     return os.path.join(train_dir, LOCK_FILE)

@@ -43,6 +43,7 @@ from yt8m.checkpoint import (
     init_from_checkpoint,
     latest_checkpoint,
     load_checkpoint,
+    load_latest_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
@@ -198,8 +199,10 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         evaluator = None
         if rank == 0 and (config.eval_data_pattern or evaluate is not None):
             evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
+        newest = latest_checkpoint(config.train_dir)
+        resume = checkpoint_to_resume(config, model)
         with train_dir_lock(config.train_dir, rank):
-            resume = prepare_train_dir(config, rank, model)
+            prepare_train_dir(config, rank, newest)
             loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
 
             def epoch_batches(epoch: int) -> Iterable[dict]:
@@ -213,12 +216,12 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
                        hooks=hooks, resume=resume, device=device, evaluator=evaluator)
 
 
-def prepare_train_dir(config: TrainConfig, rank: int, model: nn.Module) -> Optional[dict]:
-    """Start over or find the checkpoint to resume from (every process reads the same one), else start `model` from
-    --init_from; rank 0 then writes the resolved config. Nothing is removed or written until the checkpoint to
-    resume is known to match the config."""
-    resume_path = None if config.start_new_model else latest_checkpoint(config.train_dir)
-    resume = load_checkpoint(resume_path, map_location="cpu") if resume_path else None
+def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict]:
+    """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
+    mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
+    --init_from when given."""
+    found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
+    resume_path, resume = found or (None, None)
     if resume is not None:
         refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
         log.info("resuming from %s", resume_path)
@@ -226,18 +229,29 @@ def prepare_train_dir(config: TrainConfig, rank: int, model: nn.Module) -> Optio
             log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
     elif config.init_from:
         init_from_checkpoint(model, config.init_from).log(log)
-    barrier()  # every process has read the checkpoint before --start_new_model deletes it
-    if rank == 0:
-        if config.start_new_model:
-            remove_previous_run(config.train_dir)
-        save_config(config, os.path.join(config.train_dir, "config.yaml"))
-        clear_final_marker(config.train_dir)
     return resume
 
 
+def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> None:
+    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config, once every process
+    has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen, must still be."""
+    barrier()
+    if rank != 0:
+        return
+    if latest_checkpoint(config.train_dir) != newest:
+        raise ValueError(f"another run wrote {latest_checkpoint(config.train_dir)} while this one started in "
+                         f"{config.train_dir}: start this run again")
+    if config.start_new_model:
+        remove_previous_run(config.train_dir)
+    save_config(config, os.path.join(config.train_dir, "config.yaml"))
+    clear_final_marker(config.train_dir)
+
+
 def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
-    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once."""
-    return contextlib.nullcontext()
+    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once, naming this one."""
+    from yt8m.lock import TrainDirLock
+
+    return TrainDirLock(train_dir) if rank == 0 else contextlib.nullcontext()
 
 
 def seed_everything(seed: int) -> None:
