@@ -206,7 +206,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
                               shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
                               skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
-        loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
+        loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features), pin_memory=device.type == "cuda")
 
         def epoch_batches(epoch: int) -> Iterable[dict]:
             dataset.set_epoch(epoch)
