@@ -76,13 +76,14 @@ def reader_workers(requested: int | str, frame_features: bool) -> int:
     but clamped to the CPUs available (more processes than CPUs only thrash). The choice is logged.
 
     "auto" reads in-process, except frame-level data with 4 CPUs or more, which gets min(CPUs // 2, 8) workers. From
-    `yt8m bench read` on 2 CPUs (busy shared machine, page-cached synthetic shards; bench/README.md):
-    - video-level: in-process 209k-356k examples/s, one worker 80k-113k, two 54k-177k. A worker spends about 7 us of
+    `yt8m bench read` on this project's 2-CPU machine (busy, shared; page-cached synthetic shards, bench/README.md):
+    - video-level: in-process 209k-387k examples/s, one worker 80k-117k, two 54k-177k. A worker spends about 7 us of
       CPU per example (its batch made in fresh shared memory) and the main process still 2 us receiving it, against
-      3 us to read it in-process: workers never pay for video-level data.
-    - frame-level (300 frames): in-process 580-2,100 videos/s, one worker 336-600, two 273-400. A worker spends
-      1.4 ms of CPU per video against 0.6-0.8 ms in-process, but leaves the main process 0.05-0.2 ms: with cores to
-      spare (4 or more, half of them for the model) that frees the training loop; with 2 they compete with it.
+      3 us to read it in-process: workers do not pay for video-level data, whatever the CPUs.
+    - frame-level (300 frames): in-process 580-2,250 videos/s, one worker 336-600, two 273-712. A worker spends
+      1.4-1.8 ms of CPU per video against 0.6-0.8 ms in-process, but leaves the main process 0.05-0.2 ms: with cores
+      to spare (4 or more, half of them left to the model) workers free the training loop; with 2 they compete with
+      it. Above 2 CPUs this is a judgment from those costs, not a measurement.
     """
     cpus = available_cpus()
     kind = "frame-level" if frame_features else "video-level"
