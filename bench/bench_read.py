@@ -1,4 +1,5 @@
-"""Read-throughput benchmark: synthetic YT8M shards decoded into batched torch tensors with 0, 1 and 2 workers.
+"""Read-throughput benchmark: synthetic YT8M shards decoded into batched torch tensors with 0, 1 and 2 workers, and
+with what `auto` picks on this machine (runtime.reader_workers).
 
 Run on demand: `.venv/bin/python bench/bench_read.py` (about 1 minute to write 2.2 GB of data, then timings).
 """
@@ -15,6 +16,7 @@ import tempfile
 from yt8m.bench import read_throughput
 from yt8m.data.dataset import FeatureSpec
 from yt8m.data.synthetic import write_synthetic
+from yt8m.runtime import reader_workers
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)
 FRAME_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)
@@ -45,7 +47,7 @@ def main() -> None:
     parser.add_argument("--video_videos", type=int, default=100_000)
     parser.add_argument("--frame_videos", type=int, default=5_000)
     parser.add_argument("--shards", type=int, default=16)
-    parser.add_argument("--workers", default="0,1,2", help="Comma-separated worker counts to time.")
+    parser.add_argument("--workers", default="auto,0,1,2", help="Comma-separated worker counts (or auto) to time.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed passes per setting; the best is kept.")
     parser.add_argument("--video_batch_size", type=int, default=1024)
     parser.add_argument("--frame_batch_size", type=int, default=64)
@@ -57,10 +59,12 @@ def main() -> None:
         for kind, spec, batch_size in runs:
             pattern = os.path.join(folder, kind, "train-*")
             gigabytes = _page_cache(pattern) / 1e9
-            for workers in [int(w) for w in args.workers.split(",")]:
+            for requested in args.workers.split(","):
+                workers = reader_workers(requested, spec.frame_features)
                 best = max((read_throughput(pattern, spec, batch_size, workers) for _ in range(args.repeats)),
                            key=lambda result: result["examples_per_sec"])
-                print(json.dumps({"kind": kind, "files_gb": round(gigabytes, 2), **best}), flush=True)
+                print(json.dumps({"kind": kind, "files_gb": round(gigabytes, 2), "requested": requested, **best}),
+                      flush=True)
     finally:
         if args.data_dir is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -1,14 +1,23 @@
-"""Tests of `yt8m bench read`: one JSON line with sane figures, video and frame level, in-process and workers."""
+"""Tests of `yt8m bench read`: one JSON line with sane figures, video and frame level, in-process and workers; its
+errors as a user meets them; the `auto` rule for reader processes (runtime.reader_workers) it shares with train."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from yt8m import cli
+from yt8m import cli, runtime
+from yt8m.data.example import encode_video_example
 from yt8m.data.synthetic import write_synthetic
+from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.runtime import reader_workers
 
 KEYS = {"examples", "batches", "seconds", "examples_per_sec", "mb_per_sec"}
 
@@ -50,3 +59,69 @@ def test_bench_read_stops_after_max_batches(data_dir, capsys):
 def test_bench_read_reports_bad_input(data_dir, capsys):
     assert cli.main(["bench", "read", str(data_dir / "none-*"), "--num_workers", "0"]) == 1
     assert "no files match" in capsys.readouterr().err
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yt8m", *argv], capture_output=True, text=True)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr less the log lines (INFO and WARNING, with their timestamps)."""
+    return [line for line in stderr.splitlines() if not re.match(r"\d\d:\d\d:\d\d (INFO|WARNING) ", line)]
+
+
+@pytest.mark.parametrize("kind", ["video", "frame"])
+def test_bench_read_defaults_to_auto_workers_and_says_how_many(data_dir, kind):
+    flags = ["--frame_features"] if kind == "frame" else []
+    result = run_cli("bench", "read", str(data_dir / kind / "train-*"), *flags, "--num_classes", "10")
+    assert result.returncode == 0, result.stderr
+    chosen = reader_workers("auto", kind == "frame")
+    assert json.loads(result.stdout)["num_workers"] == chosen
+    assert ("reading in-process" if chosen == 0 else f"reading with {chosen} worker processes") in result.stderr
+
+
+def test_bench_read_of_a_shard_with_a_nan_is_a_one_line_error(tmp_path):
+    path = tmp_path / "nan.tfrecord"
+    good = {"mean_rgb": np.zeros(1024, np.float32), "mean_audio": np.zeros(128, np.float32)}
+    bad = {"mean_rgb": np.zeros(1024, np.float32), "mean_audio": np.zeros(128, np.float32)}
+    bad["mean_rgb"][500] = np.nan
+    with TFRecordWriter(str(path)) as writer:
+        for index in range(5):
+            writer.write(encode_video_example(f"v{index}", [1], bad if index == 3 else good))
+    offset = 3 * (16 + len(encode_video_example("v0", [1], good)))
+    for workers in ("0", "2"):
+        result = run_cli("bench", "read", str(path), "--num_workers", workers)
+        assert result.returncode == 1 and error_lines(result.stderr) == [
+            f"yt8m bench: error: {path}: record at byte offset {offset}: feature 'mean_rgb': expected finite values, "
+            "found nan at index 500"], result.stderr
+
+
+def test_bench_read_wrong_feature_size_in_workers_is_one_line_as_in_process(realdata_dir):
+    pattern = str(realdata_dir / "yt8m_2018_video_validate" / "validate000[0-3].tfrecord")
+    errors = []
+    for workers in ("0", "2"):
+        result = run_cli("bench", "read", pattern, "--feature_sizes", "1024,100", "--num_workers", workers)
+        assert result.returncode == 1
+        errors.append(error_lines(result.stderr))
+    assert errors[0] == errors[1] and len(errors[0]) == 1, errors
+    assert errors[0][0].endswith(": record at byte offset 0: feature 'mean_audio': expected float_list of 100 values, "
+                                 "found float_list of 128 values")
+
+
+@pytest.mark.parametrize("cpus, frame_workers", [(1, 0), (2, 0), (3, 0), (4, 2), (8, 4), (16, 8), (64, 8)])
+def test_auto_reads_video_level_in_process_and_frame_level_with_spare_cores(monkeypatch, caplog, cpus, frame_workers):
+    monkeypatch.setattr(runtime, "available_cpus", lambda: cpus)
+    with caplog.at_level(logging.INFO, logger="yt8m"):
+        assert reader_workers("auto", frame_features=False) == 0
+        assert reader_workers("auto", frame_features=True) == frame_workers
+    assert caplog.messages[0] == f"reading in-process: {cpus} CPUs, video-level data (auto)"
+    assert caplog.messages[1] == (f"reading with {frame_workers} worker processes: {cpus} CPUs, frame-level data (auto)"
+                                  if frame_workers else f"reading in-process: {cpus} CPUs, frame-level data (auto)")
+
+
+def test_explicit_reader_counts_are_used_as_given_up_to_the_cpus(monkeypatch):
+    monkeypatch.setattr(runtime, "available_cpus", lambda: 4)
+    assert [reader_workers(value, False) for value in (0, "0", 3, "3", " 2 ", 9, "9")] == [0, 0, 3, 3, 2, 4, 4]
+    for bad in ("three", "-1", -2, "2.5", None):
+        with pytest.raises(ValueError, match=r"expected 'auto' or a whole number >= 0, got"):
+            reader_workers(bad, True)

@@ -1,6 +1,6 @@
 """Input-pipeline benchmark: `yt8m bench read PATTERN` times reading shards into batched torch tensors.
 
-Prints one JSON line (examples, seconds, examples_per_sec, mb_per_sec, batches) to compare setups.
+Prints one JSON line (examples, seconds, examples_per_sec, mb_per_sec, batches, num_workers) to compare setups.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Optional
 
 from yt8m.config import DataConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.runtime import reader_workers, setup_logging
 
 DEFAULT_FEATURES = {False: ("mean_rgb,mean_audio", "1024,128"), True: ("rgb,audio", "1024,128")}
 MEGABYTE = 1_000_000
@@ -50,17 +51,21 @@ def _parser() -> argparse.ArgumentParser:
     read.add_argument("--max_frames", type=int, default=DataConfig.max_frames, help="Frame level: frames kept.")
     read.add_argument("--num_classes", type=int, default=DataConfig.num_classes, help="Number of classes.")
     read.add_argument("--batch_size", type=int, default=1024, help="Examples per batch (default: 1024).")
-    read.add_argument("--num_workers", type=int, default=2, help="DataLoader worker processes; 0 reads in-process.")
+    read.add_argument("--num_workers", default="auto",
+                      help="DataLoader worker processes, 0 to read in-process, or auto (default): the rule of "
+                           "`--num_readers auto` in train, eval and predict, for these CPUs and this data kind.")
     read.add_argument("--max_batches", type=int, default=None, help="Stop after this many batches.")
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    setup_logging()
     names, sizes = DEFAULT_FEATURES[args.frame_features]
     config = DataConfig(feature_names=args.feature_names or names, feature_sizes=args.feature_sizes or sizes,
                         frame_features=args.frame_features, max_frames=args.max_frames, num_classes=args.num_classes)
-    result = read_throughput(args.pattern, FeatureSpec.from_config(config), args.batch_size, args.num_workers,
+    workers = reader_workers(args.num_workers, args.frame_features)
+    result = read_throughput(args.pattern, FeatureSpec.from_config(config), args.batch_size, workers,
                              args.max_batches)
     print(json.dumps(result))
     return 0

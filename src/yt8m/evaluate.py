@@ -111,7 +111,7 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
     device = resolve_device(config.device)
     dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
                           skip_corrupt=config.skip_corrupt)
-    loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features), pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)
     writer = SummaryWriter(os.path.join(config.train_dir, "eval"))
     evaluated: Optional[str] = None  # the checkpoint evaluated last

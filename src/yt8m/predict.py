@@ -127,7 +127,7 @@ def run_predict(config: PredictConfig) -> dict[str, Any]:
     predict, spec, source = load_predictor(config)
     dataset = YT8MDataset(config.input_data_pattern, spec, config.batch_size, skip_corrupt=config.skip_corrupt)
     pin_memory = not config.model and resolve_device(config.device).type == "cuda"
-    loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=pin_memory)
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features), pin_memory=pin_memory)
     log.info("predicting %s with %s", config.input_data_pattern, source)
     started = time.perf_counter()
     videos = write_file_atomically(config.output_file, lambda out: write_predictions(

@@ -38,13 +38,40 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def reader_workers(requested: int) -> int:
-    """DataLoader workers for --num_readers: more processes than CPUs only thrash."""
+def reader_workers(requested: int | str, frame_features: bool) -> int:
+    """DataLoader worker processes for --num_readers / --num_workers: "auto", or a count ("3" or 3) used as given
+    but clamped to the CPUs available (more processes than CPUs only thrash). The choice is logged.
+
+    "auto" reads in-process, except frame-level data with 4 CPUs or more, which gets min(CPUs // 2, 8) workers. From
+    `yt8m bench read` on this project's 2-CPU machine (busy, shared; page-cached synthetic shards, bench/README.md):
+    - video-level: in-process 209k-387k examples/s, one worker 80k-117k, two 54k-177k. A worker spends about 7 us of
+      CPU per example (its batch made in fresh shared memory) and the main process still 2 us receiving it, against
+      3 us to read it in-process: workers do not pay for video-level data, whatever the CPUs.
+    - frame-level (300 frames): in-process 580-2,250 videos/s, one worker 336-600, two 273-712. A worker spends
+      1.4-1.8 ms of CPU per video against 0.6-0.8 ms in-process, but leaves the main process 0.05-0.2 ms: with cores
+      to spare (4 or more, half of them left to the model) workers free the training loop; with 2 they compete with
+      it. Above 2 CPUs this is a judgment from those costs, not a measurement.
+    """
     cpus = available_cpus()
-    if requested > cpus:
-        log.info("--num_readers %d clamped to %d, the CPUs available to this process", requested, cpus)
+    kind = "frame-level" if frame_features else "video-level"
+    if requested == "auto":
+        workers = min(cpus // 2, 8) if frame_features and cpus >= 4 else 0
+        if workers:
+            log.info("reading with %d worker processes: %d CPUs, %s data (auto)", workers, cpus, kind)
+        else:
+            log.info("reading in-process: %d CPUs, %s data (auto)", cpus, kind)
+        return workers
+    try:
+        count = int(requested)
+    except (TypeError, ValueError):
+        count = -1
+    if count < 0:
+        raise ValueError(f"reader processes: expected 'auto' or a whole number >= 0, got {requested!r}")
+    if count > cpus:
+        log.info("reading with %d worker processes: %d asked for, clamped to the CPUs available", cpus, count)
         return cpus
-    return max(requested, 0)
+    log.info("reading %s (as asked)", "in-process" if count == 0 else f"with {count} worker processes")
+    return count
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -203,7 +203,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         resume = checkpoint_to_resume(config, model)
         with train_dir_lock(config.train_dir, rank):
             prepare_train_dir(config, rank, newest)
-            loader = make_loader(dataset, reader_workers(config.num_readers), pin_memory=device.type == "cuda")
+            loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                                 pin_memory=device.type == "cuda")
 
             def epoch_batches(epoch: int) -> Iterable[dict]:
                 dataset.set_epoch(epoch)

@@ -99,3 +99,21 @@ def test_an_empty_batch_decodes_to_nothing():
 
     batch = decode_video_batch([], ["mean_rgb", "mean_audio"], [1024, 128], 3862)
     assert batch.video_ids == [] and batch.features.shape == (0, 1152) and batch.labels.lists() == []
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, np.float32(np.nan) * -1])
+@pytest.mark.parametrize("feature, index", [("mean_rgb", 0), ("mean_rgb", 1023), ("mean_audio", 77)])
+def test_a_non_finite_value_leaves_the_record_to_the_per_record_decoder(bad, feature, index):
+    """Every float position of either feature, NaN of either sign and both infinities; the other records of the
+    batch are still decoded, their floats intact (the check rides along their copy)."""
+    rng = np.random.default_rng(index)
+    features = {"mean_rgb": rng.standard_normal(1024).astype(np.float32),
+                "mean_audio": rng.standard_normal(128).astype(np.float32)}
+    features[feature][index] = bad
+    extreme = {"mean_rgb": np.full(1024, np.finfo(np.float32).max, np.float32),
+               "mean_audio": np.full(128, -np.finfo(np.float32).smallest_subnormal, np.float32)}
+    payloads = [video(), encode_video_example("nan0", [1], features), encode_video_example("max0", [2], extreme)]
+    decoded, out = decode(payloads)
+    assert decoded.done.tolist() == [True, False, True]
+    assert np.array_equal(out[2].view(np.uint32), np.concatenate([extreme["mean_rgb"], extreme["mean_audio"]])
+                          .view(np.uint32))

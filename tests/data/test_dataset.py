@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from torch.utils.data import DataLoader
 from conftest import as_float32, load_sidecar
 from yt8m.config import DataConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader, reader_shares
-from yt8m.data.example import RecordError, encode_video_example
+from yt8m.data.example import RecordError, encode_frame_example, encode_video_example
 from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)
@@ -269,7 +270,7 @@ def test_corrupt_shard_fails_or_is_skipped_with_a_warning(fixtures_dir, caplog):
     with caplog.at_level(logging.WARNING):
         batches = read_all(dataset)
     assert len(ids_of(batches)) == bad_index
-    assert dataset.corrupt_files_skipped == 1
+    assert dataset.skipped_files == 1 and dataset.skipped_records == 0
     assert any("video_bad_data_crc" in message for message in caplog.messages)
 
 
@@ -281,3 +282,177 @@ def test_invalid_arguments_are_rejected(fixtures_dir):
         YT8MDataset(pattern, FRAME_SPEC, batch_size=8, cache_in_memory=True)
     with pytest.raises(ValueError, match="no files match"):
         YT8MDataset(str(fixtures_dir / "nothing*.tfrecord"), VIDEO_SPEC, batch_size=8)
+
+
+# ---------------------------------------------------------------------------------------------- bad records
+
+
+def small_features(index: int) -> dict:
+    return {"mean_rgb": np.full(4, index, np.float32), "mean_audio": np.arange(2, dtype=np.float32)}
+
+
+def bad_video_records() -> list[tuple[str, bytes]]:
+    """(field the error names, payload) of each kind of record that fails to decode under SMALL_SPEC."""
+    nan = small_features(0)
+    nan["mean_rgb"][2] = np.nan
+    good = encode_video_example("bad", [1], small_features(0))
+    return [("mean_rgb", encode_video_example("bad", [1], nan)),
+            ("mean_audio", encode_video_example("bad", [1], {**small_features(0), "mean_audio": np.zeros(3)})),
+            ("mean_audio", encode_video_example("bad", [1], {"mean_rgb": np.zeros(4)})),
+            ("labels", encode_video_example("bad", [10], small_features(0))),
+            ("", good[:-3])]  # bad wire data: the record ends inside its last field
+
+
+def write_shards_with_bad_records(folder: Path) -> tuple[list[str], list[tuple[str, int, str]]]:
+    """Three shards of good records with the bad ones spread among them, the last shard cut inside a record.
+    Returns the good ids and (path, offset, field) of each bad record."""
+    folder.mkdir(parents=True, exist_ok=True)
+    bad = iter(bad_video_records())
+    ids, bad_at, index = [], [], 0
+    for shard, size in enumerate([9, 8, 7]):
+        path = folder / f"part-{shard}.tfrecord"
+        offset = 0
+        with TFRecordWriter(str(path)) as writer:
+            for position in range(size):
+                if position % 3 == 1 and (bad_record := next(bad, None)) is not None:
+                    name, payload = bad_record
+                    bad_at.append((str(path), offset, name))
+                else:
+                    ids.append(f"v{index:03d}")
+                    payload = encode_video_example(ids[-1], [index % 10], small_features(index))
+                    index += 1
+                writer.write(payload)
+                offset += 16 + len(payload)
+    path.write_bytes(path.read_bytes()[:-5])  # the last record of the last shard is cut: the file is skipped
+    return ids[:-1], bad_at
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skip_corrupt_skips_bad_records_and_counts_them(tmp_path, caplog, shuffle, num_workers):
+    ids, bad_at = write_shards_with_bad_records(tmp_path)
+    assert len(bad_at) == 5
+    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, shuffle=shuffle,
+                          skip_corrupt=True)
+    with caplog.at_level(logging.WARNING):
+        batches = read_all(dataset, num_workers)
+    read = ids_of(batches)
+    assert (sorted(read) if shuffle or num_workers else read) == ids
+    short = [len(batch["video_ids"]) for batch in batches if len(batch["video_ids"]) < 4]
+    assert len(short) <= max(num_workers, 1), "only each reader's last batch is short"
+    for batch in batches:  # each video's features and label still belong to it
+        indexes = [int(video_id[1:]) for video_id in batch["video_ids"]]
+        assert batch["features"][:, 0].tolist() == indexes
+        assert batch["labels"].nonzero()[:, 1].tolist() == [index % 10 for index in indexes]
+    assert (dataset.skipped_files, dataset.skipped_records) == (1, 5)
+    assert dataset.read_stats.id_key_files.keys() == {"id"}
+    if num_workers == 0:  # a worker's warnings go to its own stderr
+        for path, offset, field in bad_at:
+            assert any(f"{path}: record at byte offset {offset}: " in message and field in message
+                       and message.endswith("; skipping this record") for message in caplog.messages)
+
+
+def test_without_skip_corrupt_the_first_bad_record_is_an_error(tmp_path):
+    _, bad_at = write_shards_with_bad_records(tmp_path)
+    path, offset, field = bad_at[0]
+    with pytest.raises(RecordError, match=f"{re.escape(path)}: record at byte offset {offset}: feature '{field}'"):
+        read_all(YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4))
+
+
+def test_skipped_counts_reach_the_cache_and_add_up_over_epochs(tmp_path):
+    ids, _ = write_shards_with_bad_records(tmp_path)
+    for num_workers in (0, 2):
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, skip_corrupt=True,
+                              cache_in_memory=True)
+        for _ in range(2):
+            assert sorted(ids_of(read_all(dataset, num_workers))) == ids
+        assert (dataset.skipped_files, dataset.skipped_records) == (1, 5)
+    streamed = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, skip_corrupt=True)
+    loader = make_loader(streamed, 2)
+    for _ in range(2):
+        assert sorted(ids_of(list(loader))) == ids
+    assert (loader.read_stats.skipped_files, loader.read_stats.skipped_records) == (2, 10)
+
+
+def frame_record(video_id: str, num_frames: int, labels=(1,), rgb_size: int = 4) -> bytes:
+    frames = {"rgb": np.full((num_frames, rgb_size), 3, np.uint8), "audio": np.full((num_frames, 2), 5, np.uint8)}
+    return encode_frame_example(video_id, list(labels), frames)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_frame_level_skip_corrupt_skips_bad_videos_and_keeps_batches_full(tmp_path, num_workers):
+    spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10)
+    path = tmp_path / "frames.tfrecord"
+    with TFRecordWriter(str(path)) as writer:
+        for index in range(12):
+            if index == 2:
+                writer.write(frame_record("bad2", 3, rgb_size=5))
+            elif index == 7:
+                writer.write(frame_record("bad7", 3, labels=(11,)))
+            else:
+                writer.write(frame_record(f"f{index:02d}", index % 4))
+    dataset = YT8MDataset(str(path), spec, batch_size=3, skip_corrupt=True)
+    batches = read_all(dataset, num_workers)
+    assert sorted(ids_of(batches)) == [f"f{index:02d}" for index in range(12) if index not in (2, 7)]
+    if num_workers == 0:  # (two workers share the file: each has its own last batch)
+        assert [len(batch["video_ids"]) for batch in batches] == [3, 3, 3, 1]
+    assert (dataset.skipped_files, dataset.skipped_records) == (0, 2)
+    with pytest.raises(RecordError, match=r"frames.tfrecord: record at byte offset \d+: feature list 'rgb', frame 0"):
+        read_all(YT8MDataset(str(path), spec, batch_size=3), num_workers)
+
+
+def test_a_batch_of_only_0_frame_videos_has_one_zero_frame(tmp_path):
+    spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10)
+    path = tmp_path / "empty_videos.tfrecord"
+    with TFRecordWriter(str(path)) as writer:
+        for index, num_frames in enumerate([0, 0, 0, 2]):
+            writer.write(frame_record(f"e{index}", num_frames))
+    first, second = read_all(YT8MDataset(str(path), spec, batch_size=3))
+    assert first["features"].shape == (3, 1, 6) and not first["features"].any()
+    assert first["num_frames"].tolist() == [0, 0, 0]
+    assert second["features"].shape == (1, 2, 6) and second["num_frames"].tolist() == [2]
+
+
+@pytest.mark.parametrize("make_bad, error_type", [
+    (lambda path: path.write_bytes(b"not a TFRecord file"), CorruptRecordError),
+    (lambda path: _write_one(path, {"mean_rgb": np.zeros(4), "mean_audio": np.zeros(3)}), RecordError),
+    (lambda path: _write_one(path, {"mean_rgb": np.full(4, np.inf), "mean_audio": np.zeros(2)}), RecordError),
+], ids=["unframed", "wrong-size", "infinite"])
+def test_a_data_error_in_a_worker_is_raised_as_it_is_in_process(tmp_path, make_bad, error_type):
+    """Same type, same one-line message: not torch's re-creation with the worker's traceback in it."""
+    write_small_shards(tmp_path, [5, 6])
+    make_bad(tmp_path / "part-zz.tfrecord")
+    errors = []
+    for num_workers in (0, 1, 2):
+        with pytest.raises(error_type) as caught:
+            read_all(YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4), num_workers)
+        errors.append(caught.value)
+    assert [type(error) for error in errors] == [error_type] * 3
+    assert len({str(error) for error in errors}) == 1 and "\n" not in str(errors[0])
+    assert str(errors[0]).startswith(str(tmp_path / "part-zz.tfrecord"))
+
+
+def _write_one(path: Path, features: dict) -> None:
+    with TFRecordWriter(str(path)) as writer:
+        writer.write(encode_video_example("bad", [1], features))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_shards_mixing_2017_and_2018_ids_get_one_warning_naming_both(tmp_path, caplog, num_workers):
+    spec = SMALL_SPEC
+    for name, id_key in (("a-2018.tfrecord", "id"), ("b-2017.tfrecord", "video_id"), ("c-2018.tfrecord", "id")):
+        with TFRecordWriter(str(tmp_path / name)) as writer:
+            for index in range(3):
+                writer.write(encode_video_example(f"{name}{index}", [1], small_features(index), id_key=id_key))
+    with caplog.at_level(logging.WARNING):
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), spec, batch_size=2)
+        read_all(dataset, num_workers)
+        read_all(dataset, num_workers)
+    warnings = [message for message in caplog.messages if "mix" in message]
+    assert len(warnings) == 1
+    assert "'id'" in warnings[0] and "'video_id'" in warnings[0] and str(tmp_path / "b-2017.tfrecord") in warnings[0]
+    assert str(tmp_path / "a-2018.tfrecord") in warnings[0] or str(tmp_path / "c-2018.tfrecord") in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        read_all(YT8MDataset(str(tmp_path / "[ac]-2018.tfrecord"), spec, batch_size=2), num_workers)
+    assert not caplog.messages

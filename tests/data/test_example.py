@@ -373,3 +373,100 @@ def test_real_frame_level_video_matches_pickle(realdata_dir):
     assert np.array_equal(frames, np.concatenate([original[b"feature"], original[b"audio"]], axis=1))
     encoded = encode_frame_example("SjJ3", [11], {"rgb": original[b"feature"], "audio": original[b"audio"]})
     assert map_layout(encoded) == map_layout(payload)
+
+
+# ---------------------------------------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize("value, shown", [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_non_finite_features_are_an_error_naming_feature_and_index(value, shown):
+    audio = np.ones(128, np.float32)
+    audio[[40, 90]] = value
+    payload = video({"mean_rgb": np.zeros(1024, np.float32), "mean_audio": audio})
+    pattern = rf"feature 'mean_audio': expected finite values, found {shown} at index 40"
+    with pytest.raises(RecordError, match=pattern) as caught:
+        decode_video(payload, NAMES, SIZES, 3862)
+    assert caught.value.field == "mean_audio"
+    with pytest.raises(RecordError, match=pattern) as caught:
+        decode_video_batch([video(), video(), payload, video()], NAMES, SIZES, 3862)
+    assert caught.value.batch_index == 2
+
+
+def nested_groups(depth: int) -> bytes:
+    """`depth` groups (field 7) inside one another: an unknown field that protobuf skips, put before an Example."""
+    return encode_varint(7 << 3 | 3) * depth + encode_varint(7 << 3 | 4) * depth
+
+
+def test_nested_groups_are_skipped_to_protobufs_limit_and_an_error_beyond_it():
+    payload = video()
+    for depth in (1, 100):
+        video_id, _, _ = decode_video(nested_groups(depth) + payload, NAMES, SIZES, 3862)
+        assert video_id == "abcd"
+    for depth in (101, 100_000):  # 100,000: a RecursionError before, in the recursive scanner
+        with pytest.raises(WireFormatError, match=r"groups nested more than 100 deep at byte 101"):
+            decode_video(nested_groups(depth) + payload, NAMES, SIZES, 3862)
+        with pytest.raises(WireFormatError, match="nested more than 100 deep") as caught:
+            decode_video_batch([payload, nested_groups(depth) + payload], NAMES, SIZES, 3862)
+        assert caught.value.batch_index == 1
+    with pytest.raises(WireFormatError, match="group 7 is not closed"):
+        decode_video(encode_varint(7 << 3 | 3) * 3 + encode_varint(7 << 3 | 4) * 2 + payload, NAMES, SIZES, 3862)
+    with pytest.raises(WireFormatError, match="unexpected end of group 8"):
+        decode_video(encode_varint(7 << 3 | 3) + encode_varint(8 << 3 | 4) + payload, NAMES, SIZES, 3862)
+
+
+@pytest.mark.parametrize("label, num_classes, hint", [(4501, 3862, True), (3862, 3862, True), (4716, 3862, False),
+                                                      (200, 100, False), (4716, 4716, False)])
+def test_a_2017_label_read_with_2018_classes_says_the_fix(label, num_classes, hint):
+    with pytest.raises(RecordError, match=f"found {label}") as caught:
+        decode_video(video(labels=(1, label)), NAMES, SIZES, num_classes)
+    assert str(caught.value).endswith("; 2017 data has 4,716 classes (--num_classes 4716)") == hint
+
+
+def test_real_2017_shard_with_default_classes_says_the_fix(realdata_dir):
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    path = realdata_dir / "yt8m_2017_video" / "validatea0.tfrecord"
+    with pytest.raises(RecordError, match=r"found 4\d{3}; 2017 data has 4,716 classes \(--num_classes 4716\)$"):
+        list(make_loader(YT8MDataset(str(path), FeatureSpec(NAMES, SIZES, False), batch_size=1024), 0))
+
+
+def test_batch_decoding_can_leave_bad_records_out():
+    """on_error gets each bad record; the good ones move up into the first rows, their labels with them."""
+    def features(value: float) -> dict:
+        return {"mean_rgb": np.full(1024, value, np.float32), "mean_audio": np.full(128, value, np.float32)}
+    nan = features(0.0)
+    nan["mean_rgb"][3] = np.nan
+    payloads = [encode_video_example("a", [1, 2], features(1.0)), encode_video_example("b", [3], nan),
+                encode_video_example("c", [], features(3.0)), encode_video_example("d", [9999], features(4.0)),
+                encode_video_example("e", [5, 5], features(5.0))]
+    errors = []
+    out = np.full((5, 1152), -7.0, np.float32)
+    batch = decode_video_batch(payloads, NAMES, SIZES, 3862, out=out, on_error=errors.append)
+    assert [(err.batch_index, err.field) for err in errors] == [(1, "mean_rgb"), (3, "labels")]
+    assert batch.video_ids == ["a", "c", "e"] and batch.labels.lists() == [[1, 2], [], [5, 5]]
+    assert batch.features.shape == (3, 1152) and np.shares_memory(batch.features, out)
+    assert batch.features[:, 0].tolist() == [1.0, 3.0, 5.0] and (batch.features == batch.features[:, :1]).all()
+
+
+def test_record_id_key_tells_2017_from_2018_records():
+    from yt8m.data.example import record_id_key
+    assert record_id_key(video(), sequence=False) == "id"
+    assert record_id_key(video(id_key="video_id"), sequence=False) == "video_id"
+    frames = {"rgb": np.zeros((2, 4), np.uint8)}
+    assert record_id_key(encode_frame_example("x", [1], frames, id_key="video_id"), sequence=True) == "video_id"
+    assert record_id_key(b"\x0a\xff", sequence=False) is None
+
+
+def test_inspect_of_deeply_nested_groups_is_a_one_line_error_naming_file_and_offset(tmp_path):
+    import subprocess
+    import sys
+    path = tmp_path / "nested.tfrecord"
+    with TFRecordWriter(str(path)) as writer:
+        writer.write(video())
+        writer.write(nested_groups(5000) + video())
+    offset = 16 + len(video())
+    for command in (["inspect", str(path)], ["bench", "read", str(path)]):
+        result = subprocess.run([sys.executable, "-m", "yt8m", *command], capture_output=True, text=True)
+        errors = [line for line in result.stderr.splitlines() if " INFO " not in line]
+        assert result.returncode == 1 and len(errors) == 1, result.stderr
+        assert errors[0].startswith(f"yt8m {command[0]}: error: {path}: record at byte offset {offset}: groups nested "
+                                    "more than 100 deep")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
+import os
+import pickle
 import re
 import shutil
+import struct
 import uuid
 
 import fsspec
@@ -12,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import load_sidecar
+from yt8m.data import tfrecord
 from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern, read_record_chunks, read_records
 
 VALID_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
@@ -185,10 +190,13 @@ def read_chunks(path: str, limit: int, limit_after_second: int) -> tuple[list[by
 
 
 @pytest.mark.parametrize("compression", [None, "GZIP"])
-def test_chunks_hand_out_every_record_as_many_as_asked_for(tmp_path, compression):
-    """Records of 100 KB to 700 KB: a local plain file (framed where it lies, mapped) gives chunks of exactly the
-    records asked for, send(n) changing that; a GZIP stream through a 1 MB buffer gives at most that many. Either
-    way every record comes once, in order, at its own offset."""
+@pytest.mark.parametrize("read_size", [None, 1 << 20], ids=["default", "1MB"])
+def test_chunks_hand_out_every_record_as_many_as_asked_for(tmp_path, monkeypatch, compression, read_size):
+    """Records of 100 KB to 700 KB: read whole into the default buffer, chunks hold exactly the records asked for,
+    send(n) changing that; through a 1 MB buffer (a record larger than it grows it) they hold at most that many.
+    Either way every record comes once, in order, at its own offset."""
+    if read_size:
+        monkeypatch.setattr(tfrecord, "READ_SIZE", read_size)
     rng = np.random.default_rng(0)
     payloads = [rng.bytes(int(size)) for size in rng.integers(100_000, 700_000, 23)]
     path = str(tmp_path / "big.tfrecord")
@@ -196,7 +204,7 @@ def test_chunks_hand_out_every_record_as_many_as_asked_for(tmp_path, compression
     got, sizes, offsets = read_chunks(path, 4, 6)
     assert got == payloads
     assert offsets == np.cumsum([0] + [16 + len(p) for p in payloads[:-1]]).tolist()
-    if compression is None:
+    if read_size is None:
         assert sizes == [4, 4, 6, 6, 3]
     else:
         assert max(sizes[:2]) <= 4 and max(sizes) <= 6 and len(sizes) > 5
@@ -225,3 +233,62 @@ def test_random_bytes_are_a_corrupt_record_not_a_crash(tmp_path):
             for _, payload in read_records(str(path)):
                 read.append(payload)
         assert read == [b"first record"]
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_file_cut_inside_the_last_crc_says_what_the_record_needs(tmp_path, compression):
+    path = tmp_path / "cut_crc.tfrecord"
+    write_records(str(path), [b"first", bytes(4697)])
+    path.write_bytes(path.read_bytes()[:-2])
+    if compression:
+        path.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(CorruptRecordError) as caught:
+        list(read_records(str(path)))
+    assert str(caught.value) == (f"{path}: truncated record at 21 (its 4697-byte payload and 4-byte CRC need 4701 "
+                                 "bytes, 4699 left in the file)")
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+@pytest.mark.parametrize("length", [2 ** 64 - 1, 2 ** 64 - 16, 2 ** 40])
+def test_an_implausible_length_is_told_as_stored(tmp_path, monkeypatch, compression, length):
+    """A damaged length whose CRC still matches: no wrap-around to "-1 bytes", and no allocation of its size
+    (a stream through a 1 MB buffer grows it only as far as the file goes)."""
+    monkeypatch.setattr(tfrecord, "READ_SIZE", 1 << 20)
+    header = struct.pack("<Q", length)
+    data = header + struct.pack("<I", tfrecord.masked_crc32c(header)) + bytes(3_000_000)
+    path = tmp_path / "huge.tfrecord"
+    path.write_bytes(gzip.compress(data) if compression else data)
+    with pytest.raises(CorruptRecordError) as caught:
+        list(read_records(str(path)))
+    assert str(caught.value) == (f"{path}: truncated record at 0 (its length field says {length} payload bytes, "
+                                 "more than the 3000000 left in the file)")
+
+
+def test_a_file_truncated_while_it_is_read_is_a_corrupt_record_not_a_crash(tmp_path, monkeypatch):
+    """Another process cuts the file between two reads (here: between two chunks). Read through a mapping, the
+    next access to a page past the new end raised SIGBUS and killed the process."""
+    monkeypatch.setattr(tfrecord, "READ_SIZE", 1 << 20)
+    path = tmp_path / "shrinking.tfrecord"
+    payloads = [bytes([i]) * 100_000 for i in range(40)]
+    write_records(str(path), payloads)
+    chunks = read_record_chunks(str(path), 5)
+    first = next(chunks)
+    assert chunk_payloads(first) == payloads[:5]
+    os.truncate(path, 2_400_000)  # inside record 23, past the first 1 MB read; mapped, the page after it faulted
+    read = chunk_payloads(first)
+    with pytest.raises(CorruptRecordError, match=re.escape(f"{path}: truncated record at {23 * 100_016} ")):
+        for chunk in iter(lambda: chunks.send(None), None):
+            read += chunk_payloads(chunk)
+    assert read == payloads[:23]
+    skipped = []
+    kept = [payload for _, payload in read_records(str(path), skip_corrupt=True, on_corrupt=skipped.append)]
+    assert kept == payloads[:23] and len(skipped) == 1
+
+
+def test_corrupt_record_error_survives_pickling():
+    """As a DataLoader worker sends it to the main process."""
+    error = CorruptRecordError("/data/x.tfrecord", 4711, "truncated record", "2 bytes left")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is CorruptRecordError and str(copy) == str(error)
+    assert (copy.path, copy.offset, copy.problem, copy.detail) == ("/data/x.tfrecord", 4711, "truncated record",
+                                                                   "2 bytes left")

@@ -8,6 +8,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,9 @@ static PyObject *frame_records(PyObject *self, PyObject *args) {
         }
         if (length > (uint64_t)(fill - pos - HEADER_SIZE - FOOTER_SIZE) || fill - pos < HEADER_SIZE + FOOTER_SIZE) {
             status = FRAME_NEED_BYTES;
-            needed = (unsigned long long)length + HEADER_SIZE + FOOTER_SIZE;
+            /* saturated: a damaged length near 2^64 must not wrap around to a few bytes */
+            needed = length > ULLONG_MAX - HEADER_SIZE - FOOTER_SIZE ? ULLONG_MAX
+                                                                      : (unsigned long long)length + HEADER_SIZE + FOOTER_SIZE;
             break;
         }
         Py_ssize_t payload = pos + HEADER_SIZE, end = payload + (Py_ssize_t)length;
@@ -201,7 +204,26 @@ static int next_value(Cursor *list, int *wire, uint64_t *value, Cursor *content)
     return 0;
 }
 
-/* Copy a FloatList's values (packed or not) into out[0:size]; false unless there are exactly `size`. */
+/* Copy `count` little-endian floats to `out`; false if one is NaN or infinite. The check rides along the copy,
+ * vectorized with it: a value is finite when its magnitude bits are below the all-ones exponent (0x7F800000), that
+ * is when magnitude - 0x7F800000 has its top bit set; the AND of those differences keeps that bit only if every
+ * value is finite. */
+static int copy_finite(float *out, const uint8_t *in, Py_ssize_t count) {
+    uint32_t finite_bits = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint32_t bits;
+#if PY_BIG_ENDIAN
+        bits = load_u32(in + 4 * i);
+#else
+        memcpy(&bits, in + 4 * i, 4);
+#endif
+        memcpy(out + i, &bits, 4);
+        finite_bits &= (bits & 0x7FFFFFFFu) - 0x7F800000u;
+    }
+    return (int)(finite_bits >> 31);
+}
+
+/* Copy a FloatList's values (packed or not) into out[0:size]; false unless there are exactly `size`, all finite. */
 static int copy_floats(Cursor list, float *out, int64_t size) {
     int64_t count = 0;
     uint64_t value;
@@ -210,15 +232,7 @@ static int copy_floats(Cursor list, float *out, int64_t size) {
     while ((found = next_value(&list, &wire, &value, &content)) > 0) {
         if (wire != WIRE_LEN && wire != WIRE_FIXED32) return 0;
         Py_ssize_t bytes = content.end - content.p;
-        if (bytes % 4 || count + bytes / 4 > size) return 0;
-#if PY_BIG_ENDIAN
-        for (Py_ssize_t i = 0; i < bytes / 4; i++) {
-            uint32_t bits = load_u32(content.p + 4 * i);
-            memcpy(out + count + i, &bits, 4);
-        }
-#else
-        memcpy(out + count, content.p, bytes);
-#endif
+        if (bytes % 4 || count + bytes / 4 > size || !copy_finite(out + count, content.p, bytes / 4)) return 0;
         count += bytes / 4;
     }
     return found == 0 && count == size;
@@ -347,7 +361,7 @@ PyDoc_STRVAR(decode_examples_doc,
 "Decode the video-level Examples data[starts[i]:ends[i]]: feature keys[j] (float_sizes[j] floats) into\n"
 "out[i, float_offsets[j]:], the id's bounds in data into id_starts/id_sizes, ok[i] = 1 where record i was\n"
 "decoded. Labels come back as two bytes objects of int64 (row, label id), in stored order. A record not\n"
-"decoded (ok[i] = 0) may have had part of its row written.");
+"decoded (ok[i] = 0: anything unusual, damaged, or a NaN or infinite value) may have had part of its row written.");
 
 static int parse_wanted(PyObject *keys, Py_buffer *sizes, Py_buffer *offsets, Py_ssize_t num_classes,
                         Wanted *wanted) {

@@ -9,7 +9,10 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
-from dataclasses import dataclass
+import logging
+import pickle
+import traceback
+from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterable, Iterator, Optional
 
 import numpy as np
@@ -19,7 +22,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig, feature_layout
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.example import LabelIds, RecordError, decode_frame, decode_video_batch, dequantize
+from yt8m.data.example import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_video_batch,
+                               dequantize, record_id_key)
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
@@ -27,9 +31,35 @@ SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
 # Framing bytes around each payload: length, length CRC, payload CRC.
 RECORD_OVERHEAD_BYTES = 16
 _RANDOM_BLOCK = 4096
+# Keys of what a DataLoader worker sends besides batches, taken out again by BatchLoader in the main process.
+READ_STATS_KEY = "read_stats"
+DATA_ERROR_KEY = "data_error"
 
+logger = logging.getLogger(__name__)
 Batch = dict
 Record = tuple  # (path, (byte offset, payload)): built by zip, with no Python frame per record
+
+
+@dataclass
+class ReadStats:
+    """What reading met besides good records: `skipped_files` counts the shards cut short under skip_corrupt
+    (a CRC mismatch or truncation skips the rest of the file), `skipped_records` the records skipped under
+    skip_corrupt because they failed to decode (a missing, wrong-size or non-finite feature, a label out of range,
+    bad wire data), and `id_key_files` maps each id key seen ("id": 2018 and later, "video_id": 2017) to a file
+    using it, decided per file from its first record."""
+
+    skipped_files: int = 0
+    skipped_records: int = 0
+    id_key_files: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: "ReadStats") -> None:
+        self.skipped_files += other.skipped_files
+        self.skipped_records += other.skipped_records
+        for key, path in other.id_key_files.items():
+            self.id_key_files.setdefault(key, path)
+
+    def __bool__(self) -> bool:
+        return bool(self.skipped_files or self.skipped_records or self.id_key_files)
 
 
 @dataclass
@@ -131,8 +161,8 @@ def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Ba
     return batch
 
 
-def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple[PackedRecords, list]]:
-    """Batches of records (shuffled ones), each payload copied once into one array.
+def _packed_chunks(records: Iterator[Record], room: Callable[[], int]) -> Iterator[tuple[PackedRecords, list]]:
+    """Pieces of batches of records (shuffled ones), `room()` records each, each payload copied once into one array.
 
     The array is reused: each batch is valid only until the next is asked for (the caller decodes it first).
     Reuse and sizing matter: growing a bytearray record by record copied it over and over, and a fresh
@@ -142,7 +172,7 @@ def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple
     view = memoryview(data)
     while True:
         ends, sources, end = [], [], 0
-        for path, (offset, payload) in itertools.islice(records, batch_size):
+        for path, (offset, payload) in itertools.islice(records, room()):
             start, end = end, end + len(payload)
             if end > len(data):
                 data = np.concatenate([data[:start], np.empty(max(end, 2 * len(data)) - start, np.uint8)])
@@ -158,11 +188,12 @@ def _packed_chunks(records: Iterator[Record], batch_size: int) -> Iterator[tuple
 class _VideoBatchBuilder:
     """A video-level batch decoded piece by piece straight into its rows of one [B, D] tensor. In file order a piece
     is the records of one chunk of a reader's buffer, decoded where they lie, never copied: the whole batch at once
-    from a mapped local file (but where it spans files), a buffer's worth from a stream. Labels stay LabelIds (see
-    finish_batch)."""
+    (but where it spans files or read buffers). Labels stay LabelIds (see finish_batch). With `skip`, a record that
+    fails to decode goes to it (its error naming file and offset) and leaves room for the next one."""
 
-    def __init__(self, batch_size: int, spec: FeatureSpec):
+    def __init__(self, batch_size: int, spec: FeatureSpec, skip: Optional[Callable[[RecordError], None]] = None):
         self.spec = spec
+        self.skip = skip
         shape = (batch_size, spec.feature_size)
         # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
         self.features = _zero_features(shape) if get_worker_info() is not None else torch.empty(shape)
@@ -177,11 +208,13 @@ class _VideoBatchBuilder:
     def add(self, packed: PackedRecords, source: Callable[[int], tuple[str, int]]) -> None:
         """Decode `packed` into the next rows; `source(i)` names record i's file and byte offset for errors."""
         spec, rows = self.spec, self.features.numpy()[self.count:self.count + len(packed)]
+        on_error = None if self.skip is None else lambda err: self.skip(err.at(*source(err.batch_index)))
         try:
-            decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes, out=rows)
+            decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes, out=rows,
+                                         on_error=on_error)
         except RecordError as err:
             raise err.at(*source(err.batch_index)) from err
-        self.count += len(packed)
+        self.count += len(decoded.video_ids)
         self.record_bytes += int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed)
         self.video_ids += decoded.video_ids
         self.labels.append(decoded.labels)
@@ -200,25 +233,19 @@ def _next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Opti
         return None
 
 
-def _frame_batch(records: list[Record], spec: FeatureSpec) -> Batch:
-    """One frame-level batch: dequantized frames zero-padded to the batch's longest video, plus num_frames."""
-    video_ids, labels, frames = [], [], []
-    for path, (offset, payload) in records:
-        try:
-            video_id, video_labels, video_frames, _ = decode_frame(
-                payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.max_frames)
-        except RecordError as err:
-            raise err.at(path, offset) from err
-        video_ids.append(video_id)
-        labels.append(video_labels.tolist())
-        frames.append(video_frames)
-    num_frames = np.array([len(video_frames) for video_frames in frames], np.int64)
-    features = _zero_features((len(records), int(num_frames.max(initial=0)), spec.feature_size))
+DecodedFrames = tuple  # (video id, label ids, uint8 frames [T, D], record bytes): one frame-level video
+
+
+def _frame_batch(videos: list[DecodedFrames], spec: FeatureSpec) -> Batch:
+    """One frame-level batch: dequantized frames zero-padded to the batch's longest video, plus num_frames. The
+    frame axis has at least one (zero) frame, so that a batch of 0-frame videos still has a frame to pool over."""
+    num_frames = np.array([len(frames) for _, _, frames, _ in videos], np.int64)
+    features = _zero_features((len(videos), max(1, int(num_frames.max(initial=0))), spec.feature_size))
     padded = features.numpy()
-    for row, video_frames in enumerate(frames):
-        dequantize(video_frames, out=padded[row, :len(video_frames)])
-    return {"video_ids": video_ids, "features": features, "num_frames": torch.from_numpy(num_frames),
-            "labels": LabelIds.from_lists(labels)}
+    for row, (_, _, frames, _) in enumerate(videos):
+        dequantize(frames, out=padded[row, :len(frames)])
+    return {"video_ids": [video[0] for video in videos], "features": features,
+            "num_frames": torch.from_numpy(num_frames), "labels": LabelIds.from_lists([video[1] for video in videos])}
 
 
 class YT8MDataset(IterableDataset):
@@ -228,7 +255,12 @@ class YT8MDataset(IterableDataset):
     per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded
     shuffle buffer; without it the order is fixed. `cache_in_memory` (video level) decodes this rank's
     records once and serves later epochs from RAM; `record_bytes` adds each batch's record bytes read.
-    `corrupt_files_skipped` counts the shards cut short by `skip_corrupt` in this process.
+
+    With `skip_corrupt`, a shard with a framing error (CRC, truncation) is read up to it and the rest skipped, and a
+    record that fails to decode is skipped, each with a warning naming the file and offset. `read_stats` (ReadStats;
+    also `skipped_files`, `skipped_records`) counts them over every epoch read so far: in the process that iterates
+    the dataset, or in the main process when the batches come through make_loader's workers, which send the
+    counts along with their batches. Shards that mix 2017 and 2018 id keys get one warning.
     """
 
     def __init__(self, pattern: str, spec: FeatureSpec, batch_size: int, *, shuffle: bool = False,
@@ -252,24 +284,62 @@ class YT8MDataset(IterableDataset):
         self.cache_in_memory = cache_in_memory
         self.record_bytes = record_bytes
         self.epoch = 0
-        self.corrupt_files_skipped = 0
+        self.read_stats = ReadStats()
+        self._unsent = ReadStats()  # read since the last batch: absorbed into read_stats, or sent by a worker
         self.cache: Optional[VideoCache] = None
         self.defer_labels = False  # set in make_loader's workers: the main process expands the labels
+
+    @property
+    def skipped_files(self) -> int:
+        return self.read_stats.skipped_files
+
+    @property
+    def skipped_records(self) -> int:
+        return self.read_stats.skipped_records
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
+        in_worker = get_worker_info() is not None
+        try:
+            for batch in self._batches():
+                if not in_worker:
+                    self.absorb(self._take_unsent())
+                elif self._unsent:
+                    batch[READ_STATS_KEY] = self._take_unsent()
+                yield batch if self.defer_labels and in_worker else finish_batch(batch, self.spec.num_classes)
+            if not in_worker:
+                self.absorb(self._take_unsent())
+            elif self._unsent:  # what the worker met after its last batch
+                yield {READ_STATS_KEY: self._take_unsent()}
+        except (ValueError, OSError) as err:
+            if not in_worker or not _sendable(err):
+                raise
+            # Sent as data: torch would re-create it with the worker's traceback in its message.
+            yield {DATA_ERROR_KEY: err}
+
+    def _batches(self) -> Iterator[Batch]:
         if self.cache_in_memory and self.cache is None:
             self.load_cache()
         worker, workers = _worker_slot()
         if self.cache_in_memory:
-            batches = self._cached_batches(worker, workers)
-        else:
-            batches = self._streamed_batches(worker, workers)
-        if self.defer_labels and get_worker_info() is not None:
-            return batches
-        return (finish_batch(batch, self.spec.num_classes) for batch in batches)
+            return self._cached_batches(worker, workers)
+        return self._streamed_batches(worker, workers)
+
+    def _take_unsent(self) -> ReadStats:
+        stats, self._unsent = self._unsent, ReadStats()
+        return stats
+
+    def absorb(self, stats: ReadStats) -> None:
+        """Add what a reader met to `read_stats`, warning the first time two id keys have been seen."""
+        mixed_before = len(self.read_stats.id_key_files) > 1
+        self.read_stats.add(stats)
+        files = self.read_stats.id_key_files
+        if not mixed_before and len(files) > 1:
+            logger.warning("these shards mix YouTube-8M releases: id key 'id' (2018 and later, %d classes; e.g. %s) "
+                           "and 'video_id' (2017, %d classes; e.g. %s); their label ids mean different classes",
+                           CLASSES_2018, files.get("id"), CLASSES_2017, files.get("video_id"))
 
     def _epoch_rng(self, *stream: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, *stream])
@@ -280,7 +350,19 @@ class YT8MDataset(IterableDataset):
         return [self.paths[i] for i in self._epoch_rng().permutation(len(self.paths)).tolist()]
 
     def _count_corrupt(self, err: CorruptRecordError) -> None:
-        self.corrupt_files_skipped += 1
+        self._unsent.skipped_files += 1
+
+    def _skip_record(self, err: RecordError) -> None:
+        logger.warning("%s; skipping this record", err)
+        self._unsent.skipped_records += 1
+
+    def _note_id_key(self, path: str, payload: bytes) -> None:
+        key = record_id_key(payload, self.spec.frame_features)
+        if key is not None:
+            self._unsent.id_key_files.setdefault(key, path)
+
+    def _video_batch(self) -> "_VideoBatchBuilder":
+        return _VideoBatchBuilder(self.batch_size, self.spec, self._skip_record if self.skip_corrupt else None)
 
     def _records(self, shares: Iterable[tuple[str, int, int]]) -> Iterator[Record]:
         """The shares' records, each paired with its file's path; iterated at C speed (chain, zip, islice)."""
@@ -289,16 +371,24 @@ class YT8MDataset(IterableDataset):
         return itertools.chain.from_iterable(per_file)
 
     def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
-        return read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
+        """The file's records; opened (and its id key noted) when called, as _records reaches the file."""
+        records = read_records(path, skip_corrupt=self.skip_corrupt, on_corrupt=self._count_corrupt)
+        first = next(records, None)
+        if first is None:
+            return iter(())
+        self._note_id_key(path, first[1])
+        return itertools.chain((first,), records)
 
     def _in_order_video_batches(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[Batch, int]]:
         """Video-level batches in file order, each decoded chunk by chunk of the readers' buffers."""
-        batch = _VideoBatchBuilder(self.batch_size, self.spec)
+        batch = self._video_batch()
         for path, stride, phase in shares:
             limit = batch.room * stride
             chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt)
             first = 0  # the file index of the chunk's first record
             while (chunk := _next_chunk(chunks, limit)) is not None:
+                if not first:
+                    self._note_id_key(path, chunk.data[chunk.starts[0]:chunk.ends[0]].tobytes())
                 taken = slice((phase - first) % stride, None, stride)
                 first += len(chunk.starts)
                 offsets = chunk.offsets[taken]
@@ -306,15 +396,19 @@ class YT8MDataset(IterableDataset):
                           lambda index: (path, int(offsets[index])))
                 if not batch.room:
                     yield batch.finish()
-                    batch = _VideoBatchBuilder(self.batch_size, self.spec)
+                    batch = self._video_batch()
                 limit = batch.room * stride
         if batch.count:
             yield batch.finish()
 
     def _shuffled_video_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
-        for packed, sources in _packed_chunks(records, self.batch_size):
-            batch = _VideoBatchBuilder(len(packed), self.spec)
+        batch = self._video_batch()
+        for packed, sources in _packed_chunks(records, lambda: batch.room):
             batch.add(packed, sources.__getitem__)
+            if not batch.room:
+                yield batch.finish()
+                batch = self._video_batch()
+        if batch.count:
             yield batch.finish()
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
@@ -335,15 +429,30 @@ class YT8MDataset(IterableDataset):
             yield batch
 
     def _frame_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
-        for chunk in iter(lambda: list(itertools.islice(records, self.batch_size)), []):
-            yield _frame_batch(chunk, self.spec), sum(len(payload) + RECORD_OVERHEAD_BYTES for _, (_, payload) in chunk)
+        videos = (video for video in map(self._decode_frames, records) if video is not None)
+        for chunk in iter(lambda: list(itertools.islice(videos, self.batch_size)), []):
+            yield _frame_batch(chunk, self.spec), sum(video[3] for video in chunk)
+
+    def _decode_frames(self, record: Record) -> Optional[DecodedFrames]:
+        """One frame-level video decoded; None where skip_corrupt skips it."""
+        path, (offset, payload) = record
+        spec = self.spec
+        try:
+            video_id, labels, frames, _ = decode_frame(payload, spec.feature_names, spec.feature_sizes,
+                                                       spec.num_classes, spec.max_frames)
+        except RecordError as err:
+            if not self.skip_corrupt:
+                raise err.at(path, offset) from err
+            self._skip_record(err.at(path, offset))
+            return None
+        return video_id, labels.tolist(), frames, len(payload) + RECORD_OVERHEAD_BYTES
 
     def check_first_record(self) -> None:
         """Decode the first record of the first file with the spec, so that a mismatch (a wrong feature size, a
         missing feature, another label space) fails before a run starts, with the error reading would give."""
         probe = copy.copy(self)
         probe.paths, probe.batch_size, probe.shuffle, probe.cache_in_memory = self.paths[:1], 1, False, False
-        probe.rank, probe.world_size = 0, 1
+        probe.rank, probe.world_size, probe.read_stats, probe._unsent = 0, 1, ReadStats(), ReadStats()
         next(probe._streamed_batches(0, 1), None)
 
     def load_cache(self, num_workers: int = 0) -> None:
@@ -352,9 +461,11 @@ class YT8MDataset(IterableDataset):
                                rank=self.rank, world_size=self.world_size)
         if num_workers == 0:  # all of this rank's records, even when called inside a DataLoader worker
             batches = (finish_batch(batch, self.spec.num_classes) for batch in streamed._streamed_batches(0, 1))
-        else:
-            batches = make_loader(streamed, num_workers)
-        self.cache = VideoCache.from_batches(batches, self.spec.feature_size)
+            self.cache = VideoCache.from_batches(batches, self.spec.feature_size)
+            self._unsent.add(streamed._unsent)  # counted where this dataset's own reading is
+        else:  # in the main process (make_loader), where `streamed` absorbed its workers' counts and warned
+            self.cache = VideoCache.from_batches(make_loader(streamed, num_workers), self.spec.feature_size)
+            self.read_stats.add(streamed.read_stats)
 
     def _cached_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         cache = self.cache
@@ -405,11 +516,35 @@ class VideoCache:
 
 
 class BatchLoader(DataLoader):
-    """A DataLoader whose workers send LabelIds, expanded into multi-hot tensors here in the main process."""
+    """A DataLoader over a YT8MDataset whose workers send LabelIds, expanded into multi-hot tensors here in the main
+    process, with their read counts, added to the dataset's `read_stats`. A data error in a worker (RecordError,
+    CorruptRecordError, another ValueError or OSError) is raised here as it was there: same type, same message."""
 
     def __iter__(self) -> Iterator[Batch]:
-        num_classes = self.dataset.spec.num_classes
-        return (finish_batch(batch, num_classes, self.pin_memory) for batch in super().__iter__())
+        dataset = self.dataset
+        for batch in super().__iter__():
+            if DATA_ERROR_KEY in batch:
+                raise batch[DATA_ERROR_KEY]
+            if READ_STATS_KEY in batch:
+                dataset.absorb(batch.pop(READ_STATS_KEY))
+            if "video_ids" in batch:
+                yield finish_batch(batch, dataset.spec.num_classes, self.pin_memory)
+
+    @property
+    def read_stats(self) -> ReadStats:
+        return self.dataset.read_stats
+
+
+def _sendable(err: BaseException) -> bool:
+    """Whether a worker can send `err` as data; the worker's traceback goes along as a note (Python 3.11+), shown
+    wherever a traceback is printed."""
+    if hasattr(err, "add_note"):
+        err.add_note("Raised in a DataLoader worker process:\n" + "".join(traceback.format_tb(err.__traceback__)))
+    try:
+        pickle.dumps(err)
+    except Exception:  # anything unpicklable takes torch's own way, traceback in the message
+        return False
+    return True
 
 
 def _defer_labels_in_worker(worker_id: int) -> None:

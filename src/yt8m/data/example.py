@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +23,8 @@ SEGMENT_FIELDS = {
     "segment_scores": KIND_FLOAT,
 }
 REQUIRED_SEGMENT_FIELDS = ("segment_start_times", "segment_labels", "segment_scores")
+CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases
+MAX_GROUP_DEPTH = 100  # protobuf's default recursion limit
 _UINT64_MASK = (1 << 64) - 1
 
 
@@ -191,44 +193,43 @@ def read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     raise WireFormatError(f"malformed varint ending at byte {pos}")
 
 
+def _field_value(data: bytes, pos: int, end: int, wire: int) -> tuple[object, int]:
+    """(value, position after it) of a field that is not a group, whose key ends at `pos` (as in iter_fields)."""
+    if wire == WIRE_VARINT:
+        return read_varint(data, pos, end)
+    if wire == WIRE_LEN:
+        size, pos = read_varint(data, pos, end)
+        return (pos, pos + size), pos + size
+    if wire == WIRE_FIXED32:
+        return (pos, pos + 4), pos + 4
+    if wire == WIRE_FIXED64:
+        return (pos, pos + 8), pos + 8
+    raise WireFormatError(f"invalid wire type {wire} at byte {pos}")
+
+
 def _skip_group(data: bytes, pos: int, end: int, number: int) -> int:
-    for field, wire, _, after in _iter_raw(data, pos, end, stop_at_group_end=number):
-        if wire == WIRE_GROUP_END:
-            return after
-    raise WireFormatError(f"group {number} is not closed")
-
-
-def _iter_raw(data: bytes, pos: int, end: int, stop_at_group_end: int = 0) -> Iterator[tuple[int, int, object, int]]:
+    """The position after the end of group `number`, whose start key ends at `pos`. Iterative, not recursive:
+    nested groups are counted, and more than MAX_GROUP_DEPTH of them is an error, as in protobuf."""
+    open_groups = [number]
     while pos < end:
         key, pos = read_varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
+        field, wire = key >> 3, key & 7
+        if field == 0:
             raise WireFormatError(f"field number 0 at byte {pos}")
-        if wire == WIRE_VARINT:
-            value, pos = read_varint(data, pos, end)
-        elif wire == WIRE_LEN:
-            size, pos = read_varint(data, pos, end)
-            value = (pos, pos + size)
-            pos += size
-        elif wire == WIRE_FIXED32:
-            value = (pos, pos + 4)
-            pos += 4
-        elif wire == WIRE_FIXED64:
-            value = (pos, pos + 8)
-            pos += 8
-        elif wire == WIRE_GROUP_START:
-            value = pos
-            pos = _skip_group(data, pos, end, number)
+        if wire == WIRE_GROUP_START:
+            if len(open_groups) == MAX_GROUP_DEPTH:
+                raise WireFormatError(f"groups nested more than {MAX_GROUP_DEPTH} deep at byte {pos}")
+            open_groups.append(field)
         elif wire == WIRE_GROUP_END:
-            if number != stop_at_group_end:
-                raise WireFormatError(f"unexpected end of group {number} at byte {pos}")
-            yield number, wire, None, pos
-            return
+            if field != open_groups.pop():
+                raise WireFormatError(f"unexpected end of group {field} at byte {pos}")
+            if not open_groups:
+                return pos
         else:
-            raise WireFormatError(f"invalid wire type {wire} at byte {pos}")
-        if pos > end:
-            raise WireFormatError(f"field {number} runs past the end of its message ({pos} > {end})")
-        yield number, wire, value, pos
+            pos = _field_value(data, pos, end, wire)[1]
+            if pos > end:
+                raise WireFormatError(f"field {field} runs past the end of its message ({pos} > {end})")
+    raise WireFormatError(f"group {number} is not closed")
 
 
 def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Iterator[tuple[int, int, object]]:
@@ -237,7 +238,20 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
     Value: an int for varints, (start, end) offsets into `data` for length-delimited, fixed32 and
     fixed64 fields, and the start offset for a (skipped) group.
     """
-    for number, wire, value, _ in _iter_raw(data, start, len(data) if end is None else end):
+    pos, end = start, len(data) if end is None else end
+    while pos < end:
+        key, pos = read_varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise WireFormatError(f"field number 0 at byte {pos}")
+        if wire == WIRE_GROUP_START:
+            value, pos = pos, _skip_group(data, pos, end, number)
+        elif wire == WIRE_GROUP_END:
+            raise WireFormatError(f"unexpected end of group {number} at byte {pos}")
+        else:
+            value, pos = _field_value(data, pos, end, wire)
+        if pos > end:
+            raise WireFormatError(f"field {number} runs past the end of its message ({pos} > {end})")
         yield number, wire, value
 
 
@@ -473,8 +487,11 @@ def _labels(features: Features, num_classes: int) -> list[int]:
         raise RecordError(f"feature 'labels': expected int64_list, found {_describe(kind, values)}", "labels")
     if values and (min(values) < 0 or max(values) >= num_classes):
         bad = next(v for v in values if not 0 <= v < num_classes)
+        hint = ""
+        if num_classes == CLASSES_2018 and bad < CLASSES_2017:
+            hint = f"; 2017 data has 4,716 classes (--num_classes {CLASSES_2017})"
         raise RecordError(f"feature 'labels': expected label ids in [0, {num_classes}) (num_classes), "
-                          f"found {bad}", "labels")
+                          f"found {bad}{hint}", "labels")
     return values
 
 
@@ -486,6 +503,10 @@ def _float_values(features: Features, name: str, size: int) -> np.ndarray:
     if kind != KIND_FLOAT or len(values) != size:
         raise RecordError(f"feature {name!r}: expected float_list of {size} values, found {_describe(kind, values)}",
                           name)
+    finite = np.isfinite(values)
+    if not finite.all():
+        index = int(np.argmin(finite))
+        raise RecordError(f"feature {name!r}: expected finite values, found {values[index]} at index {index}", name)
     return values
 
 
@@ -547,14 +568,16 @@ class VideoBatch(NamedTuple):
 
 
 def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names: Sequence[str],
-                       feature_sizes: Sequence[int], num_classes: int, out: Optional[np.ndarray] = None) -> VideoBatch:
+                       feature_sizes: Sequence[int], num_classes: int, out: Optional[np.ndarray] = None,
+                       on_error: Optional[Callable[[RecordError], None]] = None) -> VideoBatch:
     """decode_video over many records (payloads, or PackedRecords as a reader fills them), the features written
     into `out` when given (a C-contiguous float32 array of shape [N, sum of sizes]).
 
     The hot path of video-level reading: the native decoder takes every well-formed record (batch_decode.py),
     the rest are decoded (or their errors raised) record by record. A RecordError raised here has
     `batch_index` set to the position of the bad payload, so the caller can name its file and offset
-    with `error.at(...)`.
+    with `error.at(...)`. With `on_error`, a bad record is passed to it (`batch_index` set) and left out
+    instead: the batch then holds fewer videos, its features the first rows of `out`.
     """
     shape = (len(payloads), sum(feature_sizes))
     if out is None:
@@ -569,6 +592,7 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
     fast = decode_packed(packed, wanted, num_classes, out)
     video_ids, rows, values = fast.video_ids, fast.label_rows, fast.label_values
     leftover = np.flatnonzero(~fast.done).tolist()
+    bad_rows: list[int] = []
     if leftover:
         more_rows: list[int] = []
         more_values: list[int] = []
@@ -578,15 +602,44 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
                                                             num_classes, out[row])
             except RecordError as err:
                 err.batch_index = row
-                raise
+                if on_error is None:
+                    raise
+                on_error(err)
+                bad_rows.append(row)
+                continue
             more_rows.extend([row] * len(labels))
             more_values.extend(labels)
         rows = np.concatenate([rows, np.array(more_rows, np.int64)])
         values = np.concatenate([values, np.array(more_values, np.int64)])
         order = np.argsort(rows, kind="stable")  # stable: each video's labels stay in stored order
         rows, values = rows[order], values[order]
+    if bad_rows:
+        return _without_rows(video_ids, rows, values, out, bad_rows)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(payloads)))]).astype(np.int64)
     return VideoBatch(video_ids, LabelIds(values, offsets), out)
+
+
+def _without_rows(video_ids: list, label_rows: np.ndarray, label_values: np.ndarray, features: np.ndarray,
+                  bad_rows: list[int]) -> VideoBatch:
+    """A decoded batch less `bad_rows` (which hold no labels), the rows after them moved up in place."""
+    keep = np.ones(len(video_ids), bool)
+    keep[bad_rows] = False
+    kept = int(keep.sum())
+    features[:kept] = features[keep]
+    new_rows = (np.cumsum(keep) - 1)[label_rows]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=kept))]).astype(np.int64)
+    video_ids = [video_id for video_id, kept_row in zip(video_ids, keep.tolist()) if kept_row]
+    return VideoBatch(video_ids, LabelIds(label_values, offsets), features[:kept])
+
+
+def record_id_key(payload: bytes, sequence: bool) -> Optional[str]:
+    """The id key a record uses: "id" (2018 and later) or "video_id" (2017), as the decoders look them up; None
+    where it has neither or does not parse (its decoding says why)."""
+    try:
+        features = _sequence_example(payload)[0] if sequence else _example_features(payload)
+    except RecordError:
+        return None
+    return next((key.decode() for key in ID_KEYS if key in features), None)
 
 
 def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Sequence[int],

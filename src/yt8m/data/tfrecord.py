@@ -8,8 +8,6 @@ from __future__ import annotations
 import gzip
 import io
 import logging
-import mmap
-import os
 import struct
 import zlib
 from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional
@@ -26,7 +24,8 @@ HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the payload
 _MASK_DELTA = 0xA282EAD8
 _GZIP_MAGIC = b"\x1f\x8b"
-_CHUNK_SIZE = 1 << 20
+_CHUNK_SIZE = 1 << 20  # GZIP: compressed bytes read, and uncompressed bytes handed out, per call
+READ_SIZE = 16 << 20  # a reader's buffer: whole video-level shards (YT8M's are 1-5 MB) in one read
 _RECORDS_PER_CHUNK = 256
 _UINT32 = struct.Struct("<I")
 _UINT64 = struct.Struct("<Q")
@@ -39,8 +38,13 @@ class CorruptRecordError(ValueError):
         self.path = path
         self.offset = offset
         self.problem = problem
+        self.detail = detail
         suffix = f" ({detail})" if detail else ""
         super().__init__(f"{path}: {problem} at {offset}{suffix}")
+
+    def __reduce__(self) -> tuple:
+        """Pickled by its parts (a DataLoader worker sends it to the main process): args holds only the message."""
+        return type(self), (self.path, self.offset, self.problem, self.detail), self.__dict__
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -144,6 +148,23 @@ def _record_stream(raw: BinaryIO) -> BinaryIO:
     return raw
 
 
+_spare_buffers: list[np.ndarray] = []  # read buffers of finished files, for the next files' readers
+
+
+def _take_buffer() -> np.ndarray:
+    while _spare_buffers:
+        buffer = _spare_buffers.pop()
+        if len(buffer) == READ_SIZE:
+            return buffer
+    return np.empty(READ_SIZE, np.uint8)
+
+
+def _give_back(buffer: np.ndarray) -> None:
+    """Keep a few buffers of the usual size; grown ones (records over READ_SIZE) are let go."""
+    if len(buffer) == READ_SIZE and len(_spare_buffers) < 2:
+        _spare_buffers.append(buffer)
+
+
 class RecordChunk(NamedTuple):
     """Verified records lying in one buffer: payload i is data[starts[i]:ends[i]], its record at byte `offsets[i]`
     of the uncompressed stream. Borrowed: the buffer is reused once the next chunk is asked for."""
@@ -157,30 +178,23 @@ class RecordChunk(NamedTuple):
 class _ChunkReader:
     """Frames a stream's records, up to `limit` per chunk, with native.frame_records over one reused buffer.
 
-    Reading into one buffer avoids allocating (and page-faulting) a fresh one per read. A chunk also ends where the
-    buffer's bytes do, so the buffer stays at 1 MB or one record's size.
+    The stream is read, never mapped: a mapped file cut short by another process raises SIGBUS, which kills the
+    process, where a read just returns fewer bytes. Reads of READ_SIZE bytes take a whole video-level shard in one
+    go, and framing where the bytes lie matches the mapping's speed (bench/README.md). A chunk ends where asked or
+    where the buffer's bytes do; a record larger than the buffer grows it.
     """
 
     def __init__(self, stream: BinaryIO, path: str, limit: int):
         self.stream, self.path, self.limit = stream, path, limit
-        self.data = np.empty(_CHUNK_SIZE, np.uint8)
+        self.data = _take_buffer()
         self.starts, self.ends = np.empty(limit, np.int64), np.empty(limit, np.int64)
         self.pos = self.fill = self.base = 0  # data[pos:fill] holds unframed bytes; base: stream offset of data[0]
         self.at_end = False
         self.stream_error: Optional[Exception] = None  # a damaged GZIP stream, raised after the bytes before it
 
-    def map_whole_file(self) -> None:
-        """Frame a local uncompressed file where it lies, mapped into memory: nothing is copied or moved, and a chunk
-        ends only where asked or at the file's end (bench_read.py in-process: 361k examples/s against 290k-302k
-        read through the buffer). The mapping closes when the last chunk that views it is freed."""
-        try:
-            descriptor = self.stream.fileno()
-        except (AttributeError, OSError, io.UnsupportedOperation):  # remote, in memory or GZIP
-            return
-        if os.fstat(descriptor).st_size == 0:  # mmap refuses empty files
-            return
-        self.data = np.frombuffer(mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ), np.uint8)
-        self.fill, self.at_end = len(self.data), True
+    def release(self) -> None:
+        """Hand the buffer on to the next file's reader: a fresh one would page-fault once per 4 KB."""
+        _give_back(self.data)
 
     def chunks(self) -> Generator[RecordChunk, Optional[int], None]:
         while True:
@@ -201,7 +215,7 @@ class _ChunkReader:
                 raise CorruptRecordError(self.path, self.base + self.pos, "corrupted record",
                                          f"GZIP stream: {self.stream_error}") from self.stream_error
             if self.fill > self.pos:
-                raise self._truncated(needed)
+                raise self._truncated()
             return
 
     def _ask(self, limit: Optional[int]) -> None:
@@ -215,10 +229,11 @@ class _ChunkReader:
         return RecordChunk(self.data, starts, ends, starts + (self.base - HEADER_SIZE))
 
     def _refill(self, needed: int) -> None:
-        """Move the unframed bytes to the front (growing the buffer for a record larger than it) and read more."""
+        """Move the unframed bytes to the front and read more. A record larger than the buffer doubles it (again on
+        the next call if need be): a damaged length of petabytes must end as a truncated record, not an allocation."""
         tail = self.fill - self.pos
         if needed > len(self.data):
-            grown = np.empty(max(2 * len(self.data), needed), np.uint8)
+            grown = np.empty(2 * len(self.data), np.uint8)
             grown[:tail] = self.data[self.pos:self.fill]
             self.data = grown
         else:
@@ -242,24 +257,29 @@ class _ChunkReader:
         return CorruptRecordError(self.path, at + HEADER_SIZE, "corrupted record",
                                   f"payload CRC mismatch in the record starting at {at}")
 
-    def _truncated(self, needed: int) -> CorruptRecordError:
+    def _truncated(self) -> CorruptRecordError:
         left = self.fill - self.pos
-        if needed == HEADER_SIZE:
+        if left < HEADER_SIZE:
             detail = f"{left} bytes left, a record header takes {HEADER_SIZE}"
         else:
-            detail = f"payload of {needed - HEADER_SIZE - FOOTER_SIZE} bytes, {left - HEADER_SIZE} left in the file"
+            length, after_header = _UINT64.unpack_from(self.data, self.pos)[0], left - HEADER_SIZE
+            if length > after_header:
+                detail = f"its length field says {length} payload bytes, more than the {after_header} left in the file"
+            else:
+                detail = (f"its {length}-byte payload and {FOOTER_SIZE}-byte CRC need {length + FOOTER_SIZE} bytes, "
+                          f"{after_header} left in the file")
         return CorruptRecordError(self.path, self.base + self.pos, "truncated record", detail)
 
 
 def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
                        on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None
                        ) -> Generator[RecordChunk, Optional[int], None]:
-    """One file's records as RecordChunks of up to `limit` records each (a local uncompressed file's hold that many
-    but at its end); `send(n)` asks for up to n in the next chunk instead. Errors as in read_records."""
+    """One file's records as RecordChunks of up to `limit` records each (fewer where the read buffer's bytes end,
+    every READ_SIZE bytes of the stream, and at the file's end); `send(n)` asks for up to n in the next chunk
+    instead. A chunk is valid until the next is asked for or the generator is closed. Errors as in read_records."""
     with fsspec.open(path, "rb") as raw:
+        reader = _ChunkReader(_record_stream(raw), path, limit)
         try:
-            reader = _ChunkReader(_record_stream(raw), path, limit)
-            reader.map_whole_file()
             yield from reader.chunks()
         except CorruptRecordError as err:
             if not skip_corrupt:
@@ -267,6 +287,8 @@ def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
             logger.warning("%s; skipping the rest of this file", err)
             if on_corrupt is not None:
                 on_corrupt(err)
+        finally:
+            reader.release()
 
 
 def read_records(path: str, skip_corrupt: bool = False,
