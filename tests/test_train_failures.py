@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from workflow_fixtures import tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
+from workflow_fixtures import NUM_CLASSES, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
 from yt8m.checkpoint import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.losses import create_loss
@@ -125,3 +126,42 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(tiny_data, 
     assert "passing over an unreadable checkpoint" in resumed.stderr and newest in resumed.stderr
     assert "resuming from" in resumed.stderr and "ckpt-00000008.pt" in resumed.stderr
     assert json.loads(resumed.stdout)["global_step"] == 16
+
+
+def write_shard(path: Path, first: int, count: int, nan_at: int | None = None) -> None:
+    from yt8m.data.example import encode_video_example
+    from yt8m.data.tfrecord import TFRecordWriter
+
+    rng = np.random.default_rng(first)
+    with TFRecordWriter(str(path)) as writer:
+        for index in range(first, first + count):
+            rgb = rng.normal(size=16).astype(np.float32)
+            if index == nan_at:
+                rgb[3] = np.nan
+            writer.write(encode_video_example(f"v{index}", [index % NUM_CLASSES],
+                                              {"mean_rgb": rgb, "mean_audio": rng.normal(size=8)}))
+
+
+def test_skip_corrupt_runs_report_what_they_skipped(tiny_data, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_shard(data / "a.tfrecord", 0, 40, nan_at=7)
+    write_shard(data / "b.tfrecord", 40, 40)
+    whole = (data / "b.tfrecord").read_bytes()
+    (data / "b.tfrecord").write_bytes(whole[:len(whole) // 2 + 5])  # 20 whole records, then a cut one
+    flags = train_flags(tiny_data, tmp_path / "run", train_data_pattern=f"{data}/*.tfrecord", num_epochs=1,
+                        batch_size=8)
+    failed = yt8m_train(*flags)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "expected finite values, found nan at index 3" in failed.stderr or "truncated record" in failed.stderr
+    trained = yt8m_train(*flags, "--skip_corrupt")
+    assert trained.returncode == 0, trained.stderr
+    summary = json.loads(trained.stdout)
+    assert (summary["skipped_files"], summary["skipped_records"], summary["examples"]) == (1, 1, 59)
+    evaluated = subprocess.run([sys.executable, "-m", "yt8m", "eval", "--train_dir", tmp_path / "run", "--run_once",
+                                "--eval_data_pattern", f"{data}/*.tfrecord", "--skip_corrupt"],
+                               capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr
+    result = json.loads(evaluated.stdout)
+    assert (result["skipped_files"], result["skipped_records"]) == (1, 1)
+    assert result["num_videos"] == 59

@@ -102,6 +102,13 @@ def _reader_count(value: Any) -> Optional[str]:
     return f"must be 'auto' or a number of processes >= 0, got {value!r}"
 
 
+READERS_HELP = ("DataLoader worker processes reading the shards, or 'auto': in-process where that is fastest "
+                "(video-level data; frame-level data below 4 CPUs), else workers; the choice is logged.")
+SKIP_CORRUPT_HELP = ("Skip what is damaged instead of failing, with a warning and a count in the summary: a record "
+                     "that does not decode (wrong size, NaN, bad label), or the rest of a shard after a CRC error or "
+                     "truncation.")
+
+
 @dataclass
 class DataConfig:
     """How records are read and decoded; shared by train, eval and predict."""
@@ -111,8 +118,11 @@ class DataConfig:
     frame_features: bool = setting(False, "Read frame-level SequenceExamples instead of video-level Examples.")
     max_frames: int = setting(300, "Frame-level: keep at most this many frames per video.", at_least=1)
     num_classes: int = setting(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).", at_least=1)
-    num_readers: int = setting(8, "DataLoader worker processes reading the shards.", at_least=0)
-    skip_corrupt: bool = setting(False, "Skip the rest of a shard after a corrupt record (with a warning) instead of failing.")
+    num_readers: str = setting("auto", READERS_HELP, check=_reader_count)
+    skip_corrupt: bool = setting(False, SKIP_CORRUPT_HELP)
+
+    def __post_init__(self) -> None:
+        self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
 
     def _own_problems(self) -> list[str]:
         try:
@@ -252,8 +262,11 @@ class PredictConfig:
     output_format: str = setting("csv", "'csv' (Kaggle) or 'jsonl': one {video_id, class_indexes, predictions} per line.", choices=lambda: PREDICTION_FORMATS)
     top_k: int = setting(20, "Predictions written per video.", at_least=1)
     batch_size: int = setting(8192, "Examples per prediction batch.", at_least=1)
-    num_readers: int = setting(1, "DataLoader worker processes reading the shards.", at_least=0)
-    skip_corrupt: bool = setting(False, "Skip the rest of a shard after a corrupt record instead of failing.")
+    num_readers: str = setting("auto", READERS_HELP, check=_reader_count)
+    skip_corrupt: bool = setting(False, SKIP_CORRUPT_HELP)
+
+    def __post_init__(self) -> None:
+        self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
 
     def _own_problems(self) -> list[str]:

@@ -111,7 +111,8 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
     device = resolve_device(config.device)
     dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
                           skip_corrupt=config.skip_corrupt)
-    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features), pin_memory=device.type == "cuda")
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                         pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)
     writer = SummaryWriter(os.path.join(config.train_dir, "eval"))
     evaluated: Optional[str] = None  # the checkpoint evaluated last
@@ -126,7 +127,11 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
                 looked_at = latest
                 found = load_latest_checkpoint(config.train_dir, map_location=device)  # past unreadable ones
                 if found is not None and found[0] != evaluated:
+                    skipped_before = (dataset.skipped_files, dataset.skipped_records)
                     result = evaluate_payload(*found, loader, loss_fn, config, device)
+                    if config.skip_corrupt:
+                        result.update(skipped_files=dataset.skipped_files - skipped_before[0],
+                                      skipped_records=dataset.skipped_records - skipped_before[1])
                     write_metrics(config.train_dir, result, writer)
                     yield result
                     evaluated = found[0]

@@ -213,8 +213,12 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
             log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
                      config.model, sum(p.numel() for p in model.parameters()), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
-            return fit(model, optimizer, loss_fn, epoch_batches, config,
-                       hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+            summary = fit(model, optimizer, loss_fn, epoch_batches, config,
+                          hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+            if config.skip_corrupt:
+                summary.update(skipped_files=all_reduce_sum(dataset.skipped_files, device),
+                               skipped_records=all_reduce_sum(dataset.skipped_records, device))
+            return summary
 
 
 def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict]:
