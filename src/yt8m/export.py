@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m import __version__
-from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
+from yt8m.checkpoint import build_model_from_checkpoint, load_latest_checkpoint
 from yt8m.config import ModelConfig, TrainConfig, feature_layout
 from yt8m.files import write_file_atomically
 from yt8m.runtime import setup_logging
@@ -193,10 +193,10 @@ def resolve_checkpoint(train_dir: Optional[str], checkpoint: Optional[str]) -> s
         return checkpoint
     if not train_dir:
         raise ValueError("give --train_dir (its latest checkpoint is exported) or --checkpoint")
-    latest = latest_checkpoint(train_dir)
-    if latest is None:
+    found = load_latest_checkpoint(train_dir)  # past unreadable ones, with a warning
+    if found is None:
         raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
-    return latest
+    return found[0]
 
 
 @dataclasses.dataclass
