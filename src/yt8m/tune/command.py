@@ -78,7 +78,8 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
     deadline = time.time() + settings.timeout if settings.timeout else None
     interrupted = False
     try:
-        run_jobs(spec, deadline)
+        with _ending_on_lost_interrupt():
+            run_jobs(spec, deadline)
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: the running trials were marked FAILED and re-queued; run the same command "
@@ -107,8 +108,7 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe)."""
     n_jobs = spec.settings.n_jobs
     if n_jobs == 1:
-        with _ending_on_lost_interrupt():
-            run_worker(spec, deadline)
+        run_worker(spec, deadline)
         return
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_job_process, args=(spec, deadline, os.getpid()), name=f"tune-job-{index}")
