@@ -1,11 +1,13 @@
 """`yt8m tune` and `yt8m tune-report` on tiny synthetic shards: the tuning file and its one-error validation,
-resuming (also after a SIGKILL), parallel jobs, pruning, failing trials, the report and best.yaml.
+resuming (also after a SIGKILL, with new points and no orphaned jobs), parallel jobs, pruning, failing trials,
+the report and best.yaml (kept current while trials run), one-line errors for bad storage URLs and files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,12 +23,13 @@ from yt8m import cli
 from yt8m.tune.space import TuneSettings, load_tune_spec
 from yt8m.tune.objective import TrialObjective
 from yt8m.tune.study import (
-    BudgetLock,
+    FileLock,
     create_pruner,
     create_sampler,
     interrupted_trials,
     open_storage,
     open_study,
+    record_interruption,
     state_counts,
     with_installed_driver,
     worker_identity,
@@ -270,7 +273,7 @@ def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_mean
                      num_epochs=1)
     spec = load_tune_spec(path)
     (tmp_path / "study").mkdir()
-    study, other_job = (open_study(spec, open_storage(spec.settings), job) for job in (0, 1))
+    study, other_job = (open_study(spec, open_storage(spec.settings)) for _ in range(2))
     for _ in range(2):
         study.tell(study.ask(), 0.5)
     others_trial, trial = other_job.ask(), study.ask()  # trials 2 and 3: 4 in all, within the budget
@@ -284,7 +287,7 @@ def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_mean
 
     seen_by_the_other_job = []
 
-    class Lock(BudgetLock):
+    class Lock(FileLock):
         def release(self) -> None:
             seen_by_the_other_job.append(other_job.trials[trial.number].user_attrs.get("worker"))
             super().release()
@@ -349,3 +352,213 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, shards, cap
     assert "NoSuchOptimizer" in trials[0].user_attrs["fail_reason"]
     assert "nan" in trials[1].user_attrs["fail_reason"].lower()
     assert result["best_params"] == enqueue[2]
+
+
+# Resuming explores, interrupted points retry a bounded number of times -------------------------------------------
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_resumed_study_samples_new_points_and_the_same_ones_on_the_same_history(tmp_path, shards, capsys,
+                                                                                  sampler):
+    """Each run used to re-seed the sampler with --seed: trials 2 and 3 re-ran the points of trials 0 and 1
+    (TPE draws its first n_startup_trials at random too; trial 3 below is modelled by TPE)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     model="LogisticModel", num_epochs=1,
+                     tune={"pruner": "none", "sampler": sampler, "n_startup_trials": 3})
+    tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    shutil.copytree(tmp_path / "study", tmp_path / "copy")
+    tune_in_process(capsys, "--config", path, "--n_trials", "4")
+    tune_in_process(capsys, "--config", path, "--n_trials", "4", "--study_dir", str(tmp_path / "copy"))
+    points = [trial.params for trial in load_study(tmp_path / "study").trials]
+    assert len({params["base_learning_rate"] for params in points}) == 4
+    assert [trial.params for trial in load_study(tmp_path / "copy").trials] == points
+
+
+def test_the_retry_limit_holds_per_parameter_set(tmp_path):
+    """An interrupted point is re-queued at most MAX_RETRIES (2) times, also when it comes back as a trial that
+    is not a retry (e.g. sampled again): counted from the study's history, not from the re-queued trial."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="retries")
+    point = {"x": 0.25}
+    for _ in range(4):  # a fresh trial on the same point each time, as a resumed run sampling it again
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=point,
+                                                  distributions={"x": optuna.distributions.FloatDistribution(0, 1)}))
+        record_interruption(study, study.trials[-1], "interrupted: killed by the test")
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    # Trials 0 and 2 were re-queued (as 1 and 3: interruptions 1 and 2); trials 4 and 5 were not (3 and 4).
+    assert [(t.system_attrs["fixed_params"], t.user_attrs["retry_of"], t.user_attrs["retries"]) for t in waiting] == [
+        (point, 0, 1), (point, 2, 2)]
+    assert len(study.trials) == 6
+
+
+# A killed study leaves no orphaned jobs; best.yaml is current while trials run --------------------------------
+
+def _children_of() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> set[int]:
+    tree, found, frontier = _children_of(), set(), [pid]
+    while frontier:
+        for child in tree.get(frontier.pop(), []):
+            found.add(child)
+            frontier.append(child)
+    return found
+
+
+def running(pids: set[int]) -> set[int]:
+    """The pids still alive (a zombie, dead but not reaped by its new parent, does not count)."""
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
+    study_dir = tmp_path / "study"
+    process = yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jobs: set[int] = set()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            # trials/ appears once the study's tables exist; then wait for both jobs to run a trial.
+            study = load_study(study_dir) if (study_dir / "trials").exists() else None
+            if study is not None and len(worker_pids(study)) == 2:
+                break
+            time.sleep(0.1)
+        assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING] * 2
+        jobs = descendants(process.pid)
+        assert worker_pids(study) <= jobs
+        process.kill()
+        process.wait()
+        deadline = time.time() + 10
+        while running(jobs) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not running(jobs), "trial jobs outlived the killed `yt8m tune`"
+    finally:
+        process.kill()
+        for pid in running(jobs):
+            os.kill(pid, signal.SIGKILL)
+    # They died with it: their trials are interrupted (FAIL, re-queued), or left RUNNING when the interrupt was
+    # lost, and no other trial ran (orphans used to finish theirs and start more).
+    states = optuna.trial.TrialState
+    after_kill = load_study(study_dir).trials
+    assert {t.state for t in after_kill[:2]} <= {states.FAIL, states.RUNNING}
+    assert {t.state for t in after_kill[2:]} <= {states.WAITING}
+
+    resumed = finish(yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert resumed["n_trials"] == {"complete": 3, "pruned": 0, "fail": 0, "interrupted": 2, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(study_dir).trials
+    retried = {trial.user_attrs["retry_of"]: trial.params for trial in trials if "retry_of" in trial.user_attrs}
+    assert retried == {0: trials[0].params, 1: trials[1].params}
+
+
+def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shards):
+    """Written when a trial finishes, not only when the run ends: here while trial 2 trains, they already name
+    trial 1, better than trial 0."""
+    search = {"base_learning_rate": {"type": "categorical", "choices": [1e-7, 0.1]},
+              "num_epochs": {"type": "categorical", "choices": [1, 50]}}
+    enqueue = [{"base_learning_rate": 1e-7, "num_epochs": 1}, {"base_learning_rate": 0.1, "num_epochs": 1},
+               {"base_learning_rate": 0.1, "num_epochs": 50}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel",
+                     tune={"enqueue": enqueue, "pruner": "none"})
+    study_dir = tmp_path / "study"
+    process = yt8m_process("tune", "--config", path, "--n_trials", "3", stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            trials = load_study(study_dir).trials if (study_dir / "trials").exists() else []
+            if len(trials) == 3 and trials[2].intermediate_values:
+                break
+            time.sleep(0.1)
+        assert process.poll() is None and trials[2].state == optuna.trial.TrialState.RUNNING
+        best = yaml.safe_load((study_dir / "best.yaml").read_text())
+        assert (best["base_learning_rate"], best["num_epochs"]) == (0.1, 1)
+        assert best["train_dir"] == str(study_dir / "best")
+        board = (study_dir / "leaderboard.txt").read_text().splitlines()
+        assert [line.split()[:2] for line in board[1:]] == [["1", "COMPLETE"], ["0", "COMPLETE"], ["2", "WAITING"]]
+    finally:
+        process.kill()
+        process.wait()
+
+
+# Bad tuning files and storage URLs: one error before any trial --------------------------------------------------
+
+def run_yt8m(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "yt8m", *argv], env=env, text=True, capture_output=True,
+                          timeout=120)
+
+
+def test_the_train_section_is_checked_like_a_train_config_before_the_study_starts(tmp_path, shards):
+    """`batch_size: -5` used to fail every trial; a misspelt model among the choices is named too."""
+    search = {"model": {"type": "categorical", "choices": ["LogisticModel", "MoeModl"]},
+              "num_epochs": {"type": "categorical", "choices": [1, 0]}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, batch_size=-5)
+    result = run_yt8m("tune", "--config", path, "--n_trials", "1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr[result.stderr.index("yt8m tune: error:"):]
+    assert "batch_size" in error and "-5" in error
+    assert "MoeModl" in error
+    assert "search.num_epochs value 0" in error
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("storage, expected", [
+    ("postgresql://yt8m:s3cret@127.0.0.1:1/db", "cannot open the study database postgresql://yt8m:***@127.0.0.1:1/db"),
+    ("foo://x", "SQLAlchemy knows no database 'foo'"),
+    ("mysql://yt8m:s3cret@127.0.0.1/db", "its database driver is not installed"),
+    ("not a url", "--storage not a url is not a database URL"),
+])
+def test_an_unusable_storage_is_one_line_error(tmp_path, shards, storage, expected):
+    path = tune_file(tmp_path / "tune.yaml", shards)
+    result = run_yt8m("tune", "--config", path, "--storage", storage)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("yt8m tune: error: ") and expected in lines[0], result.stderr
+    assert "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["train: [unclosed\n", "train: !!python/object/apply:os.getcwd []\n"])
+def test_a_yaml_error_in_the_tuning_file_is_one_line_error(tmp_path, text):
+    (tmp_path / "tune.yaml").write_text(text)
+    result = run_yt8m("tune", "--config", str(tmp_path / "tune.yaml"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("yt8m tune: error: ") and "tune.yaml" in lines[0], result.stderr
+
+
+def test_an_interrupt_lost_in_a_finalizer_ends_the_process():
+    """Python only prints an exception raised inside a weakref callback or __del__; a SIGTERM's KeyboardInterrupt
+    landed there in half the parent deaths and left the job training. Now the process ends (exit 130)."""
+    script = ("import os, signal\n"
+              "from yt8m.tune.command import _ending_on_lost_interrupt, _interrupt_once\n"
+              "signal.signal(signal.SIGTERM, _interrupt_once)\n"
+              "class Finalized:\n"
+              "    def __del__(self):\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "with _ending_on_lost_interrupt():\n"
+              "    Finalized()\n"
+              "    print('went on', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True, timeout=60)
+    assert (result.returncode, result.stdout) == (130, ""), result.stderr
+    assert "KeyboardInterrupt: signal SIGTERM" in result.stderr

@@ -5,14 +5,17 @@ finished trials, then write the report, best.yaml and plots, and print one JSON 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import dataclasses
 import json
 import logging
 import multiprocessing
 import os
 import signal
+import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import optuna
 import yaml
@@ -20,11 +23,11 @@ import yaml
 from yt8m.config import add_config_arguments, field_names
 from yt8m.files import write_file_atomically
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
-from yt8m.tune.report import print_leaderboard, write_report
+from yt8m.tune.report import print_leaderboard, write_leaderboard_and_best, write_report
 from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tune.study import (
     STUDY_FILE,
-    BudgetLock,
+    FileLock,
     display_url,
     open_storage,
     open_study,
@@ -35,6 +38,11 @@ from yt8m.tune.study import (
 )
 
 log = logging.getLogger("yt8m.tune")
+
+# prctl(2) option: the signal the calling process receives when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+# Exit status of a process whose interrupt was lost in a finalizer (128 + SIGINT, as after Ctrl+C).
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str]) -> int:
@@ -63,14 +71,15 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
     _check_data(spec)
     settings = spec.settings
     os.makedirs(settings.study_dir, exist_ok=True)
-    write_study_file(spec, os.path.join(settings.study_dir, STUDY_FILE))
     study = open_study(spec, open_storage(settings))
+    write_study_file(spec, os.path.join(settings.study_dir, STUDY_FILE))
     log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
              display_url(storage_url(settings)), settings.study_dir, state_counts(study), settings.n_trials)
     deadline = time.time() + settings.timeout if settings.timeout else None
     interrupted = False
     try:
-        run_jobs(spec, deadline)
+        with _ending_on_lost_interrupt():
+            run_jobs(spec, deadline)
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: the running trials were marked FAILED and re-queued; run the same command "
@@ -99,10 +108,10 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe)."""
     n_jobs = spec.settings.n_jobs
     if n_jobs == 1:
-        run_worker(spec, 0, deadline)
+        run_worker(spec, deadline)
         return
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_job_process, args=(spec, index, deadline), name=f"tune-job-{index}")
+    workers = [context.Process(target=_job_process, args=(spec, deadline, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
     for worker in workers:
         worker.start()
@@ -123,41 +132,80 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
                     ", ".join(failed))
 
 
-def run_worker(spec: TuneSpec, job_index: int, deadline: Optional[float]) -> None:
-    """Run trials one at a time until the study's budget is met or the deadline passes."""
+def run_worker(spec: TuneSpec, deadline: Optional[float]) -> None:
+    """Run trials one at a time until the study's budget is met or the deadline passes; after each, rewrite the
+    leaderboard and best.yaml (the plots, slower, are drawn at the end)."""
     settings = spec.settings
     storage = open_storage(settings)
-    study = open_study(spec, storage, job_index)
-    lock = BudgetLock(os.path.join(settings.study_dir, ".budget.lock"))
+    study = open_study(spec, storage)
+    lock = FileLock(os.path.join(settings.study_dir, ".budget.lock"))
     objective = TrialObjective(spec, lock)
 
-    def keep_best(study, trial) -> None:
+    def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         remove_checkpoints_beyond_best(study, settings.study_dir, settings.keep_best)
+        write_leaderboard_and_best(study, spec)
 
     while deadline is None or time.time() < deadline:
         with lock.held():
             recover_interrupted(study, storage)
             if trials_to_start(study, settings.n_trials) <= 0:
                 return
-            study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[keep_best])
+            study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
     log.info("--timeout reached: no new trial started")
 
 
-def _job_process(spec: TuneSpec, job_index: int, deadline: Optional[float]) -> None:
-    """A spawned job: its share of the cores, SIGTERM handled like Ctrl+C, then trials until the budget is met."""
-    import torch
-
-    from yt8m.runtime import available_cpus, setup_logging
-
-    setup_logging()
+def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> None:
+    """A spawned job: dies with the tune process, takes its share of the cores, handles SIGTERM like Ctrl+C
+    (its trial is marked interrupted and re-queued), then runs trials until the budget is met."""
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)
-    # J jobs share the machine's cores instead of each starting one thread per core.
-    torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
     try:
-        run_worker(spec, job_index, deadline)
+        _die_with_parent(parent_pid)
+        import torch
+
+        from yt8m.runtime import available_cpus, setup_logging
+
+        setup_logging()
+        # J jobs share the machine's cores instead of each starting one thread per core.
+        torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
+        with _ending_on_lost_interrupt():
+            run_worker(spec, deadline)
     except KeyboardInterrupt:
-        pass  # the trial is marked interrupted and re-queued; the parent writes the report
+        pass  # the parent writes the report (or, if it was killed, the next run does)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have Linux send this job SIGTERM when the tune process dies, even by SIGKILL: an orphaned job would go on
+    training a trial that the next run re-queues as interrupted, and write best.yaml behind its back. Elsewhere
+    (no prctl) the job only checks the parent at its start."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed (%s): this job outlives a killed tune process",
+                        os.strerror(ctypes.get_errno()))
+    # The parent may have died before the prctl, and the job then belongs to another process already.
+    if os.getppid() != parent_pid:
+        raise KeyboardInterrupt("the tune process is gone")
+
+
+@contextlib.contextmanager
+def _ending_on_lost_interrupt() -> Iterator[None]:
+    """Python only prints an exception raised while it runs a finalizer (a weakref callback, __del__), and a
+    signal's KeyboardInterrupt lands there often (here in half the SIGTERMs of a dying parent): the process would
+    go on training, deaf to further signals. End it at once instead, as a kill would; the next run recovers its
+    trial as interrupted."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        previous(unraisable)
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            os._exit(EXIT_INTERRUPTED)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:

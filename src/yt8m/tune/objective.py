@@ -16,12 +16,12 @@ import torch
 
 from yt8m.checkpoint import checkpoint_dir
 from yt8m.config import TrainConfig
-from yt8m.tune.space import TuneSpec
+from yt8m.tune.space import TuneSpec, report_schedule
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
     INTERRUPTED_PREFIX,
     WORKER_ATTR,
-    BudgetLock,
+    FileLock,
     budget_used,
     record_interruption,
     worker_identity,
@@ -45,12 +45,6 @@ class TrialFailure(RuntimeError):
 
 def trial_dir(study_dir: str, number: int) -> str:
     return os.path.join(os.path.abspath(study_dir), "trials", f"trial-{number}")
-
-
-def trial_train_config(spec: TuneSpec, params: dict[str, Any], train_dir: str) -> TrainConfig:
-    """The config a trial trains with: with --report_every_steps, checkpoints (and hook calls) come that often."""
-    steps = spec.settings.report_every_steps
-    return spec.trial_config(params, train_dir, **({"export_model_steps": steps} if steps else {}))
 
 
 @dataclass
@@ -126,7 +120,7 @@ class TrialObjective:
     """The Optuna objective: one call trains one trial and returns its final validation metric."""
 
     spec: TuneSpec
-    lock: BudgetLock
+    lock: FileLock  # the budget lock, held when a trial starts: released once the trial is RUNNING
 
     def __call__(self, trial: optuna.Trial) -> float:
         # Identified before the other jobs of this machine may look for interrupted trials: a RUNNING trial
@@ -138,7 +132,7 @@ class TrialObjective:
         params = self.spec.sample(trial)
         train_dir = trial_dir(self.spec.settings.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
-        config = trial_train_config(self.spec, params, train_dir)
+        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings))
         from yt8m.trainer import train
 
         reporter = ValidationReporter(trial, self.spec, config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import logging
 import os
@@ -17,15 +18,26 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import TrainConfig, load_config, save_config
+from yt8m.files import write_file_atomically
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
 from yt8m.tune.space import TuneSpec, load_tune_spec
-from yt8m.tune.study import STUDY_FILE, FAIL_REASON_ATTR, RETRY_OF_ATTR, interrupted_trials, load_existing_study, state_counts
+from yt8m.tune.study import (
+    FAIL_REASON_ATTR,
+    RETRY_OF_ATTR,
+    STUDY_FILE,
+    FileLock,
+    interrupted_trials,
+    load_existing_study,
+    state_counts,
+)
 
 log = logging.getLogger("yt8m.tune")
 
 BEST_CONFIG = "best.yaml"
 LEADERBOARD_CSV = "leaderboard.csv"
 LEADERBOARD_TXT = "leaderboard.txt"
+# Held while the leaderboard and best.yaml are written, by whichever process of this machine finished a trial.
+REPORT_LOCK = ".report.lock"
 STATE_ORDER = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2, "INTERRUPTED": 3, "RUNNING": 4, "WAITING": 5}
 
 
@@ -97,29 +109,40 @@ def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
 def write_report(study: optuna.Study, spec: TuneSpec) -> dict[str, Any]:
     """Write leaderboard, best.yaml and plots into the study dir; return the summary printed as JSON."""
     study_dir = spec.settings.study_dir
-    rows = leaderboard(study)
-    with open(os.path.join(study_dir, LEADERBOARD_TXT), "w") as fh:
-        fh.write(format_leaderboard(rows, spec.metric) + "\n")
-    _write_csv(rows, os.path.join(study_dir, LEADERBOARD_CSV))
-    best = best_trial(study)
-    best_path = os.path.join(study_dir, BEST_CONFIG)
-    if best is not None:
-        save_config(best_train_config(spec, best), best_path)
-    elif os.path.exists(best_path):
-        os.remove(best_path)  # a stale best.yaml from another study in this dir would mislead
+    best = write_leaderboard_and_best(study, spec)
     plots = save_plots(study, study_dir)
+    best_path = os.path.abspath(os.path.join(study_dir, BEST_CONFIG))
     return {"best_value": best.value if best else None, "best_params": best.params if best else None,
             "best_trial": best.number if best else None, "metric": spec.metric, "n_trials": state_counts(study),
-            "study_dir": os.path.abspath(study_dir), "best_config": os.path.abspath(best_path) if best else None,
-            "plots": plots}
+            "study_dir": os.path.abspath(study_dir), "best_config": best_path if best else None, "plots": plots}
 
 
-def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, "params": json.dumps(row["params"])})
+def write_leaderboard_and_best(study: optuna.Study, spec: TuneSpec) -> Optional[FrozenTrial]:
+    """Rewrite the leaderboard and best.yaml from the study's trials as they are now; returns the best trial.
+
+    Every job calls it when it finishes a trial, so best.yaml names the best so far even while trials run or
+    after a kill. The trials are read under a lock, so that a job that read them earlier cannot write last.
+    """
+    study_dir = spec.settings.study_dir
+    with FileLock(os.path.join(study_dir, REPORT_LOCK)).held():
+        rows = leaderboard(study)
+        best = best_trial(study)
+        write_file_atomically(os.path.join(study_dir, LEADERBOARD_TXT),
+                              lambda out: out.write(format_leaderboard(rows, spec.metric) + "\n"))
+        write_file_atomically(os.path.join(study_dir, LEADERBOARD_CSV), lambda out: _write_csv(rows, out))
+        best_path = os.path.join(study_dir, BEST_CONFIG)
+        if best is not None:
+            save_config(best_train_config(spec, best), best_path)
+        elif os.path.exists(best_path):
+            os.remove(best_path)  # a stale best.yaml from another study in this dir would mislead
+    return best
+
+
+def _write_csv(rows: list[dict[str, Any]], out: TextIO) -> None:
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["trial"])
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, "params": json.dumps(row["params"])})
 
 
 def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
@@ -149,8 +172,11 @@ def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
             results[name] = f"skipped: {err}"
             continue
         figure = axes.flat[0].figure if hasattr(axes, "flat") else axes.figure
-        figure.savefig(path, dpi=100, bbox_inches="tight")
+        png = io.BytesIO()
+        figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
         plt.close(figure)
+        # write_file_atomically opens a text file; the PNG's bytes go to the binary file beneath it.
+        write_file_atomically(path, lambda out: out.buffer.write(png.getvalue()))
         results[name] = os.path.abspath(path)
     return results
 

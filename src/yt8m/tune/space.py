@@ -6,6 +6,7 @@ Validation collects every problem in the file (and the flags) into one ValueErro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -28,6 +29,8 @@ PRUNERS = ("median", "successive_halving", "hyperband", "none")
 TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
 # The validation set is not a training field; the file names it in `train:` beside the training set.
 EVAL_PATTERN = "eval_data_pattern"
+# What trial configs are checked with before the study starts, in place of each trial's own directory.
+PLACEHOLDER_TRAIN_DIR = "<study_dir>/trials/trial-<number>"
 
 
 @dataclass
@@ -42,8 +45,8 @@ class TuneSettings:
     n_jobs: int = setting(1, "Trial processes run in parallel on this machine.")
     sampler: str = setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.")
     pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.")
-    seed: int = setting(0, "Seed of the sampler; each parallel job adds its index (with --storage, each "
-                            "process also mixes in its host and pid, so machines sample different points).")
+    seed: int = setting(0, "Seed of the sampler; each trial draws from (seed, its number), so resumed runs, "
+                            "parallel jobs and machines sample different points, the same history the same ones.")
     n_startup_trials: int = setting(5, "Trials sampled at random before TPE models the results; also the "
                                         "completed trials the median pruner waits for.")
     n_warmup_steps: int = setting(0, "Median pruner: never prune at a report step below this (epochs, or "
@@ -78,6 +81,14 @@ class Param:
         if self.kind == "int":
             return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
         return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def checked_values(self) -> tuple:
+        """The values that stand for what a trial may get when trial configs are checked: every choice, or
+        both ends of a range."""
+        if self.kind == "categorical":
+            return self.choices
+        number = int if self.kind == "int" else float
+        return number(self.low), number(self.high)
 
     def admits(self, value: Any) -> bool:
         if self.kind == "categorical":
@@ -132,6 +143,7 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     enqueue = _read_enqueue(path, raw_enqueue, search, problems)
     _check_modes(path, train, search, problems)
     _check_report_schedule(path, settings, train, search, problems)
+    _check_trial_configs(path, train, search, settings, problems)
     if problems:
         raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
     name = settings.study_name or os.path.splitext(os.path.basename(path))[0]
@@ -165,13 +177,31 @@ def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str
             problems.append(f"{path}: train.{name} is set by yt8m tune for each trial "
                             f"(<study_dir>/trials/trial-<number>); remove it")
             values.pop(name)
-    config = _collect(problems, config_from_dict, TrainConfig, values, f"{path}: train")
-    if config is not None and not config.train_data_pattern:
+    fixed = _typed_values(values, f"{path}: train", problems)
+    if not fixed.get("train_data_pattern"):
         problems.append(f"{path}: train.train_data_pattern is required")
     if not eval_pattern:
         problems.append(f"{path}: train.{EVAL_PATTERN} is required (the validation shards trials are scored on)")
-    fixed = {name: getattr(config, name) for name in values} if config is not None else {}
     return fixed, eval_pattern
+
+
+def _typed_values(values: dict[str, Any], source: str, problems: list[str]) -> dict[str, Any]:
+    """The values converted to the types of their `yt8m train` fields; unknown fields and ill-typed values are
+    reported and left out. Types only: a value's range and its combination with other fields are checked on
+    whole trial configs (`_check_trial_configs`), where the other fields have the values a trial gives them."""
+    typed = {}
+    for name, value in values.items():
+        holder = _collect(problems, config_from_dict, _field_holder(name), {name: value}, source)
+        if holder is not None:
+            typed[name] = getattr(holder, name)
+    return typed
+
+
+@functools.lru_cache(maxsize=None)
+def _field_holder(name: str) -> type:
+    """A config class holding only the `yt8m train` field `name`, with its type (none when it is not a field)."""
+    fields = [(name, field_type(TrainConfig, name), None)] if name in field_names(TrainConfig) else []
+    return dataclasses.make_dataclass("TrainField", fields)
 
 
 def _read_search(path: str, section: dict, problems: list[str]) -> list[Param]:
@@ -218,8 +248,7 @@ def _read_param(where: str, name: str, spec: dict, earlier: list[Param], problem
 
 
 def _coerce_value(name: str, value: Any, source: str, problems: list[str]) -> Any:
-    config = _collect(problems, config_from_dict, TrainConfig, {name: value}, source)
-    return None if config is None else getattr(config, name)
+    return _typed_values({name: value}, source, problems).get(name)
 
 
 def _read_choices(where: str, name: str, raw: Any, problems: list[str]) -> tuple:
@@ -355,6 +384,45 @@ def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, A
     if settings.report_every_steps and (owned in train or any(param.name == owned for param in search)):
         problems.append(f"{path}: tune.report_every_steps sets each trial's {owned} (trials report at their "
                         f"checkpoints); remove {owned} from train: and search:")
+
+
+def report_schedule(settings: TuneSettings) -> dict[str, Any]:
+    """Trials report at their checkpoints when --report_every_steps is set: it sets their export_model_steps."""
+    steps = settings.report_every_steps
+    return {"export_model_steps": steps} if steps else {}
+
+
+def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], settings: TuneSettings,
+                         problems: list[str]) -> None:
+    """Check the configs trials will train with as `yt8m train` checks its config (ranges, model names,
+    combinations), so that a bad value fails the file instead of every trial: the fixed fields with each
+    searched field at its first value, then each searched value in turn. A problem is reported under the
+    searched value that brings it, or under train: when the fixed fields bring it."""
+    source = f"{path}: train"
+    fixed = {**train, "train_dir": PLACEHOLDER_TRAIN_DIR, "start_new_model": True, **report_schedule(settings)}
+    base = {**fixed, **{param.name: param.checked_values()[0] for param in search if not param.when}}
+    from_search = set()
+    for param in search:
+        # The other fields as in `base`, this one at its default, the fields its `when` names set to make it active.
+        reference = {name: value for name, value in base.items() if name != param.name}
+        reference.update({name: accepted[0] for name, accepted in param.when})
+        known = set(_config_problems(reference, source))
+        for value in param.checked_values():
+            for line in _config_problems({**reference, param.name: value}, source):
+                if line not in known:
+                    from_search.add(line)
+                    problems.append(f"{path}: search.{param.name} value {value!r}: {_without_source(line, source)}")
+    problems.extend(line for line in _config_problems(base, source) if line not in from_search)
+
+
+def _config_problems(values: dict[str, Any], source: str) -> list[str]:
+    problems: list[str] = []
+    _collect(problems, config_from_dict, TrainConfig, values, source)
+    return problems
+
+
+def _without_source(line: str, source: str) -> str:
+    return line[len(source) + 2:] if line.startswith(f"{source}: ") else line
 
 
 def _check_modes(path: str, train: dict[str, Any], search: list[Param], problems: list[str]) -> None:

@@ -10,13 +10,15 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import socket
 import time
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import optuna
 import sqlalchemy
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import TrainConfig
@@ -32,14 +34,14 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 300
 SCHEMA_ATTEMPTS = 4
 # A running trial whose heartbeat is older than this many heartbeat intervals is taken as interrupted.
 HEARTBEAT_GRACE_INTERVALS = 4
-# An interrupted parameter set is re-queued at most this many times (a config that kills its process
-# every time must not loop forever).
+# An interrupted parameter set is re-queued at most this many times, counted over the study's history (a
+# config that kills its process every time must not loop forever).
 MAX_RETRIES = 2
 
 # Trial user attributes.
 WORKER_ATTR = "worker"  # {"host", "pid", "start"}: the process running the trial
 RETRY_OF_ATTR = "retry_of"  # the number of the interrupted trial whose parameters this one re-runs
-RETRIES_ATTR = "retries"
+RETRIES_ATTR = "retries"  # how many times its parameters had been interrupted when it was queued
 FAIL_REASON_ATTR = "fail_reason"
 # Study user attributes.
 SPEC_ATTR = "tune_spec"
@@ -55,7 +57,7 @@ def storage_url(settings: TuneSettings) -> str:
 def with_installed_driver(url: str) -> str:
     """postgresql://... names no driver and SQLAlchemy 2.1 then wants psycopg 3; use psycopg2 when only it is
     installed (the package's `postgres` extra)."""
-    parsed = sqlalchemy.engine.make_url(url)
+    parsed = _parse_url(url)
     if parsed.drivername != "postgresql" or importlib.util.find_spec("psycopg") is not None:
         return url
     if importlib.util.find_spec("psycopg2") is None:
@@ -63,49 +65,136 @@ def with_installed_driver(url: str) -> str:
     return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
 
+def _parse_url(url: str) -> sqlalchemy.engine.URL:
+    try:
+        return sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as err:
+        raise ValueError(f"--storage {display_url(url)} is not a database URL (e.g. sqlite:///study.db or "
+                         f"postgresql://user:password@host/database)") from err
+
+
 def display_url(url: str) -> str:
-    """The storage URL with any password hidden, for logs and the files written in the study dir."""
-    return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    """The storage URL with any password hidden, for logs, errors and the files written in the study dir."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
 def open_storage(settings: TuneSettings) -> optuna.storages.RDBStorage:
+    """The study's database; a ValueError naming it (password hidden) when it cannot be reached or is not supported."""
     url = storage_url(settings)
+    # Errors name the URL as given (password hidden), not as completed with a driver.
+    where = f"cannot open the study database {display_url(settings.storage or url)}"
+    _check_connection(url, where)
+    try:
+        return _rdb_storage_after_races(url, settings.heartbeat_seconds)
+    except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as err:
+        # RuntimeError: Optuna's own, e.g. a database made by an incompatible Optuna version.
+        raise ValueError(f"{where}: {_reason(err)}") from err
+
+
+def _rdb_storage_after_races(url: str, heartbeat_seconds: int) -> optuna.storages.RDBStorage:
     for attempt in range(1, SCHEMA_ATTEMPTS):
         try:
-            return _rdb_storage(url, settings.heartbeat_seconds)
+            return _rdb_storage(url, heartbeat_seconds)
         except sqlalchemy.exc.DatabaseError as err:
             # Processes starting together on a new database race to create its tables; the loser retries.
             log.info("creating the tables of %s raced with another process (%s); retrying",
                      display_url(url), type(err.orig).__name__)
             time.sleep(attempt)
-    return _rdb_storage(url, settings.heartbeat_seconds)
+    return _rdb_storage(url, heartbeat_seconds)
+
+
+def _check_connection(url: str, where: str) -> None:
+    """Connect once, so that an unreachable server, an unknown URL scheme or a missing driver is one clear error
+    (and not retried as a race on creating the tables)."""
+    try:
+        engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    except sqlalchemy.exc.NoSuchModuleError as err:
+        raise ValueError(f"{where}: SQLAlchemy knows no database '{_parse_url(url).drivername}' (use "
+                         f"sqlite:///PATH, or postgresql://... with the `postgres` extra)") from err
+    except ImportError as err:
+        raise ValueError(f"{where}: its database driver is not installed ({err})") from err
+    except sqlalchemy.exc.ArgumentError as err:
+        raise ValueError(f"{where}: {_reason(err)}") from err
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        raise ValueError(f"{where}: {_reason(err)}") from err
+    finally:
+        engine.dispose()
+
+
+def _reason(err: Exception) -> str:
+    """The driver's message on one line, without SQLAlchemy's background link."""
+    message = str(getattr(err, "orig", None) or err).split("(Background on this error")[0]
+    return "; ".join(" ".join(line.split()) for line in message.splitlines() if line.strip())
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}}
+    # Server connections idle for a whole trial may have been dropped; test them before use.
+    return {"pool_pre_ping": True}
 
 
 def _rdb_storage(url: str, heartbeat_seconds: int) -> optuna.storages.RDBStorage:
-    if url.startswith("sqlite"):
-        engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}}
-    else:
-        # Server connections idle for a whole trial may have been dropped; test them before use.
-        engine_kwargs = {"pool_pre_ping": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_seconds,
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=heartbeat_seconds,
                                           grace_period=HEARTBEAT_GRACE_INTERVALS * heartbeat_seconds,
                                           heartbeat_stale_trial_callback=_requeue_stale_trial)
 
 
-def sampler_seed(settings: TuneSettings, job_index: int) -> int:
-    """--seed plus the job's index; with --storage, where the same command may run on several machines at
-    once, the process identity is mixed in so that they do not sample the same points (such runs cannot
-    be reproduced anyway: their trials interleave in timing order)."""
-    if not settings.storage:
-        return settings.seed + job_index
-    identity = f"{settings.seed}:{job_index}:{socket.gethostname()}:{os.getpid()}"
-    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:4], "little")
+def trial_seed(seed: int, trial_number: int) -> int:
+    """The sampler's seed for one trial: numbers are unique in a study, so each trial (of a resumed run, of
+    another job or machine) draws its own points, and the same history gives the same points."""
+    digest = hashlib.sha256(f"{seed}:{trial_number}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
 
 
-def create_sampler(settings: TuneSettings, job_index: int = 0) -> optuna.samplers.BaseSampler:
-    seed = sampler_seed(settings, job_index)
+class PerTrialSeedSampler(optuna.samplers.BaseSampler):
+    """Runs a sampler built afresh for each trial, seeded from (--seed, the trial's number).
+
+    Optuna calls `before_trial` when it creates the trial, before any relative (multivariate TPE) or independent
+    sampling, so every draw of the trial comes from its own seed and the study's history.
+    """
+
+    def __init__(self, build: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
+        self._build = build
+        self._seed = seed
+        self._sampler = build(trial_seed(seed, 0))
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._sampler = self._build(trial_seed(self._seed, trial.number))
+        self._sampler.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._sampler.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self._sampler.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Optional[list[float]]) -> None:
+        self._sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._sampler.reseed_rng()
+
+
+def create_sampler(settings: TuneSettings) -> optuna.samplers.BaseSampler:
+    return PerTrialSeedSampler(lambda seed: _seeded_sampler(settings, seed), settings.seed)
+
+
+def _seeded_sampler(settings: TuneSettings, seed: int) -> optuna.samplers.BaseSampler:
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():
@@ -128,13 +217,13 @@ def create_pruner(settings: TuneSettings, num_epochs: Optional[int]) -> optuna.p
     return optuna.pruners.NopPruner()
 
 
-def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage, job_index: int = 0) -> optuna.Study:
+def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.Study:
     """Create the study or resume it; refuses to resume one made with another space, objective or train set."""
     settings = spec.settings
     searched = {param.name for param in spec.search}
     num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", TrainConfig.num_epochs)
     study = optuna.create_study(storage=storage, study_name=settings.study_name, direction=spec.direction,
-                                sampler=create_sampler(settings, job_index),
+                                sampler=create_sampler(settings),
                                 pruner=create_pruner(settings, num_epochs), load_if_exists=True)
     saved = study.user_attrs.get(SPEC_ATTR)
     if saved is None:
@@ -257,28 +346,40 @@ def _requeue_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
 
 
 def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str) -> None:
-    """Note why the (already FAILED) trial was interrupted and queue its parameters again."""
+    """Note why the (already FAILED) trial was interrupted and queue its parameters again, unless the study's
+    history already holds MAX_RETRIES + 1 interruptions of them (retries, or the same point sampled again)."""
     study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}", reason)
-    original = trial.user_attrs.get(RETRY_OF_ATTR, trial.number)
-    retries = trial.user_attrs.get(RETRIES_ATTR, 0) + 1
-    if retries > MAX_RETRIES:
-        log.warning("trial %d %s; marked FAILED, not re-queued: the parameters of trial %d were already "
-                    "interrupted %d times", trial.number, reason, original, MAX_RETRIES)
+    if not trial.params:
+        log.warning("trial %d %s before it sampled its parameters; a new trial takes its place", trial.number, reason)
         return
-    study.enqueue_trial(trial.params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: retries})
+    interruptions = times_interrupted(study, trial.params)
+    if interruptions > MAX_RETRIES:
+        log.warning("trial %d %s; marked FAILED, not re-queued: its parameters were interrupted %d times",
+                    trial.number, reason, interruptions)
+        return
+    original = trial.user_attrs.get(RETRY_OF_ATTR, trial.number)
+    study.enqueue_trial(trial.params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: interruptions})
     log.warning("trial %d %s; marked FAILED and its parameters re-queued as a new trial", trial.number, reason)
 
 
-class BudgetLock:
-    """A file lock taken from counting the budget until the next trial is RUNNING, so that the jobs of
-    one machine never start more trials than --n_trials. Released by the trial itself, or on exit."""
+def times_interrupted(study: optuna.Study, params: dict[str, Any]) -> int:
+    """How many trials of the study with exactly these parameters were interrupted."""
+    interrupted = interrupted_trials(study)
+    return sum(1 for trial in study.get_trials(deepcopy=False)
+               if trial.number in interrupted and trial.params == params)
+
+
+class FileLock:
+    """An exclusive lock on a file (flock), held in a `with held()` block or until `release()`; the OS drops it
+    when the process dies. Serializes this machine's jobs: counting the budget until the next trial is RUNNING,
+    so that they never start more than --n_trials; writing the report."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fh = None
 
     @contextlib.contextmanager
-    def held(self) -> Iterator["BudgetLock"]:
+    def held(self) -> Iterator["FileLock"]:
         self._fh = open(self.path, "a")
         fcntl.flock(self._fh, fcntl.LOCK_EX)
         try:
