@@ -223,7 +223,7 @@ def test_resuming_with_another_search_space_is_refused(tmp_path, shards, capsys)
 
 def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shards):
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
-                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=12)
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)  # outlasts a slow poll
     study_dir = tmp_path / "study"
     process = yt8m_process("tune", "--config", path, "--n_trials", "2", stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -339,18 +339,21 @@ def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_s
 
 
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, shards, capsys):
-    search = {"optimizer": {"type": "categorical", "choices": ["SGD", "NoSuchOptimizer"]},
+    # A feature size the shards do not have passes the file's checks and fails its trial on the first record.
+    sizes = ",".join(map(str, FEATURE_SIZES))
+    wrong_sizes = f"{FEATURE_SIZES[0]},{FEATURE_SIZES[1] + 1}"
+    search = {"feature_sizes": {"type": "categorical", "choices": [sizes, wrong_sizes]},
               "base_learning_rate": {"type": "categorical", "choices": [0.1, 1.0e+38]}}
-    enqueue = [{"optimizer": "NoSuchOptimizer", "base_learning_rate": 0.1},
-               {"optimizer": "SGD", "base_learning_rate": 1.0e+38},
-               {"optimizer": "SGD", "base_learning_rate": 0.1}]
+    enqueue = [{"feature_sizes": wrong_sizes, "base_learning_rate": 0.1},
+               {"feature_sizes": sizes, "base_learning_rate": 1.0e+38},
+               {"feature_sizes": sizes, "base_learning_rate": 0.1}]
     path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", clip_gradient_norm=0.0,
                      tune={"enqueue": enqueue, "pruner": "none"})
     result = tune_in_process(capsys, "--config", path, "--n_trials", "3")
     assert result["n_trials"]["fail"] == 2 and result["n_trials"]["complete"] == 1
     trials = load_study(result["study_dir"]).trials
-    assert "NoSuchOptimizer" in trials[0].user_attrs["fail_reason"]
-    assert "nan" in trials[1].user_attrs["fail_reason"].lower()
+    assert f"expected float_list of {FEATURE_SIZES[1] + 1} values" in trials[0].user_attrs["fail_reason"]
+    assert "the training loss is nan" in trials[1].user_attrs["fail_reason"]
     assert result["best_params"] == enqueue[2]
 
 

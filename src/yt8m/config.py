@@ -318,6 +318,14 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
     return value
 
 
+class ConfigError(ValueError):
+    """A config with problems: `problems` lists them, one line each; the message heads them with what was read."""
+
+    def __init__(self, heading: str, problems: list[str]):
+        super().__init__(f"{heading}:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
 def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config", check_values: bool = True) -> T:
     """Build `cls` from a mapping, naming every unknown or ill-typed field and (with `check_values`) every invalid
     value or combination in one error. Configs a run stored (config.yaml, checkpoints) load with check_values=False:
@@ -337,7 +345,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config
         ill_typed = {key for key in values if key in known and key not in coerced}
         problems += config_problems(config, skip=ill_typed)
     if problems:
-        raise ValueError(f"invalid config ({source}):\n  " + "\n  ".join(problems))
+        raise ConfigError(f"invalid config ({source})", problems)
     return config
 
 

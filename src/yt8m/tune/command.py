@@ -161,6 +161,9 @@ def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> 
     signal.signal(signal.SIGTERM, _interrupt_once)
     try:
         _die_with_parent(parent_pid)
+        from yt8m.training_process import configure_training_process
+
+        configure_training_process()  # a spawned process starts afresh: as `yt8m tune` made them, before torch loads
         import torch
 
         from yt8m.runtime import available_cpus, setup_logging

@@ -66,9 +66,6 @@ class ValidationReporter:
 
     def __call__(self, event: "TrainEvent") -> bool:
         self.epochs, self.examples = event.epoch, event.examples
-        if not math.isfinite(event.loss):
-            self.failure = f"the training loss became {event.loss} by step {event.step}"
-            return True
         scheduled = event.kind == ("checkpoint" if self.spec.settings.report_every_steps else "epoch_end")
         last = event.final or self._is_last(event)
         if not (scheduled or last) or self.evaluated_at_step == event.step:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import optuna
 
-from yt8m.config import TrainConfig, config_from_dict, field_names, field_type, load_yaml, setting
+from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml, setting
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
@@ -141,7 +141,6 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     raw_enqueue = tune_section.pop("enqueue", [])
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
     enqueue = _read_enqueue(path, raw_enqueue, search, problems)
-    _check_modes(path, train, search, problems)
     _check_report_schedule(path, settings, train, search, problems)
     _check_trial_configs(path, train, search, settings, problems)
     if problems:
@@ -161,11 +160,11 @@ def _section(path: str, document: dict, name: str, problems: list[str]) -> dict:
 
 
 def _collect(problems: list[str], build, *args: Any) -> Any:
-    """Run a config builder, turning its one-problem-per-line ValueError into entries of `problems`."""
+    """Run a config builder, adding the problems of its ConfigError to `problems`."""
     try:
         return build(*args)
-    except ValueError as err:
-        problems.extend(line.strip() for line in str(err).splitlines() if line.strip())
+    except ConfigError as err:
+        problems.extend(err.problems)
         return None
 
 
@@ -423,19 +422,3 @@ def _config_problems(values: dict[str, Any], source: str) -> list[str]:
 
 def _without_source(line: str, source: str) -> str:
     return line[len(source) + 2:] if line.startswith(f"{source}: ") else line
-
-
-def _check_modes(path: str, train: dict[str, Any], search: list[Param], problems: list[str]) -> None:
-    """Frame-level models need frame_features, video-level models must not have it."""
-    from yt8m.models import is_frame_level, list_models
-
-    frame_features = bool(train.get("frame_features", False))
-    model_param = next((param for param in search if param.name == "model"), None)
-    models = model_param.choices if model_param else (train.get("model", TrainConfig.model),)
-    known = list_models()
-    for model in models:
-        if model not in known:
-            problems.append(f"{path}: model {model!r} is not a registered model (known: {', '.join(known)})")
-        elif is_frame_level(model) != frame_features:
-            level = "frame-level" if is_frame_level(model) else "video-level"
-            problems.append(f"{path}: model {model} is {level} but train.frame_features is {frame_features}")
