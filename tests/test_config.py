@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from yt8m.config import (DataConfig, TrainConfig, add_config_arguments, add_config_file_argument, config_from_dict,
-                         feature_layout, parse_config)
+                         parse_config)
 
 
 def _parse(argv: list[str]) -> tuple[TrainConfig, set[str]]:
@@ -55,13 +55,17 @@ def test_one_error_names_every_unknown_or_ill_typed_field():
         assert text in message
 
 
-def test_feature_layout_pairs_names_with_sizes():
-    assert feature_layout(DataConfig(feature_names="mean_rgb, mean_audio", feature_sizes="1024,128")) == (
-        ["mean_rgb", "mean_audio"], [1024, 128])
+def test_feature_lists_are_parsed_once_from_the_starter_kits_comma_strings():
+    from_strings = DataConfig(feature_names="mean_rgb, mean_audio", feature_sizes="1024,128")
+    assert (from_strings.feature_names, from_strings.feature_sizes) == (["mean_rgb", "mean_audio"], [1024, 128])
+    assert config_from_dict(DataConfig, {"feature_names": ["mean_rgb", "mean_audio"], "feature_sizes": [1024, 128]}) \
+        == from_strings
+    config, _ = _parse(["--feature_names", "mean_rgb,mean_audio", "--feature_sizes", "1024,128"])
+    assert (config.feature_names, config.feature_sizes) == (["mean_rgb", "mean_audio"], [1024, 128])
     with pytest.raises(ValueError, match="same number of entries"):
-        feature_layout(DataConfig(feature_names="mean_rgb,mean_audio", feature_sizes="1024"))
-    with pytest.raises(ValueError, match="comma-separated integers"):
-        feature_layout(DataConfig(feature_names="mean_rgb", feature_sizes="big"))
+        config_from_dict(DataConfig, {"feature_names": "mean_rgb,mean_audio", "feature_sizes": "1024"})
+    with pytest.raises(ValueError, match="'feature_sizes' expects a comma-separated list of int, got 'big'"):
+        config_from_dict(DataConfig, {"feature_names": "mean_rgb", "feature_sizes": "big"})
 
 
 def yt8m(*args: str) -> subprocess.CompletedProcess:

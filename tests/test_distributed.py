@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from workflow_fixtures import as_flags
 from yt8m.checkpoint import final_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from yt8m.config import EvalConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
@@ -48,10 +49,6 @@ def config_values(data: dict, train_dir: Path, **overrides) -> dict:
                   num_classes=NUM_CLASSES, batch_size=16, num_epochs=2, export_model_steps=4, num_readers=0,
                   log_every_steps=100, metrics_every_steps=100)
     return {**values, **overrides}
-
-
-def as_flags(values: dict) -> list[str]:
-    return [part for name, value in values.items() for part in (f"--{name}", str(value))]
 
 
 def start_torchrun(values: dict, *torchrun_flags: str, ids_dir: Path | None = None) -> subprocess.Popen:

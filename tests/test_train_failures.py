@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from workflow_fixtures import NUM_CLASSES, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
+from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
 from yt8m.checkpoint import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.losses import create_loss
@@ -27,8 +27,7 @@ from yt8m.trainer import NonFiniteLossError, fit
 def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:
     values = dataclasses.asdict(tiny_train_config(data, train_dir, **overrides))
     defaults = dataclasses.asdict(type(tiny_train_config(data, train_dir))())
-    return [part for name, value in values.items() if value != defaults[name] or name in overrides
-            for part in (f"--{name}", str(value))]
+    return as_flags({name: value for name, value in values.items() if value != defaults[name] or name in overrides})
 
 
 def yt8m_train(*flags: str) -> subprocess.CompletedProcess:

@@ -37,6 +37,12 @@ def tiny_train_config(data: dict, train_dir: Path, **overrides) -> TrainConfig:
     return TrainConfig(**{**values, **overrides})
 
 
+def as_flags(values: dict) -> list[str]:
+    """`yt8m` flags of config values, lists in their comma form."""
+    return [part for name, value in values.items()
+            for part in (f"--{name}", ",".join(map(str, value)) if isinstance(value, list) else str(value))]
+
+
 @pytest.fixture(scope="session")
 def trained_dir(tiny_data, tmp_path_factory) -> Path:
     """A finished run of 12 steps (checkpoints at 4, 8 and the final 12); copy it before changing anything in it."""

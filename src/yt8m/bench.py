@@ -10,7 +10,7 @@ import json
 import time
 from typing import Optional
 
-from yt8m.config import DataConfig
+from yt8m.config import DataConfig, config_from_dict
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.runtime import reader_workers, setup_logging
 
@@ -62,8 +62,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging()
     names, sizes = DEFAULT_FEATURES[args.frame_features]
-    config = DataConfig(feature_names=args.feature_names or names, feature_sizes=args.feature_sizes or sizes,
-                        frame_features=args.frame_features, max_frames=args.max_frames, num_classes=args.num_classes)
+    config = config_from_dict(DataConfig, {
+        "feature_names": args.feature_names or names, "feature_sizes": args.feature_sizes or sizes,
+        "frame_features": args.frame_features, "max_frames": args.max_frames, "num_classes": args.num_classes}, "flags")
     workers = reader_workers(args.num_workers, args.frame_features)
     result = read_throughput(args.pattern, FeatureSpec.from_config(config), args.batch_size, workers,
                              args.max_batches)

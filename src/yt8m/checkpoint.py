@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from yt8m.config import ModelConfig, TrainConfig, config_from_dict, feature_layout, split_list
+from yt8m.config import ModelConfig, TrainConfig, config_from_dict
 from yt8m.files import atomic_writer, write_file_atomically
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
@@ -200,19 +200,13 @@ def create_model_for(config: TrainConfig) -> torch.nn.Module:
     """The model a config describes (all model fields passed; each model takes the ones it uses)."""
     from yt8m.models import create_model
 
-    _, sizes = feature_layout(config)
     hparams = {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig) if f.name != "model"}
-    return create_model(config.model, sum(sizes), config.num_classes, **hparams)
+    return create_model(config.model, sum(config.feature_sizes), config.num_classes, **hparams)
 
 
 def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:
-    """(name, old value, new value) of each named config field that differs; feature lists compare as lists."""
-    def comparable(config: Any, name: str) -> Any:
-        value = getattr(config, name)
-        return split_list(value) if name in ("feature_names", "feature_sizes") else value
-
-    return [(name, getattr(old, name), getattr(new, name))
-            for name in names if comparable(old, name) != comparable(new, name)]
+    """(name, old value, new value) of each named config field that differs."""
+    return [(name, getattr(old, name), getattr(new, name)) for name in names if getattr(old, name) != getattr(new, name)]
 
 
 def capture_rng_state() -> dict[str, Any]:

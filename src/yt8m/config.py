@@ -32,7 +32,8 @@ def setting(default: Any, help: str, *, at_least: Optional[float] = None, above:
     `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
     rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
              "required": required}
-    return field(default=default, metadata={"help": help, **{k: v for k, v in rules.items() if v is not None and v is not False}})
+    default_kind = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    return field(**default_kind, metadata={"help": help, **{k: v for k, v in rules.items() if v is not None and v is not False}})
 
 
 def _closest(name: str, known: Sequence[str]) -> str:
@@ -113,8 +114,8 @@ SKIP_CORRUPT_HELP = ("Skip what is damaged instead of failing, with a warning an
 class DataConfig:
     """How records are read and decoded; shared by train, eval and predict."""
 
-    feature_names: str = setting("mean_rgb", "Comma-separated feature names, concatenated in this order.")
-    feature_sizes: str = setting("1024", "Comma-separated sizes of the features in --feature_names.")
+    feature_names: list[str] = setting(["mean_rgb"], "Feature names, concatenated in this order (comma-separated).")
+    feature_sizes: list[int] = setting([1024], "Sizes of the features in --feature_names (comma-separated).")
     frame_features: bool = setting(False, "Read frame-level SequenceExamples instead of video-level Examples.")
     max_frames: int = setting(300, "Frame-level: keep at most this many frames per video.", at_least=1)
     num_classes: int = setting(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).", at_least=1)
@@ -122,13 +123,18 @@ class DataConfig:
     skip_corrupt: bool = setting(False, SKIP_CORRUPT_HELP)
 
     def __post_init__(self) -> None:
+        # The starter kit's comma strings, from Python as from flags and files, become typed lists here, once.
+        self.feature_names = parse_list(self.feature_names, str)
+        self.feature_sizes = parse_list(self.feature_sizes, int)
         self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
 
     def _own_problems(self) -> list[str]:
-        try:
-            feature_layout(self)
-        except ValueError as err:
-            return [str(err)]
+        names, sizes = self.feature_names, self.feature_sizes
+        if len(names) != len(sizes) or not names:
+            return [f"--feature_names ({','.join(names)}) and --feature_sizes ({','.join(map(str, sizes))}) must "
+                    "list the same number of entries"]
+        if min(sizes) < 1:
+            return [f"--feature_sizes must be positive, got {','.join(map(str, sizes))}"]
         return []
 
 
@@ -313,9 +319,29 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
             return float(value)
         if kind is str:
             return str(value)
+        if typing.get_origin(kind) is list:
+            return parse_list(value, typing.get_args(kind)[0])
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
-        raise ValueError(f"{source}: field '{name}' expects {kind.__name__}, got {value!r}") from err
+        raise ValueError(f"{source}: field '{name}' expects {_type_name(kind)}, got {value!r}") from err
     return value
+
+
+def _type_name(kind: Any) -> str:
+    if typing.get_origin(kind) is list:
+        return f"a comma-separated list of {typing.get_args(kind)[0].__name__}"
+    return kind.__name__
+
+
+def shown(value: Any) -> str:
+    """A field's value as a message shows it: lists in the starter kit's comma form, 'a,b'."""
+    return repr(",".join(map(str, value)) if isinstance(value, list) else value)
+
+
+def parse_list(value: str | Sequence[Any], element: type) -> list:
+    """A list field's value from a comma-separated string (flags, the starter kit's style) or a sequence (YAML,
+    Python); each element converted to `element` (ValueError where one does not convert)."""
+    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    return [element(part) for part in parts if part != ""]
 
 
 class ConfigError(ValueError):
@@ -420,15 +446,21 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """
     for f in dataclasses.fields(cls):
         kind = field_type(cls, f.name)
-        help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
+        help_text = f"{f.metadata.get('help', '')} (default: {_shown_default(f)})"
         if kind is bool:
             parser.add_argument(f"--{f.name}", nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL",
                                 help=help_text)
             parser.add_argument(f"--no{f.name}", dest=f.name, action="store_const", const="false",
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         else:
-            parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
-                                help=help_text)
+            metavar = "A,B,..." if typing.get_origin(kind) is list else kind.__name__.upper()
+            parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS, metavar=metavar, help=help_text)
+
+
+def _shown_default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return ",".join(map(str, f.default_factory()))
+    return f.default
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
@@ -451,23 +483,3 @@ def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = Tr
     values.update(flags)
     source = " and ".join(part for part in (file_path, "flags" if flags else "") if part) or "defaults"
     return config_from_dict(cls, values, source=source, check_values=check_values), set(values)
-
-
-def split_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def feature_layout(config: DataConfig) -> tuple[list[str], list[int]]:
-    """The feature names and sizes, checked to pair up."""
-    names = split_list(config.feature_names)
-    try:
-        sizes = [int(s) for s in split_list(config.feature_sizes)]
-    except ValueError as err:
-        raise ValueError(f"--feature_sizes must be comma-separated integers, got {config.feature_sizes!r}") from err
-    if len(names) != len(sizes) or not names:
-        raise ValueError(
-            f"--feature_names ({config.feature_names!r}) and --feature_sizes ({config.feature_sizes!r}) "
-            "must list the same number of entries")
-    if min(sizes) < 1:
-        raise ValueError(f"--feature_sizes must be positive, got {config.feature_sizes!r}")
-    return names, sizes

@@ -32,6 +32,7 @@ from yt8m.config import (
     field_names,
     load_config,
     parse_config,
+    shown,
 )
 from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, setup_logging, to_device
@@ -74,7 +75,7 @@ def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
         raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = load_config(TrainConfig, path)
     identity = [name for name in dict.fromkeys([*MODEL_IDENTITY_FIELDS, *field_names(ModelConfig)]) if name in given]
-    problems = [f"--{name}: given {new!r}, {path} has {old!r}"
+    problems = [f"--{name}: given {shown(new)}, {path} has {shown(old)}"
                 for name, old, new in differing_fields(trained, config, identity)]
     if problems:
         problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")

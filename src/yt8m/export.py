@@ -19,7 +19,7 @@ from torch import nn
 
 from yt8m import __version__
 from yt8m.checkpoint import build_model_from_checkpoint, load_latest_checkpoint
-from yt8m.config import ModelConfig, TrainConfig, feature_layout
+from yt8m.config import ModelConfig, TrainConfig
 from yt8m.files import write_file_atomically
 from yt8m.runtime import setup_logging
 
@@ -143,12 +143,11 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
     """Everything a server needs besides the graph: how to read and feed the inputs, and where the model came from."""
     import onnx
 
-    names, sizes = feature_layout(config)
     graph = onnx.load(model_path, load_external_data=False).graph
     return {
         "format": METADATA_FORMAT, "yt8m_version": __version__, "model_file": os.path.basename(model_path),
         "model": config.model, "model_config": {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig)},
-        "feature_names": names, "feature_sizes": sizes, "frame_features": config.frame_features,
+        "feature_names": config.feature_names, "feature_sizes": config.feature_sizes, "frame_features": config.frame_features,
         "max_frames": config.max_frames, "num_classes": config.num_classes, "global_step": step,
         "source_checkpoint": os.path.abspath(checkpoint), "opset": opset,
         "inputs": [_describe(value) for value in graph.input], "outputs": [_describe(value) for value in graph.output],

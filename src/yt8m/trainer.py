@@ -55,6 +55,7 @@ from yt8m.config import (
     config_problems,
     parse_config,
     save_config,
+    shown,
 )
 from yt8m.distributed import (
     all_reduce_sum,
@@ -152,7 +153,7 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
         fields += [name for name in model_hparams(config.model, config) if name not in fields]
     differing = differing_fields(saved, requested, fields)
     if differing:
-        lines = "\n".join(f"  --{name}: checkpoint has {old!r}, this run asks for {new!r}"
+        lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
                           for name, old, new in differing)
         raise ValueError(
             f"{checkpoint} was trained with different model settings:\n{lines}\n"

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from yt8m.config import DataConfig, feature_layout
+from yt8m.config import DataConfig
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.example import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_video_batch,
                                dequantize, record_id_key)
@@ -81,8 +81,8 @@ class FeatureSpec:
 
     @classmethod
     def from_config(cls, config: DataConfig) -> "FeatureSpec":
-        names, sizes = feature_layout(config)
-        return cls(names, sizes, config.frame_features, config.max_frames, config.num_classes)
+        return cls(list(config.feature_names), list(config.feature_sizes), config.frame_features, config.max_frames,
+                   config.num_classes)
 
     @property
     def feature_size(self) -> int:

@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 import fsspec
 import numpy as np
 
-from yt8m.config import split_list
+from yt8m.config import parse_list
 from yt8m.data.example import encode_frame_example, encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 
@@ -324,7 +324,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        sizes = tuple(int(size) for size in split_list(args.feature_sizes))
+        sizes = tuple(parse_list(args.feature_sizes, int))
     except ValueError as err:
         raise ValueError(f"--feature_sizes must be comma-separated integers, got {args.feature_sizes!r}") from err
     kinds = KINDS if args.kind == "all" else (args.kind,)
