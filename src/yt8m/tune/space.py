@@ -192,7 +192,9 @@ def _typed_values(values: dict[str, Any], source: str, problems: list[str]) -> d
     for name, value in values.items():
         holder = _collect(problems, config_from_dict, _field_holder(name), {name: value}, source)
         if holder is not None:
-            typed[name] = getattr(holder, name)
+            value = getattr(holder, name)
+            # Optuna's choices are plain values: a list field (feature_sizes) is searched in its comma form.
+            typed[name] = ",".join(map(str, value)) if isinstance(value, list) else value
     return typed
 
 
