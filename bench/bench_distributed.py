@@ -20,7 +20,7 @@ import tempfile
 
 from yt8m.data.synthetic import write_synthetic
 from yt8m.runtime import available_cpus
-from yt8m.trainer import WARMUP_STEPS
+from yt8m.training.meter import WARMUP_STEPS
 
 
 def run_training(data_pattern: str, train_dir: str, processes: int, batch_size: int, threads: int,

@@ -26,7 +26,18 @@ from yt8m.data.synthetic import write_synthetic
 from yt8m.losses import create_loss
 from yt8m.runtime import autocast, setup_logging
 from yt8m.optim import build_optimizer, l2_terms
-from yt8m.trainer import WARMUP_STEPS, backward_and_update, model_loss, train
+from yt8m.optim import apply_update
+from yt8m.training import train
+from yt8m.training.loop import model_loss
+from yt8m.training.meter import WARMUP_STEPS
+
+def backward_and_update(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        scaler: torch.amp.GradScaler, clip_gradient_norm: float, penalties=()) -> None:
+    """The bare loop's step: the gradient of one batch's label `loss`, then the trainer's optimizer step."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    apply_update(model, optimizer, scaler, clip_gradient_norm, 0.0, penalties)
+
 
 # Each matmul op's operands, in order; a recorded `out=` tensor after them is not one.
 MATMUL_OPERANDS = {"aten::mm": 2, "aten::addmm": 3, "aten::addmm_": 3, "aten::bmm": 2, "aten::baddbmm": 3}

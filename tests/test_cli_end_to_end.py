@@ -14,7 +14,7 @@ from yt8m.config import EvalConfig, PredictConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.evaluate import evaluate_checkpoints
 from yt8m.predict import run_predict
-from yt8m.trainer import train
+from yt8m.training import train
 
 
 def yt8m(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -27,7 +27,9 @@ from yt8m.config import EvalConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.evaluate import evaluate_checkpoints
-from yt8m.trainer import TRAINED_IDS_ENV, main, train
+from yt8m.commands.train import main
+from yt8m.training import train
+from yt8m.training.trained_ids import TRAINED_IDS_ENV
 
 NUM_CLASSES, FEATURE_SIZES, TRAIN_VIDEOS = 12, (16, 8), 250
 

@@ -16,7 +16,7 @@ from yt8m.config import EvalConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.evaluate import METRIC_KEYS, evaluate_checkpoints, evaluate_model, main
 from yt8m.losses import create_loss
-from yt8m.trainer import train
+from yt8m.training import train
 
 
 def eval_flags(data: dict, train_dir, *extra: str) -> list[str]:

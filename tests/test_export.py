@@ -21,7 +21,7 @@ from yt8m.export import main as export_main
 from yt8m.models import create_model, list_models
 from yt8m.predict import run_predict
 from yt8m.score import read_predictions_csv, score_files
-from yt8m.trainer import train
+from yt8m.training import train
 
 FEATURE_SIZE = 24
 TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2)

@@ -13,7 +13,7 @@ import torch
 
 from faults import file_size_limit, files_under, fill_disk_after
 from yt8m.checkpoint import save_checkpoint
-from yt8m.exporters import export_path, list_exports, read_export_metrics, write_export
+from yt8m.training.exports import export_path, list_exports, read_export_metrics, write_export
 from yt8m.files import WriteError, atomic_writer, is_temporary, remove_temporaries, temporary_path, write_file_atomically
 
 

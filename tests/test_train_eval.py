@@ -27,9 +27,9 @@ from yt8m.checkpoint import (
 )
 from yt8m.config import TrainConfig
 from yt8m.evaluate import METRIC_KEYS
-from yt8m.exporters import list_exports, read_export_metrics
+from yt8m.training.exports import list_exports, read_export_metrics
 from yt8m.optim import build_optimizer
-from yt8m.trainer import TrainEvent, fit, train
+from yt8m.training import TrainEvent, fit, train
 
 
 def scripted(values: dict[int, float], metric: str = "gap"):

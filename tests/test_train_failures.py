@@ -21,7 +21,7 @@ from yt8m.config import TrainConfig
 from yt8m.losses import create_loss
 from yt8m.models import create_model
 from yt8m.optim import build_optimizer
-from yt8m.trainer import NonFiniteLossError, fit
+from yt8m.training import NonFiniteLossError, fit
 
 
 def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:

@@ -19,7 +19,9 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.evaluate import evaluate_model
 from yt8m.losses import create_loss
 from yt8m.optim import build_optimizer
-from yt8m.trainer import TrainEvent, fit, learning_rate, parse_args, train
+from yt8m.commands.train import parse_args
+from yt8m.training import TrainEvent, fit, train
+from yt8m.training.loop import learning_rate
 
 FEATURES, CLASSES, BATCH = 6, 4, 8
 

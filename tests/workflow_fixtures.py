@@ -46,7 +46,7 @@ def as_flags(values: dict) -> list[str]:
 @pytest.fixture(scope="session")
 def trained_dir(tiny_data, tmp_path_factory) -> Path:
     """A finished run of 12 steps (checkpoints at 4, 8 and the final 12); copy it before changing anything in it."""
-    from yt8m.trainer import train
+    from yt8m.training import train
 
     train_dir = tmp_path_factory.mktemp("trained") / "run"
     train(tiny_train_config(tiny_data, train_dir))

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("yt8m.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
     "bench": ("yt8m.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
     "score": ("yt8m.score:main", "Score a Kaggle-format predictions CSV against a labels CSV."),
-    "train": ("yt8m.trainer:main", "Train a model (starter-kit train.py flags)."),
+    "train": ("yt8m.commands.train:main", "Train a model (starter-kit train.py flags)."),
     "eval": ("yt8m.evaluate:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
     "predict": ("yt8m.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
     "export": ("yt8m.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),

@@ -70,7 +70,7 @@ def _loss_names() -> list[str]:
 
 
 def _metric_names() -> list[str]:
-    from yt8m.train_eval import HIGHER_IS_BETTER
+    from yt8m.training.evaluation import HIGHER_IS_BETTER
 
     return list(HIGHER_IS_BETTER)
 

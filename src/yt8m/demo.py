@@ -25,7 +25,7 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     from yt8m.evaluate import evaluate_checkpoints
     from yt8m.predict import run_predict
     from yt8m.score import score_files
-    from yt8m.trainer import train
+    from yt8m.training import train
 
     started = time.perf_counter()
     data_dir = os.path.join(output_dir, "data")

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from yt8m.checkpoint import checkpoint_dir
-from yt8m.exporters import EXPORT_DIR
+from yt8m.training.exports import EXPORT_DIR
 from yt8m.files import remove_temporaries
 
 LOCK_FILE = ".yt8m-train.lock"

@@ -28,7 +28,7 @@ from yt8m.tune.study import (
 )
 
 if TYPE_CHECKING:
-    from yt8m.trainer import TrainEvent
+    from yt8m.training import TrainEvent
 
 log = logging.getLogger("yt8m.tune")
 
@@ -130,7 +130,7 @@ class TrialObjective:
         train_dir = trial_dir(self.spec.settings.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings))
-        from yt8m.trainer import train
+        from yt8m.training import train
 
         reporter = ValidationReporter(trial, self.spec, config)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)

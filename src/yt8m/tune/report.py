@@ -226,7 +226,7 @@ def report_main(argv: Sequence[str]) -> int:
 
 def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -> dict[str, Any]:
     """Train best.yaml again; on train+validate data into best_train_validate, else scored on validation."""
-    from yt8m.trainer import train
+    from yt8m.training import train
 
     best = best_trial(study)
     if best is None:

@@ -1,26 +1,15 @@
-"""`yt8m train`: the starter kit's train.py as one PyTorch loop, on one process or many under torchrun.
-
-Resumes from the train dir's latest checkpoint (model, optimizer, step, epoch position, RNG state, LR factor),
-checkpoints atomically, evaluates and exports when given --eval_data_pattern, logs to stderr and TensorBoard,
-and prints one JSON summary line on stdout. Distributed: `torchrun --nproc_per_node N -m yt8m train ...`
-(DistributedDataParallel; each process reads its share of the records; rank 0 writes every file).
-Debugging the data split: with YT8M_TRAINED_IDS_DIR=DIR each process appends "<epoch> <video id>" for
-every example it trains on to DIR/rank-<rank>.txt.
-"""
+"""The training loop: `fit` steps a model on batches, in one process or many (DistributedDataParallel), with
+checkpoints, in-training evaluation and hooks; what it keeps in checkpoints resumes it exactly."""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import math
-import os
 import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -32,60 +21,17 @@ from torch import nn
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from yt8m.checkpoint import (
-    capture_rng_state,
-    checkpoint_config,
-    checkpoint_dir,
-    checkpoint_path,
-    clear_final_marker,
-    create_model_for,
-    differing_fields,
-    init_from_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    load_latest_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
-from yt8m.config import (
-    MODEL_IDENTITY_FIELDS,
-    TrainConfig,
-    add_config_arguments,
-    add_config_file_argument,
-    config_problems,
-    parse_config,
-    save_config,
-    shown,
-)
-from yt8m.distributed import (
-    all_reduce_sum,
-    barrier,
-    broadcast_from_rank0,
-    env_rank,
-    exit_without_teardown,
-    launched_by_torchrun,
-    process_group,
-    rank_and_world_size,
-    relaunch_for_gpus,
-    training_device,
-)
-from yt8m.optim import L2Terms, apply_update, build_optimizer, l2_terms
-from yt8m.runtime import amp_dtype, autocast, reader_workers, setup_logging, to_device
-from yt8m.train_eval import (
-    EvaluateFn,
-    TrainEvaluator,
-    Verdict,
-    best_export_checkpoint,
-    evaluation_problems,
-    validation_evaluator,
-)
+from yt8m.checkpoint import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from yt8m.config import TrainConfig
+from yt8m.distributed import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.optim import apply_update, l2_terms
+from yt8m.runtime import amp_dtype, autocast, to_device
+from yt8m.training.evaluation import TrainEvaluator, Verdict, best_export_checkpoint
+from yt8m.training.meter import ThroughputMeter
+from yt8m.training.summaries import batch_metrics, log_step, summary_writer, write_scalars
+from yt8m.training.trained_ids import record_trained_ids
 
 log = logging.getLogger("yt8m.train")
-
-# Steps left out of the steady-state examples/s: worker start-up, allocator warm-up, first-touch page faults.
-WARMUP_STEPS = 5
-
-TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
 
 
 class NonFiniteLossError(ValueError):
@@ -135,129 +81,6 @@ def learning_rate(config: TrainConfig, examples: int) -> float:
     """Staircase decay over global examples seen, as the starter kit's exponential_decay(staircase=True)."""
     decays = examples // max(config.learning_rate_decay_examples, 1)
     return config.base_learning_rate * config.learning_rate_decay ** decays
-
-
-def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
-    """One ValueError listing every problem; `evaluating`: train-and-evaluate has an evaluation to run."""
-    problems = config_problems(config) + evaluation_problems(config, evaluating)
-    if problems:
-        raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
-
-
-def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
-    """The starter kit's model-flags guard: never load weights into a differently defined model."""
-    from yt8m.models import model_hparams
-
-    fields = list(MODEL_IDENTITY_FIELDS)
-    for config in (saved, requested):
-        fields += [name for name in model_hparams(config.model, config) if name not in fields]
-    differing = differing_fields(saved, requested, fields)
-    if differing:
-        lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
-                          for name, old, new in differing)
-        raise ValueError(
-            f"{checkpoint} was trained with different model settings:\n{lines}\n"
-            f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
-            f"and start over, or choose a new --train_dir.")
-
-
-def remove_previous_run(train_dir: str) -> None:
-    """--start_new_model: drop the checkpoints, evaluations, exports and summaries a previous run left."""
-    from yt8m.exporters import EXPORT_DIR
-
-    for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval"), os.path.join(train_dir, EXPORT_DIR)):
-        shutil.rmtree(path, ignore_errors=True)
-    if os.path.isdir(train_dir):
-        for name in os.listdir(train_dir):
-            if name.startswith("events.out.tfevents."):
-                os.remove(os.path.join(train_dir, name))
-    log.info("--start_new_model: removed the previous checkpoints and summaries in %s", train_dir)
-
-
-def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Optional[EvaluateFn] = None) -> dict[str, Any]:
-    """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary.
-
-    Everything is checked (config, model, optimizer, loss, data) before the train dir is touched, so a failed start
-    leaves it as it was. Under torchrun every process calls it and it joins the process group itself. With
-    --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
-    trains and evaluates.
-    """
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-    from yt8m.losses import create_loss
-
-    validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
-    device = training_device(config.device)
-    with process_group(device):
-        rank, world_size = rank_and_world_size()
-        seed_everything(config.seed)
-        model = create_model_for(config).to(device)
-        optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-        loss_fn = create_loss(config.label_loss)
-        dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                              shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                              skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
-        dataset.check_first_record()
-        evaluator = None
-        if rank == 0 and (config.eval_data_pattern or evaluate is not None):
-            evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
-        newest = latest_checkpoint(config.train_dir)
-        resume = checkpoint_to_resume(config, model)
-        with train_dir_lock(config.train_dir, rank):
-            prepare_train_dir(config, rank, newest)
-            loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
-                                 pin_memory=device.type == "cuda")
-
-            def epoch_batches(epoch: int) -> Iterable[dict]:
-                dataset.set_epoch(epoch)
-                return loader
-
-            log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
-                     config.model, sum(p.numel() for p in model.parameters()), device, world_size,
-                     config.batch_size * world_size * config.numbatches_to_aggregate)
-            summary = fit(model, optimizer, loss_fn, epoch_batches, config,
-                          hooks=hooks, resume=resume, device=device, evaluator=evaluator)
-            if config.skip_corrupt:
-                summary.update(skipped_files=all_reduce_sum(dataset.skipped_files, device),
-                               skipped_records=all_reduce_sum(dataset.skipped_records, device))
-            return summary
-
-
-def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict]:
-    """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
-    mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
-    --init_from when given."""
-    found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
-    resume_path, resume = found or (None, None)
-    if resume is not None:
-        refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
-        log.info("resuming from %s", resume_path)
-        if config.init_from:
-            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
-    elif config.init_from:
-        init_from_checkpoint(model, config.init_from).log(log)
-    return resume
-
-
-def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> None:
-    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config, once every process
-    has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen, must still be."""
-    barrier()
-    if rank != 0:
-        return
-    if latest_checkpoint(config.train_dir) != newest:
-        raise ValueError(f"another run wrote {latest_checkpoint(config.train_dir)} while this one started in "
-                         f"{config.train_dir}: start this run again")
-    if config.start_new_model:
-        remove_previous_run(config.train_dir)
-    save_config(config, os.path.join(config.train_dir, "config.yaml"))
-    clear_final_marker(config.train_dir)
-
-
-def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
-    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once, naming this one."""
-    from yt8m.lock import TrainDirLock
-
-    return TrainDirLock(train_dir) if rank == 0 else contextlib.nullcontext()
 
 
 def seed_everything(seed: int) -> None:
@@ -570,20 +393,6 @@ def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    return getattr(model, "module", model)
-
-
-def backward_and_update(loss: torch.Tensor, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scaler: torch.amp.GradScaler, clip_gradient_norm: float, clip_gradient_value: float = 0.0,
-                        penalties: L2Terms = ()) -> None:
-    """One optimizer step on the gradient of one batch's label `loss` plus the L2 `penalties` (a bare loop's step,
-    as bench_train's)."""
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    apply_update(model, optimizer, scaler, clip_gradient_norm, clip_gradient_value, penalties)
-
-
 def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, example_weight: float = 1.0):
     """(model output, label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
@@ -593,15 +402,6 @@ def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, example_weight
     return output, label_loss, label_loss * example_weight
 
 
-def record_trained_ids(rank: int, epoch: int, group: list[dict]) -> None:
-    """YT8M_TRAINED_IDS_DIR: append "<epoch> <video id>" per trained example to DIR/rank-<rank>.txt."""
-    directory = os.environ.get(TRAINED_IDS_ENV)
-    if not directory:
-        return
-    with open(os.path.join(directory, f"rank-{rank}.txt"), "a") as fh:
-        fh.writelines(f"{epoch} {video_id}\n" for batch in group for video_id in batch["video_ids"])
-
-
 def reached_max_steps(config: TrainConfig, progress: Progress) -> bool:
     return config.max_steps is not None and progress.step >= config.max_steps
 
@@ -609,94 +409,3 @@ def reached_max_steps(config: TrainConfig, progress: Progress) -> bool:
 def autocast_uses_float16() -> bool:
     """float16 autocast needs loss scaling; bfloat16 does not."""
     return torch.cuda.is_available() and amp_dtype() == torch.float16
-
-
-class ThroughputMeter:
-    """Per-step examples/s and the share of time spent waiting for input, plus the steady-state rate."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.wait_started = self.data_ready_at = time.perf_counter()
-        self.steady_examples = 0
-        self.steady_seconds = 0.0
-        self.steady_wait = 0.0
-        self.all_examples = 0
-        self.all_seconds = 0.0
-
-    def start_wait(self) -> None:
-        self.wait_started = time.perf_counter()
-
-    def data_ready(self) -> None:
-        self.data_ready_at = time.perf_counter()
-
-    def step_done(self, examples: int) -> float:
-        now = time.perf_counter()
-        seconds = now - self.wait_started
-        self.steps += 1
-        self.all_examples += examples
-        self.all_seconds += seconds
-        if self.steps > WARMUP_STEPS:
-            self.steady_examples += examples
-            self.steady_seconds += seconds
-            self.steady_wait += self.data_ready_at - self.wait_started
-        return examples / max(seconds, 1e-9)
-
-    def steady_examples_per_sec(self) -> float:
-        if self.steady_seconds > 0:
-            return self.steady_examples / self.steady_seconds
-        return self.all_examples / self.all_seconds if self.all_seconds > 0 else 0.0
-
-    def input_wait_fraction(self) -> float:
-        return self.steady_wait / self.steady_seconds if self.steady_seconds > 0 else 0.0
-
-
-def batch_metrics(predictions: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Hit@1, PERR and GAP@20 of one batch, from one ranking of its predictions (not one per metric)."""
-    from yt8m.metrics import EvaluationMetrics
-
-    metrics = EvaluationMetrics(predictions.shape[1])
-    metrics.accumulate(predictions.detach().float().cpu().numpy(), labels.detach().cpu().numpy())
-    scores = metrics.get()
-    return {"hit_at_one": scores["hit_at_one"], "perr": scores["perr"], "gap": scores["gap"]}
-
-
-def log_step(progress: Progress, scalars: dict[str, float], meter: ThroughputMeter) -> None:
-    text = (f"step {progress.step} | epoch {progress.epoch + 1} | loss {scalars['loss']:.5f} | "
-            f"{scalars['examples_per_sec']:.0f} examples/s | input wait {meter.input_wait_fraction():.0%}")
-    if "gap" in scalars:
-        text += f" | hit@1 {scalars['hit_at_one']:.3f} perr {scalars['perr']:.3f} gap {scalars['gap']:.3f}"
-    log.info(text)
-
-
-def summary_writer(train_dir: str, step: int):
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step drops events a crashed run wrote after its last checkpoint, so curves do not fold back.
-    return SummaryWriter(train_dir, purge_step=step + 1 if step else None)
-
-
-def write_scalars(writer, scalars: dict[str, float], step: int) -> None:
-    if writer is not None:
-        for name, value in scalars.items():
-            writer.add_scalar(name, value, step)
-
-
-def parse_args(argv: Sequence[str]) -> TrainConfig:
-    """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed config."""
-    parser = argparse.ArgumentParser(prog="yt8m train", description=__doc__)
-    add_config_file_argument(parser)
-    add_config_arguments(parser, TrainConfig)
-    return parse_config(TrainConfig, parser.parse_args(argv))[0]
-
-
-def main(argv: Sequence[str]) -> int:
-    config = parse_args(argv)
-    setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
-    if config.num_gpu > 1 and not launched_by_torchrun():
-        relaunch_for_gpus(argv, config.num_gpu)
-    summary = train(config)
-    if env_rank() == 0:
-        print(json.dumps(summary), flush=True)
-    if launched_by_torchrun():
-        exit_without_teardown(0)
-    return 0

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from yt8m.config import TrainConfig
-from yt8m.exporters import Exporters, exported_checkpoint
+from yt8m.training.exports import Exporters, exported_checkpoint
 
 log = logging.getLogger("yt8m.train_eval")
 

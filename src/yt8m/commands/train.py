@@ -1,0 +1,36 @@
+"""`yt8m train`: the starter kit's train.py flags (or a YAML config) into `yt8m.training.train`; prints one JSON
+summary line. Distributed: `torchrun --nproc_per_node N -m yt8m train ...`, or `--num_gpu N`, which relaunches
+itself under torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Sequence
+
+from yt8m.config import TrainConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.distributed import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
+from yt8m.runtime import setup_logging
+from yt8m.training import train
+
+
+def parse_args(argv: Sequence[str]) -> TrainConfig:
+    """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed config."""
+    parser = argparse.ArgumentParser(prog="yt8m train", description=__doc__)
+    add_config_file_argument(parser)
+    add_config_arguments(parser, TrainConfig)
+    return parse_config(TrainConfig, parser.parse_args(argv))[0]
+
+
+def main(argv: Sequence[str]) -> int:
+    config = parse_args(argv)
+    setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
+    if config.num_gpu > 1 and not launched_by_torchrun():
+        relaunch_for_gpus(argv, config.num_gpu)
+    summary = train(config)
+    if env_rank() == 0:
+        print(json.dumps(summary), flush=True)
+    if launched_by_torchrun():
+        exit_without_teardown(0)
+    return 0

@@ -1,0 +1,149 @@
+"""`train(config)`: one training run set up, run and closed, on one process or many under torchrun: every check
+made before the train dir is touched, the train dir locked and prepared, then the loop (`loop.fit`).
+
+Resumes from the train dir's newest readable checkpoint (model, optimizer, step, epoch position, RNG state, LR
+factor); with --eval_data_pattern it evaluates and exports (training/evaluation.py). Rank 0 writes every file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from typing import Any, ContextManager, Iterable, Optional, Sequence
+
+from torch import nn
+
+from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, create_model_for, differing_fields,
+                             init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
+from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, config_problems, save_config, shown
+from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
+from yt8m.optim import build_optimizer
+from yt8m.runtime import reader_workers
+from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
+from yt8m.training.exports import EXPORT_DIR
+from yt8m.training.loop import TrainHook, fit, seed_everything
+
+log = logging.getLogger("yt8m.train")
+
+
+def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
+    """One ValueError listing every problem; `evaluating`: train-and-evaluate has an evaluation to run."""
+    problems = config_problems(config) + evaluation_problems(config, evaluating)
+    if problems:
+        raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
+
+
+def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
+    """The starter kit's model-flags guard: never load weights into a differently defined model."""
+    from yt8m.models import model_hparams
+
+    fields = list(MODEL_IDENTITY_FIELDS)
+    for config in (saved, requested):
+        fields += [name for name in model_hparams(config.model, config) if name not in fields]
+    differing = differing_fields(saved, requested, fields)
+    if differing:
+        lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
+                          for name, old, new in differing)
+        raise ValueError(
+            f"{checkpoint} was trained with different model settings:\n{lines}\n"
+            f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
+            f"and start over, or choose a new --train_dir.")
+
+
+def remove_previous_run(train_dir: str) -> None:
+    """--start_new_model: drop the checkpoints, evaluations, exports and summaries a previous run left."""
+    for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval"), os.path.join(train_dir, EXPORT_DIR)):
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.isdir(train_dir):
+        for name in os.listdir(train_dir):
+            if name.startswith("events.out.tfevents."):
+                os.remove(os.path.join(train_dir, name))
+    log.info("--start_new_model: removed the previous checkpoints and summaries in %s", train_dir)
+
+
+def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Optional[EvaluateFn] = None) -> dict[str, Any]:
+    """Train as `config` says, resuming from the train dir's latest checkpoint; returns the summary.
+
+    Everything is checked (config, model, optimizer, loss, data) before the train dir is touched, so a failed start
+    leaves it as it was. Under torchrun every process calls it and it joins the process group itself. With
+    --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
+    trains and evaluates.
+    """
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    from yt8m.losses import create_loss
+
+    validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
+    device = training_device(config.device)
+    with process_group(device):
+        rank, world_size = rank_and_world_size()
+        seed_everything(config.seed)
+        model = create_model_for(config).to(device)
+        optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
+        loss_fn = create_loss(config.label_loss)
+        dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
+                              shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+                              skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
+        dataset.check_first_record()
+        evaluator = None
+        if rank == 0 and (config.eval_data_pattern or evaluate is not None):
+            evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
+        newest = latest_checkpoint(config.train_dir)
+        resume = checkpoint_to_resume(config, model)
+        with train_dir_lock(config.train_dir, rank):
+            prepare_train_dir(config, rank, newest)
+            loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                                 pin_memory=device.type == "cuda")
+
+            def epoch_batches(epoch: int) -> Iterable[dict]:
+                dataset.set_epoch(epoch)
+                return loader
+
+            log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
+                     config.model, sum(p.numel() for p in model.parameters()), device, world_size,
+                     config.batch_size * world_size * config.numbatches_to_aggregate)
+            summary = fit(model, optimizer, loss_fn, epoch_batches, config,
+                          hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+            if config.skip_corrupt:
+                summary.update(skipped_files=all_reduce_sum(dataset.skipped_files, device),
+                               skipped_records=all_reduce_sum(dataset.skipped_records, device))
+            return summary
+
+
+def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict]:
+    """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
+    mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
+    --init_from when given."""
+    found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
+    resume_path, resume = found or (None, None)
+    if resume is not None:
+        refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
+        log.info("resuming from %s", resume_path)
+        if config.init_from:
+            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
+    elif config.init_from:
+        init_from_checkpoint(model, config.init_from).log(log)
+    return resume
+
+
+def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> None:
+    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config, once every process
+    has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen, must still be."""
+    barrier()
+    if rank != 0:
+        return
+    if latest_checkpoint(config.train_dir) != newest:
+        raise ValueError(f"another run wrote {latest_checkpoint(config.train_dir)} while this one started in "
+                         f"{config.train_dir}: start this run again")
+    if config.start_new_model:
+        remove_previous_run(config.train_dir)
+    save_config(config, os.path.join(config.train_dir, "config.yaml"))
+    clear_final_marker(config.train_dir)
+
+
+def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
+    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once, naming this one."""
+    from yt8m.lock import TrainDirLock
+
+    return TrainDirLock(train_dir) if rank == 0 else contextlib.nullcontext()
