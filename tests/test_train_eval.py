@@ -287,3 +287,15 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tiny_data, trained
     assert "loaded 0 of 3 tensors" in caplog.text
     assert "not loaded (kept their initialization): gates.weight (shape [36, 24] in the checkpoint, [48, 24] here)" \
         in caplog.text
+
+
+def test_checkpoint_every_epoch_evaluates_each_epoch_end(tiny_data, tmp_path):
+    seen = []
+    config = tiny_train_config(tiny_data, tmp_path, export_model_steps=1000, checkpoint_every_epoch=True,
+                               eval_data_pattern=tiny_data["validate_pattern"])
+    summary = train(config, hooks=[lambda event: seen.append((event.kind, event.step, event.metrics is not None))])
+    assert [entry for entry in seen if entry[0] == "checkpoint"] == [("checkpoint", 4, True), ("checkpoint", 8, True),
+                                                                    ("checkpoint", 12, True)]
+    assert sorted(name for name in os.listdir(tmp_path / "eval") if name.startswith("metrics-")) == [
+        "metrics-00000004.json", "metrics-00000008.json", "metrics-00000012.json"]
+    assert summary["evaluations"] == 3

@@ -188,9 +188,10 @@ def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys
     study_dir = Path(more["study_dir"])
     assert more["n_trials"]["complete"] == 3 and len(load_study(study_dir).trials) == 3
 
-    # --keep_best 1: only the best trial keeps its checkpoints.
-    with_checkpoints = sorted(p.parent.name for p in study_dir.glob("trials/trial-*/checkpoints"))
-    assert with_checkpoints == [f"trial-{more['best_trial']}"]
+    # --keep_best 1: only the best trial keeps its checkpoints and the exports of its evaluations.
+    for kept in ("checkpoints", "export"):
+        with_files = sorted(p.parent.name for p in study_dir.glob(f"trials/trial-*/{kept}"))
+        assert with_files == [f"trial-{more['best_trial']}"]
 
     assert cli.main(["tune-report", str(study_dir)]) == 0
     out = capsys.readouterr().out

@@ -185,6 +185,8 @@ class TrainConfig(ModelConfig, DataConfig):
     numbatches_to_aggregate: int = setting(1, "Accumulate gradients over this many batches per optimizer step: the "
                                          "same update as one batch this many times larger.", at_least=1)
     export_model_steps: int = setting(1000, "Write a checkpoint every this many steps.", at_least=1)
+    checkpoint_every_epoch: bool = setting(False, "Also write a checkpoint at the end of every epoch (evaluated with "
+                                                  "--eval_data_pattern, as every checkpoint is).")
     keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.", at_least=1)
     start_new_model: bool = setting(False, "Delete the train dir's checkpoints and start from scratch.")
     shuffle_buffer: int = setting(10000, "Records held in the shuffle buffer of each reader.", at_least=1)

@@ -70,7 +70,8 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
 
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
     dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1)
+                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1,
+                          cache_in_memory=config.cache_in_memory)
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
                          pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)

@@ -189,6 +189,8 @@ class TrainingLoop:
                 progress.epoch += 1
                 progress.batches_in_epoch = 0
                 self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
+                if config.checkpoint_every_epoch and self.hooked_step != progress.step:
+                    self._checkpoint()
                 return
             progress.batches_in_epoch += config.numbatches_to_aggregate
             self._step(group, examples)

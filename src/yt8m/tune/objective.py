@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
-import torch
 
 from yt8m.checkpoint import checkpoint_dir
+from yt8m.training.exports import EXPORT_DIR
 from yt8m.config import TrainConfig
 from yt8m.tune.space import TuneSpec, report_schedule
 from yt8m.tune.study import (
@@ -49,67 +49,54 @@ def trial_dir(study_dir: str, number: int) -> str:
 
 @dataclass
 class ValidationReporter:
-    """Trainer hook: evaluates the live model, reports the objective metric to the pruner, asks to stop
-    when the pruner says so or the loss is not finite."""
+    """Trainer hook: reports the trainer's validation of its checkpoints to the pruner (every checkpoint with
+    --report_every_steps, else the one each epoch ends with) and asks to stop when the pruner prunes or the metric
+    is not finite."""
 
     trial: optuna.Trial
     spec: TuneSpec
     config: TrainConfig
     reports: list[tuple[int, float]] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
-    evaluated_at_step: int = -1
     epochs: int = 0
     examples: int = 0
+    reported_epoch: int = 0
     pruned_at: Optional[int] = None
     failure: Optional[str] = None
-    _batches: Any = None
 
     def __call__(self, event: "TrainEvent") -> bool:
         self.epochs, self.examples = event.epoch, event.examples
-        scheduled = event.kind == ("checkpoint" if self.spec.settings.report_every_steps else "epoch_end")
-        last = event.final or self._is_last(event)
-        if not (scheduled or last) or self.evaluated_at_step == event.step:
+        if event.kind != "checkpoint" or event.metrics is None:
             return False
-        value = self._evaluate(event.model, event.step)
-        if value is None:
+        self.metrics = event.metrics
+        value = event.metrics[self.spec.metric]
+        if not math.isfinite(value):
+            self.failure = f"validation {self.spec.metric} is {value} at step {event.step}"
             return True
-        if scheduled:
-            report_step = event.step if self.spec.settings.report_every_steps else event.epoch
-            self.trial.report(value, report_step)
-            self.reports.append((report_step, value))
-            if not last and self.trial.should_prune():
-                self.pruned_at = report_step
-                return True
+        log.info("trial %d, step %d: validation %s %.5f", self.trial.number, event.step, self.spec.metric, value)
+        report_step = self._report_step(event)
+        if report_step is None:
+            return False
+        self.trial.report(value, report_step)
+        self.reports.append((report_step, value))
+        if not self._is_last(event) and self.trial.should_prune():
+            self.pruned_at = report_step
+            return True
         return False
+
+    def _report_step(self, event: "TrainEvent") -> Optional[int]:
+        """The step the pruner sees: training steps with --report_every_steps, else epochs (once each)."""
+        if self.spec.settings.report_every_steps:
+            return event.step
+        if event.epoch > self.reported_epoch:
+            self.reported_epoch = event.epoch
+            return event.epoch
+        return None
 
     def _is_last(self, event: "TrainEvent") -> bool:
         max_steps = self.config.max_steps
-        return event.epoch >= self.config.num_epochs or (max_steps is not None and event.step >= max_steps)
-
-    def _evaluate(self, model: torch.nn.Module, step: int) -> Optional[float]:
-        from yt8m.evaluate import evaluate_model
-        from yt8m.losses import create_loss
-
-        device = next(model.parameters()).device
-        self.metrics = evaluate_model(model, self._validation_batches(), create_loss(self.config.label_loss),
-                                      self.config.num_classes, device=device)
-        self.evaluated_at_step = step
-        value = self.metrics[self.spec.metric]
-        if not math.isfinite(value):
-            self.failure = f"validation {self.spec.metric} is {value} at step {step}"
-            return None
-        log.info("trial %d, step %d: validation %s %.5f", self.trial.number, step, self.spec.metric, value)
-        return value
-
-    def _validation_batches(self):
-        """The validation set, decoded once per trial and held in RAM when it is video-level."""
-        if self._batches is None:
-            from yt8m.data.dataset import FeatureSpec, YT8MDataset
-
-            self._batches = YT8MDataset(self.spec.eval_data_pattern, FeatureSpec.from_config(self.config),
-                                        self.config.batch_size, skip_corrupt=self.config.skip_corrupt,
-                                        cache_in_memory=not self.config.frame_features)
-        return self._batches
+        return event.final or event.epoch >= self.config.num_epochs or (
+            max_steps is not None and event.step >= max_steps)
 
 
 @dataclass
@@ -151,6 +138,8 @@ class TrialObjective:
         if reporter.pruned_at is not None:
             raise optuna.TrialPruned(f"the pruner stopped it at report step {reporter.pruned_at}, "
                                      f"validation {self.spec.metric} {reporter.reports[-1][1]:.5f}")
+        if not reporter.metrics:
+            raise TrialFailure("the trial ended without a validation result")
         return reporter.metrics[self.spec.metric]
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
@@ -174,7 +163,8 @@ def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
 
 
 def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Optional[int]) -> None:
-    """--keep_best K: delete the checkpoints of every finished trial but the K best complete ones."""
+    """--keep_best K: delete the checkpoints (and the exports, which share their files) of every finished trial but
+    the K best complete ones."""
     if keep is None:
         return
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
@@ -182,7 +172,9 @@ def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Op
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     best = {t.number for t in sorted(complete, key=lambda t: t.value, reverse=maximize)[:keep]}
     for trial in finished:
-        path = checkpoint_dir(trial_dir(study_dir, trial.number))
-        if trial.number not in best and os.path.isdir(path):
-            shutil.rmtree(path)
-            log.info("--keep_best %d: removed the checkpoints of trial %d", keep, trial.number)
+        folder = trial_dir(study_dir, trial.number)
+        kept = [path for path in (checkpoint_dir(folder), os.path.join(folder, EXPORT_DIR)) if os.path.isdir(path)]
+        if trial.number not in best and kept:
+            for path in kept:
+                shutil.rmtree(path)
+            log.info("--keep_best %d: removed the checkpoints and exports of trial %d", keep, trial.number)

@@ -119,7 +119,8 @@ class TuneSpec:
         return values
 
     def trial_config(self, params: dict[str, Any], train_dir: str, **overrides: Any) -> TrainConfig:
-        values = {**self.train, **params, "train_dir": train_dir, "start_new_model": True, **overrides}
+        values = {**self.train, EVAL_PATTERN: self.eval_data_pattern, **params, "train_dir": train_dir,
+                  "start_new_model": True, **overrides}
         return config_from_dict(TrainConfig, values, source=f"{self.source}: trial config")
 
     def identity(self) -> str:
@@ -388,9 +389,10 @@ def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, A
 
 
 def report_schedule(settings: TuneSettings) -> dict[str, Any]:
-    """Trials report at their checkpoints when --report_every_steps is set: it sets their export_model_steps."""
+    """Trials report the trainer's evaluation of their checkpoints: every --report_every_steps steps (their
+    export_model_steps), else at the checkpoint each epoch ends with."""
     steps = settings.report_every_steps
-    return {"export_model_steps": steps} if steps else {}
+    return {"export_model_steps": steps} if steps else {"checkpoint_every_epoch": True}
 
 
 def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], settings: TuneSettings,
