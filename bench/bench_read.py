@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-from yt8m.bench import read_throughput
+from yt8m.data.throughput import read_throughput
 from yt8m.data.dataset import FeatureSpec
 from yt8m.data.synthetic import write_synthetic
 from yt8m.runtime import reader_workers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from yt8m.demo import main
+from yt8m.commands.demo import main
 
 
 def test_demo_runs_every_stage_and_reports(tmp_path, capsys):

@@ -16,8 +16,8 @@ from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401 
 from yt8m.cli import main as cli_main
 from yt8m.config import PredictConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
-from yt8m.export import ExportError, export_onnx, load_exported
-from yt8m.export import main as export_main
+from yt8m.onnx_export import ExportError, export_onnx, load_exported
+from yt8m.commands.export import main as export_main
 from yt8m.models import create_model, list_models
 from yt8m.predict import run_predict
 from yt8m.score import read_predictions_csv, score_files

@@ -554,8 +554,8 @@ def test_an_interrupt_lost_in_a_finalizer_ends_the_process():
     """Python only prints an exception raised inside a weakref callback or __del__; a SIGTERM's KeyboardInterrupt
     landed there in half the parent deaths and left the job training. Now the process ends (exit 130)."""
     script = ("import os, signal\n"
-              "from yt8m.tune.command import _ending_on_lost_interrupt, _interrupt_once\n"
-              "signal.signal(signal.SIGTERM, _interrupt_once)\n"
+              "from yt8m.tune.runner import _ending_on_lost_interrupt, interrupt_once\n"
+              "signal.signal(signal.SIGTERM, interrupt_once)\n"
               "class Finalized:\n"
               "    def __del__(self):\n"
               "        os.kill(os.getpid(), signal.SIGTERM)\n"

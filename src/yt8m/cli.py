@@ -12,18 +12,18 @@ import traceback
 from typing import Optional, Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "synth": ("yt8m.data.synthetic:main", "Write learnable synthetic YT8M data (video, frame, segment)."),
-    "inspect": ("yt8m.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
-    "bench": ("yt8m.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
+    "synth": ("yt8m.commands.synth:main", "Write learnable synthetic YT8M data (video, frame, segment)."),
+    "inspect": ("yt8m.commands.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
+    "bench": ("yt8m.commands.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
     "score": ("yt8m.score:main", "Score a Kaggle-format predictions CSV against a labels CSV."),
     "train": ("yt8m.commands.train:main", "Train a model (starter-kit train.py flags)."),
     "eval": ("yt8m.evaluate:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
     "predict": ("yt8m.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
-    "export": ("yt8m.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),
+    "export": ("yt8m.commands.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),
     "convert-predictions": ("yt8m.predict:convert_main", "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
-    "demo": ("yt8m.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
-    "tune": ("yt8m.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
-    "tune-report": ("yt8m.tune:report_main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
+    "demo": ("yt8m.commands.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
+    "tune": ("yt8m.commands.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
+    "tune-report": ("yt8m.commands.tune_report:main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
 # Commands whose work is training get the process settings that speed it up (yt8m.training_process); the others
 # compute and print values exactly as stored, whatever those settings would do to them.

@@ -92,7 +92,7 @@ def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any
     from yt8m.data.dataset import FeatureSpec
 
     if config.model:
-        from yt8m.export import load_exported
+        from yt8m.onnx_export import load_exported
 
         exported = load_exported(config.model, config.device)
         meta = exported.metadata

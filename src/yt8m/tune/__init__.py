@@ -1,8 +1,2 @@
-"""`yt8m tune` and `yt8m tune-report`: hyperparameter search over `yt8m train` configs with Optuna,
-resumable, pruned, parallel in processes or across machines sharing a database, with a report.
-"""
-
-from yt8m.tune.command import main
-from yt8m.tune.report import report_main
-
-__all__ = ["main", "report_main"]
+"""Hyperparameter search over `yt8m train` configs with Optuna (`yt8m tune`, `yt8m tune-report`): the search space
+and its file (space.py), the study (study.py), one trial (objective.py), running a study (runner.py), the report."""

@@ -1,10 +1,8 @@
-"""The study report: leaderboard (text and CSV), best.yaml ready for `yt8m train --config`, and PNG plots;
-plus `yt8m tune-report DIR [--retrain_best [--train_on_validate]]`.
-"""
+"""The study report: leaderboard (text and CSV), best.yaml ready for `yt8m train --config`, and PNG plots; and
+training the best config again (`yt8m tune-report --retrain_best`)."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -12,7 +10,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Optional, TextIO
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -20,14 +18,12 @@ from optuna.trial import FrozenTrial, TrialState
 from yt8m.config import TrainConfig, load_config, save_config
 from yt8m.files import write_file_atomically
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
-from yt8m.tune.space import TuneSpec, load_tune_spec
+from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
     RETRY_OF_ATTR,
-    STUDY_FILE,
     FileLock,
     interrupted_trials,
-    load_existing_study,
     state_counts,
 )
 
@@ -181,7 +177,9 @@ def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
     return results
 
 
-def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: TextIO = sys.stderr) -> None:
+def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: Optional[TextIO] = None) -> None:
+    """The leaderboard and the best trial, to `stream` (stderr, as it is when called, by default)."""
+    stream = stream or sys.stderr
     summary = state_counts(study)
     print(f"study '{spec.settings.study_name}' ({spec.direction} validation {spec.metric}): "
           + ", ".join(f"{count} {state}" for state, count in summary.items() if count), file=stream)
@@ -190,38 +188,6 @@ def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: TextIO = sys.
     if best is not None:
         print(f"best: trial {best.number}, {spec.metric} {best.value:.5f}; train it with: "
               f"yt8m train --config {os.path.join(spec.settings.study_dir, BEST_CONFIG)}", file=stream)
-
-
-def report_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m tune-report", description=__doc__)
-    parser.add_argument("study_dir", help="The --study_dir of a `yt8m tune` run.")
-    parser.add_argument("--storage", default="", help="Storage URL, when the study is not in DIR/study.db "
-                                                      "(the one saved in DIR/tune.yaml, password hidden, otherwise).")
-    parser.add_argument("--retrain_best", action="store_true",
-                        help="Train the best config again into DIR/best (resumes there if interrupted).")
-    parser.add_argument("--train_on_validate", action="store_true",
-                        help="With --retrain_best: train on the training and validation shards, into "
-                             "DIR/best_train_validate (no validation score then).")
-    args = parser.parse_args(argv)
-    if args.train_on_validate and not args.retrain_best:
-        parser.error("--train_on_validate goes with --retrain_best")
-    from yt8m.runtime import setup_logging
-
-    setup_logging()
-    spec_path = os.path.join(args.study_dir, STUDY_FILE)
-    if not os.path.exists(spec_path):
-        raise ValueError(f"{args.study_dir} is not a study dir of `yt8m tune` (no {STUDY_FILE})")
-    overrides = {"study_dir": args.study_dir, **({"storage": args.storage} if args.storage else {})}
-    spec = load_tune_spec(spec_path, overrides)
-    if "***" in spec.settings.storage:
-        raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
-    study = load_existing_study(spec.settings)
-    summary = write_report(study, spec)
-    print_leaderboard(study, spec, sys.stdout)
-    if args.retrain_best:
-        summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
-    print(json.dumps(summary), flush=True)
-    return 0
 
 
 def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -> dict[str, Any]:
@@ -235,6 +201,7 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
     if train_on_validate:
         config.train_data_pattern = f"{config.train_data_pattern},{spec.eval_data_pattern}"
         config.train_dir = os.path.join(os.path.abspath(spec.settings.study_dir), "best_train_validate")
+        config.eval_data_pattern, config.checkpoint_every_epoch = "", False  # no held-out data is left
     log.info("retraining trial %d's config in %s", best.number, config.train_dir)
     result: dict[str, Any] = {"train_dir": config.train_dir, **train(config)}
     if not train_on_validate:
@@ -244,11 +211,12 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
 
 def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     """Metrics of a train dir's latest checkpoint on `pattern`."""
-    from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
+    from yt8m.checkpoint import build_model_from_payload, load_latest_checkpoint
     from yt8m.data.dataset import FeatureSpec, YT8MDataset
     from yt8m.evaluate import evaluate_model
     from yt8m.losses import create_loss
 
-    model, config, _ = build_model_from_checkpoint(latest_checkpoint(train_dir))
+    path, payload = load_latest_checkpoint(train_dir)
+    model, config, _ = build_model_from_payload(payload, path)
     batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
     return evaluate_model(model, batches, create_loss(config.label_loss), config.num_classes)

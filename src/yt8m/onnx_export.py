@@ -1,10 +1,8 @@
-"""`yt8m export`: a checkpoint as an ONNX model for serving, with a metadata JSON beside it, and
-`load_exported`, which runs such a model with onnxruntime for `yt8m predict --model`.
-"""
+"""ONNX export of a checkpoint for serving (`export_checkpoint`: the model and a metadata JSON beside it), and
+`load_exported`, which runs such a model with onnxruntime for `yt8m predict --model`."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -18,10 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m import __version__
-from yt8m.checkpoint import build_model_from_checkpoint, load_latest_checkpoint
+from yt8m.checkpoint import build_model_from_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
 from yt8m.files import write_file_atomically
-from yt8m.runtime import setup_logging
 
 log = logging.getLogger("yt8m.export")
 
@@ -185,19 +182,6 @@ def _exported_bytes(model_path: str) -> int:
     return os.path.getsize(model_path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
 
-def resolve_checkpoint(train_dir: Optional[str], checkpoint: Optional[str]) -> str:
-    if checkpoint:
-        if not os.path.exists(checkpoint):
-            raise FileNotFoundError(f"checkpoint not found: {checkpoint}")
-        return checkpoint
-    if not train_dir:
-        raise ValueError("give --train_dir (its latest checkpoint is exported) or --checkpoint")
-    found = load_latest_checkpoint(train_dir)  # past unreadable ones, with a warning
-    if found is None:
-        raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
-    return found[0]
-
-
 @dataclasses.dataclass
 class ExportedModel:
     """An exported model ready to predict: its onnxruntime session and its checked metadata."""
@@ -298,20 +282,3 @@ def create_session(model_path: str, device: str) -> Any:
         return onnxruntime.InferenceSession(model_path, providers=onnx_providers(device))
     except (ort_errors.Fail, ort_errors.InvalidProtobuf, ort_errors.InvalidGraph) as err:
         raise ExportError(f"{model_path}: onnxruntime cannot load it ({err})") from err
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m export", description=__doc__, epilog=GRAPH_NOTES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train_dir", default="", help="Export this train dir's latest checkpoint.")
-    parser.add_argument("--checkpoint", default="", help="Export this checkpoint file instead of the latest.")
-    parser.add_argument("--output", required=True,
-                        help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json).")
-    args = parser.parse_args(argv)
-    setup_logging()
-    for chatty in ("onnxscript", "onnx_ir"):  # their INFO lines narrate every optimizer pass
-        logging.getLogger(chatty).setLevel(logging.WARNING)
-    checkpoint = resolve_checkpoint(args.train_dir, args.checkpoint)
-    log.info("exporting %s to %s", checkpoint, args.output)
-    print(json.dumps(export_checkpoint(checkpoint, args.output)), flush=True)
-    return 0

@@ -1,39 +1,18 @@
-"""`yt8m inspect PATTERN`: summarize YouTube-8M TFRecord shards, or dump every record as one JSON line.
-
-Reads whatever the data layer reads (local, gs://, s3://, GZIP; Example or SequenceExample), values as stored.
-"""
+"""What `yt8m inspect` shows of TFRecord shards: each record parsed as stored (`RecordSource`), as one JSON object
+(`record_json`), or counted into a human summary (`Summary`, `summary_lines`)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from yt8m.config import parse_bool
 from yt8m.data.example import RecordError, parse_record
-from yt8m.data.tfrecord import CorruptRecordError, expand_pattern, read_records
+from yt8m.data.tfrecord import CorruptRecordError, read_records
 
 ID_KEYS = ("id", "video_id")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
-    parser.add_argument("pattern", help="File path or glob; comma-separated for several (gs://, s3:// too).")
-    parser.add_argument("--frame_features", nargs="?", const=True, default=None, type=parse_bool, metavar="BOOL",
-                        help="Read records as SequenceExamples (true) or Examples (false). Default: a record "
-                             "with a feature_lists field is a SequenceExample.")
-    parser.add_argument("--json", action="store_true",
-                        help='One JSON object per record and line: {"id", "labels", "features", "num_frames"}.')
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="Stop after N records in all.")
-    parser.add_argument("--skip_corrupt", nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL",
-                        help="Skip the rest of a file after a corrupt record (with a warning) instead of failing.")
-    return parser
 
 
 @dataclass
@@ -152,7 +131,7 @@ def _sizes(counts: Counter) -> str:
     return f"{min(counts)}..{max(counts)} values"
 
 
-def _summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str]) -> list[str]:
+def summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str]) -> list[str]:
     lines = [f"files: {len(paths)}", f"records: {summary.records}",
              "messages: " + ", ".join(f"{name} ({count})" for name, count in summary.messages.items()),
              "id key: " + ", ".join(f"{name} ({count})" for name, count in summary.id_keys.items()),
@@ -176,23 +155,3 @@ def _summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str
     if skipped:
         lines.append(f"corrupt files skipped after their last good record: {len(skipped)} ({', '.join(skipped)})")
     return lines
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.limit is not None and args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {args.limit}")
-    logging.basicConfig(format="%(levelname)s: %(message)s")
-    paths = expand_pattern(args.pattern)
-    source = RecordSource(paths, args.frame_features, args.skip_corrupt, args.limit)
-    if args.json:
-        for record in source:
-            sys.stdout.write(json.dumps(record_json(record)) + "\n")
-        if source.skipped_files:
-            print(f"yt8m inspect: skipped the rest of {len(source.skipped_files)} corrupt file(s)", file=sys.stderr)
-        return 0
-    summary = Summary()
-    for record in source:
-        summary.add(record)
-    print("\n".join(_summary_lines(summary, paths, source.skipped_files)))
-    return 0

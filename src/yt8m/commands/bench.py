@@ -7,38 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from typing import Optional
 
 from yt8m.config import DataConfig, config_from_dict
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.dataset import FeatureSpec
+from yt8m.data.throughput import read_throughput
 from yt8m.runtime import reader_workers, setup_logging
 
 DEFAULT_FEATURES = {False: ("mean_rgb,mean_audio", "1024,128"), True: ("rgb,audio", "1024,128")}
-MEGABYTE = 1_000_000
-
-
-def read_throughput(pattern: str, spec: FeatureSpec, batch_size: int, num_workers: int,
-                    max_batches: Optional[int] = None) -> dict:
-    """Read `pattern` once (or `max_batches` batches) through YT8MDataset and make_loader, timing it all.
-
-    The time includes starting the workers; MB are 10^6 bytes of TFRecord records (framing included).
-    """
-    dataset = YT8MDataset(pattern, spec, batch_size, record_bytes=True)
-    examples = batches = record_bytes = 0
-    start = time.perf_counter()
-    for batch in make_loader(dataset, num_workers):
-        examples += len(batch["video_ids"])
-        record_bytes += batch["record_bytes"]
-        batches += 1
-        if max_batches is not None and batches >= max_batches:
-            break
-    seconds = time.perf_counter() - start
-    return {"examples": examples, "batches": batches, "seconds": round(seconds, 6),
-            "examples_per_sec": round(examples / seconds, 1), "mb_per_sec": round(record_bytes / MEGABYTE / seconds, 3),
-            "num_workers": num_workers, "batch_size": batch_size, "frame_features": spec.frame_features}
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="yt8m bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)

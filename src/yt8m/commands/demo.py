@@ -66,7 +66,7 @@ def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_tr
     """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning."""
     import yaml
 
-    from yt8m.tune.command import run_tune
+    from yt8m.tune.runner import run_tune
     from yt8m.tune.space import load_tune_spec
 
     study_dir = os.path.join(output_dir, "study")

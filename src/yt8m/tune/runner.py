@@ -1,30 +1,26 @@
-"""`yt8m tune --config tune.yaml`: run (or resume) a study in J trial processes until it has --n_trials
-finished trials, then write the report, best.yaml and plots, and print one JSON line on stdout.
-"""
+"""Running a study: create or resume it, run trials in this process or J spawned job processes (which die with
+it) until it has --n_trials finished trials, then write the report; Ctrl+C and SIGTERM re-queue running trials."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
 import signal
 import sys
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional
 
 import optuna
 import yaml
 
-from yt8m.config import add_config_arguments, field_names
 from yt8m.files import write_file_atomically
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
-from yt8m.tune.report import print_leaderboard, write_leaderboard_and_best, write_report
-from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
+from yt8m.tune.report import write_leaderboard_and_best, write_report
+from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
     STUDY_FILE,
     FileLock,
@@ -43,26 +39,6 @@ log = logging.getLogger("yt8m.tune")
 PR_SET_PDEATHSIG = 1
 # Exit status of a process whose interrupt was lost in a finalizer (128 + SIGINT, as after Ctrl+C).
 EXIT_INTERRUPTED = 130
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m tune", description=__doc__)
-    parser.add_argument("--config", required=True, metavar="TUNE.yaml",
-                        help="Tuning file with train:, search:, objective: and optional tune: sections.")
-    add_config_arguments(parser, TuneSettings)
-    args = parser.parse_args(argv)
-    from yt8m.runtime import setup_logging
-
-    setup_logging()
-    overrides = {name: value for name, value in vars(args).items() if name in field_names(TuneSettings)}
-    signal.signal(signal.SIGTERM, _interrupt_once)
-    spec = load_tune_spec(args.config, overrides)
-    study, summary = run_tune(spec)
-    print_leaderboard(study, spec)
-    print(json.dumps(summary), flush=True)
-    if summary["interrupted"]:
-        return 130
-    return 0 if summary["best_value"] is not None else 1
 
 
 def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
@@ -157,8 +133,8 @@ def run_worker(spec: TuneSpec, deadline: Optional[float]) -> None:
 def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> None:
     """A spawned job: dies with the tune process, takes its share of the cores, handles SIGTERM like Ctrl+C
     (its trial is marked interrupted and re-queued), then runs trials until the budget is met."""
-    signal.signal(signal.SIGINT, _interrupt_once)
-    signal.signal(signal.SIGTERM, _interrupt_once)
+    signal.signal(signal.SIGINT, interrupt_once)
+    signal.signal(signal.SIGTERM, interrupt_once)
     try:
         _die_with_parent(parent_pid)
         from yt8m.training_process import configure_training_process
@@ -211,7 +187,7 @@ def _ending_on_lost_interrupt() -> Iterator[None]:
         sys.unraisablehook = previous
 
 
-def _interrupt_once(signum: int, frame: Any) -> None:
+def interrupt_once(signum: int, frame: Any) -> None:
     """SIGTERM (and in jobs SIGINT) as KeyboardInterrupt, once: a second signal, e.g. the parent passing
     the same Ctrl+C on, must not break off the recording of the interrupted trial."""
     for name in ("SIGINT", "SIGTERM"):

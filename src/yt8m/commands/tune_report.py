@@ -1,0 +1,45 @@
+"""`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its
+database; `--retrain_best` trains the best config again. Prints one JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from yt8m.runtime import setup_logging
+from yt8m.tune.report import print_leaderboard, retrain_best, write_report
+from yt8m.tune.space import load_tune_spec
+from yt8m.tune.study import STUDY_FILE, load_existing_study
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="yt8m tune-report", description=__doc__.splitlines()[0])
+    parser.add_argument("study_dir", help="The --study_dir of a `yt8m tune` run.")
+    parser.add_argument("--storage", default="", help="Storage URL, when the study is not in DIR/study.db "
+                                                      "(the one saved in DIR/tune.yaml, password hidden, otherwise).")
+    parser.add_argument("--retrain_best", action="store_true",
+                        help="Train the best config again into DIR/best (resumes there if interrupted).")
+    parser.add_argument("--train_on_validate", action="store_true",
+                        help="With --retrain_best: train on the training and validation shards, into "
+                             "DIR/best_train_validate (no validation score then).")
+    args = parser.parse_args(argv)
+    if args.train_on_validate and not args.retrain_best:
+        parser.error("--train_on_validate goes with --retrain_best")
+    setup_logging()
+    spec_path = os.path.join(args.study_dir, STUDY_FILE)
+    if not os.path.exists(spec_path):
+        raise ValueError(f"{args.study_dir} is not a study dir of `yt8m tune` (no {STUDY_FILE})")
+    overrides = {"study_dir": args.study_dir, **({"storage": args.storage} if args.storage else {})}
+    spec = load_tune_spec(spec_path, overrides)
+    if "***" in spec.settings.storage:
+        raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
+    study = load_existing_study(spec.settings)
+    summary = write_report(study, spec)
+    print_leaderboard(study, spec, sys.stdout)
+    if args.retrain_best:
+        summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
+    print(json.dumps(summary), flush=True)
+    return 0

@@ -1,0 +1,33 @@
+"""Input-pipeline throughput: how fast `YT8MDataset` + `make_loader` turn shards into batched tensors, workers'
+start included (what `yt8m bench read` and bench/bench_read.py print)."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+
+
+MEGABYTE = 1_000_000
+
+
+def read_throughput(pattern: str, spec: FeatureSpec, batch_size: int, num_workers: int,
+                    max_batches: Optional[int] = None) -> dict:
+    """Read `pattern` once (or `max_batches` batches) through YT8MDataset and make_loader, timing it all.
+
+    The time includes starting the workers; MB are 10^6 bytes of TFRecord records (framing included).
+    """
+    dataset = YT8MDataset(pattern, spec, batch_size, record_bytes=True)
+    examples = batches = record_bytes = 0
+    start = time.perf_counter()
+    for batch in make_loader(dataset, num_workers):
+        examples += len(batch["video_ids"])
+        record_bytes += batch["record_bytes"]
+        batches += 1
+        if max_batches is not None and batches >= max_batches:
+            break
+    seconds = time.perf_counter() - start
+    return {"examples": examples, "batches": batches, "seconds": round(seconds, 6),
+            "examples_per_sec": round(examples / seconds, 1), "mb_per_sec": round(record_bytes / MEGABYTE / seconds, 3),
+            "num_workers": num_workers, "batch_size": batch_size, "frame_features": spec.frame_features}
