@@ -19,13 +19,14 @@ from unittest import mock
 
 import torch
 
-from yt8m.checkpoint import CHECKPOINT_FORMAT, checkpoint_path, create_model_for, save_checkpoint
+from yt8m.checkpoint import CHECKPOINT_FORMAT, checkpoint_path, save_checkpoint
+from yt8m.models import create_model_from_config
 from yt8m.config import TrainConfig
 
 
 def moe_payload(mixtures: int, with_optimizer: bool) -> dict[str, Any]:
     config = TrainConfig(model="MoeModel", moe_num_mixtures=mixtures)
-    model = create_model_for(config)
+    model = create_model_from_config(config)
     if not with_optimizer:
         return {"model": model.state_dict(), "progress": {"step": 1}}
     optimizer = torch.optim.Adam(model.parameters())

@@ -19,7 +19,7 @@ from yt8m.training_process import configure_training_process
 configure_training_process()  # as `yt8m train` does, before torch loads; the ceiling, timed here, gains from it too
 import torch  # noqa: E402
 
-from yt8m.checkpoint import create_model_for
+from yt8m.models import create_model_from_config
 from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
@@ -86,7 +86,7 @@ def one_batch(config: TrainConfig) -> dict:
 def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
     """The matmul ceiling with operands of `dtype`: float32, or bfloat16 for the same step under autocast."""
     torch.manual_seed(0)
-    model = create_model_for(config).train()
+    model = create_model_from_config(config).train()
     batch = one_batch(config)
     matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
     return batch["labels"].shape[0] / time_matmuls(matmuls, dtype=dtype), len(matmuls)
@@ -95,7 +95,7 @@ def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.flo
 def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
     """The same model, loss and optimizer step on one batch in a bare loop: no input, logging or checkpoints."""
     torch.manual_seed(0)
-    model = create_model_for(config).train()
+    model = create_model_from_config(config).train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     loss_fn, batch = create_loss(config.label_loss), one_batch(config)

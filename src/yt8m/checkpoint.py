@@ -5,7 +5,6 @@ Everything stored is loadable with `torch.load(weights_only=True)`: tensors, num
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import random
@@ -16,8 +15,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from yt8m.config import ModelConfig, TrainConfig, config_from_dict
+from yt8m.config import TrainConfig, config_from_dict
 from yt8m.files import atomic_writer, write_file_atomically
+from yt8m.models import create_model_from_config
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
 FINAL_MARKER = "final"
@@ -148,7 +148,7 @@ def build_model_from_payload(payload: dict[str, Any], path: str, device: str | t
                              ) -> tuple[torch.nn.Module, TrainConfig, int]:
     """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
     config = checkpoint_config(payload, path)
-    model = create_model_for(config)
+    model = create_model_from_config(config)
     model.load_state_dict(payload["model"])
     model.to(device).eval()
     return model, config, int(payload["progress"]["step"])
@@ -194,14 +194,6 @@ def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
             loaded.append(name)
     model.load_state_dict({name: saved[name] for name in loaded}, strict=False)
     return InitReport(path, loaded, not_loaded, [name for name in saved if name not in own])
-
-
-def create_model_for(config: TrainConfig) -> torch.nn.Module:
-    """The model a config describes (all model fields passed; each model takes the ones it uses)."""
-    from yt8m.models import create_model
-
-    hparams = {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig) if f.name != "model"}
-    return create_model(config.model, sum(config.feature_sizes), config.num_classes, **hparams)
 
 
 def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:

@@ -8,61 +8,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import math
 import os
 import types
 import typing
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Optional, TypeVar
 
 import yaml
 
+from yt8m.fields import closest, parse_bool, parse_list, setting
 from yt8m.files import write_file_atomically
 
 T = TypeVar("T")
-# A field's own check: the problem with a value (e.g. "'MoeModl' is not a model; did you mean 'MoeModel'?"), or None.
-Check = Callable[[Any], Optional[str]]
-
-
-def setting(default: Any, help: str, *, at_least: Optional[float] = None, above: Optional[float] = None,
-            at_most: Optional[float] = None, choices: Optional[Callable[[], Sequence[str]]] = None,
-            check: Optional[Check] = None, required: bool = False) -> Any:
-    """A config field: its default, the help text its flag shows, and its valid values (a range, names given by
-    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
-    rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
-             "required": required}
-    default_kind = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
-    return field(**default_kind, metadata={"help": help, **{k: v for k, v in rules.items() if v is not None and v is not False}})
-
-
-def _closest(name: str, known: Sequence[str]) -> str:
-    match = difflib.get_close_matches(name, known, n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
-def _model_names() -> list[str]:
-    from yt8m.models import list_models
-
-    return list_models()
-
-
-def _known_model(name: str) -> Optional[str]:
-    known = _model_names()
-    if name not in known:
-        return f"{name!r} is not a model{_closest(name, known)} (known: {', '.join(known)})"
-    return None
-
-
-def _video_level_model(name: str) -> Optional[str]:
-    from yt8m.models import is_frame_level
-
-    problem = _known_model(name)
-    if problem is None and is_frame_level(name):
-        return f"{name!r} is a frame-level model: the classifier on pooled frames must be video-level"
-    return problem
-
-
 def _loss_names() -> list[str]:
     from yt8m.losses import LOSSES
 
@@ -138,25 +96,21 @@ class DataConfig:
         return []
 
 
-@dataclass
-class ModelConfig:
-    """The model and its hyper-parameters (starter-kit flag names and defaults)."""
+def _model_config() -> type:
+    """The model and every registered model's hyper-parameters (the starter kit's flag names and defaults) as one
+    flat dataclass: a model's file declares its own, and its flags follow (yt8m.models.registry)."""
+    from yt8m.models import hparam_fields, known_model
 
-    model: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.",
-                         check=_known_model)
-    l2_penalty: float = setting(1e-8, "L2 weight of the model's classifier weights.", at_least=0)
-    moe_num_mixtures: int = setting(2, "MoeModel: number of experts per class (plus one dummy expert).", at_least=1)
-    iterations: int = setting(30, "DbofModel: number of frames sampled per video.", at_least=1)
-    sample_random_frames: bool = setting(True, "DbofModel: sample random frames (else a random contiguous run).")
-    dbof_cluster_size: int = setting(8192, "DbofModel: number of units in the cluster layer.", at_least=1)
-    dbof_hidden_size: int = setting(1024, "DbofModel: number of units in the hidden layer.", at_least=1)
-    dbof_add_batch_norm: bool = setting(True, "DbofModel: add batch normalization layers.")
-    dbof_pooling_method: str = setting("max", "DbofModel: frame pooling, 'max' or 'average'.",
-                                       choices=lambda: ("max", "average"))
-    video_level_classifier_model: str = setting("MoeModel", "Frame models: the video-level classifier on top.",
-                                                check=_video_level_model)
-    lstm_cells: int = setting(1024, "LstmModel: units per LSTM layer.", at_least=1)
-    lstm_layers: int = setting(2, "LstmModel: number of stacked LSTM layers.", at_least=1)
+    fields: list[tuple[str, Any, Any]] = [
+        ("model", str, setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.",
+                               check=known_model))]
+    for declared, kind in hparam_fields():
+        fields.append((declared.name, kind, dataclasses.field(default=declared.default, metadata=declared.metadata)))
+    return dataclasses.make_dataclass("ModelConfig", fields, namespace={
+        "__module__": __name__, "__doc__": "The model and its hyper-parameters, as every registered model declares them."})
+
+
+ModelConfig = _model_config()
 
 
 @dataclass
@@ -221,10 +175,10 @@ class TrainConfig(ModelConfig, DataConfig):
                                      "weights and optimizer state.")
 
     def _own_problems(self) -> list[str]:
-        from yt8m.models import is_frame_level
+        from yt8m.models import is_frame_level, known_model
 
         problems = []
-        if self.model in _model_names() and is_frame_level(self.model) != self.frame_features:
+        if known_model(self.model) is None and is_frame_level(self.model) != self.frame_features:
             kind = "frame-level" if is_frame_level(self.model) else "video-level"
             problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")
         if self.cache_in_memory and self.frame_features:
@@ -295,17 +249,6 @@ def field_type(cls: type, name: str) -> type:
     return hint
 
 
-def parse_bool(text: str | bool) -> bool:
-    if isinstance(text, bool):
-        return text
-    lowered = str(text).strip().lower()
-    if lowered in ("1", "true", "t", "yes", "y", "on"):
-        return True
-    if lowered in ("0", "false", "f", "no", "n", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
-
-
 def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
     if value is None:
         return None
@@ -339,13 +282,6 @@ def shown(value: Any) -> str:
     return repr(",".join(map(str, value)) if isinstance(value, list) else value)
 
 
-def parse_list(value: str | Sequence[Any], element: type) -> list:
-    """A list field's value from a comma-separated string (flags, the starter kit's style) or a sequence (YAML,
-    Python); each element converted to `element` (ValueError where one does not convert)."""
-    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
-    return [element(part) for part in parts if part != ""]
-
-
 class ConfigError(ValueError):
     """A config with problems: `problems` lists them, one line each; the message heads them with what was read."""
 
@@ -360,7 +296,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config
     they were checked when made, and later versions must still read them."""
     known = set(field_names(cls))
     unknown = sorted(set(values) - known)
-    problems = [f"{source}: unknown field '{k}'{_closest(k, sorted(known))}" for k in unknown]
+    problems = [f"{source}: unknown field '{k}'{closest(k, sorted(known))}" for k in unknown]
     coerced = {}
     for key, value in values.items():
         if key in known:

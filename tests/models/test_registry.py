@@ -10,6 +10,7 @@ import pytest
 from yt8m.config import ModelConfig
 from yt8m.models import (BaseModel, create_model, hparam_names, is_frame_level, list_models, model_class,
                          model_hparams, register_model)
+from yt8m.models.base import ClassifierHParams
 from yt8m.models.registry import create_classifier
 
 STARTER_MODELS = ["DbofModel", "FrameLevelLogisticModel", "LogisticModel", "LstmModel", "MoeModel"]
@@ -31,7 +32,7 @@ def test_hyper_parameters_are_config_fields_with_config_defaults(name):
 
 
 def test_unknown_model_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown model 'NoSuchModel'; known models: .*MoeModel"):
+    with pytest.raises(ValueError, match="unknown model 'NoSuchModel'; did you mean 'MoeModel'.*; known models: .*Lstm"):
         create_model("NoSuchModel", 4, 3)
 
 
@@ -53,4 +54,14 @@ def test_frame_level_classifier_and_bad_settings_are_errors():
 
 def test_registering_a_name_twice_is_an_error():
     with pytest.raises(ValueError, match="already registered"):
-        register_model(type("MoeModel", (BaseModel,), {}))
+        register_model(ClassifierHParams)(type("MoeModel", (BaseModel,), {}))
+
+
+def test_a_constructor_must_take_its_declared_hyper_parameters():
+    class Narrow(BaseModel):
+        def __init__(self, feature_size: int, num_classes: int, l2_penalty: float = 1e-6):
+            super().__init__(feature_size, num_classes, l2_penalty)
+
+    with pytest.raises(TypeError, match="Narrow.__init__ takes .* but its hyper-parameters ClassifierHParams declare"):
+        register_model(ClassifierHParams)(Narrow)
+    assert "Narrow" not in list_models()

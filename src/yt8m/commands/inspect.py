@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from yt8m.config import parse_bool
+from yt8m.fields import parse_bool
 from yt8m.data.inspection import RecordSource, Summary, record_json, summary_lines
 from yt8m.data.tfrecord import expand_pattern
 

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Optional
 
-from yt8m.config import parse_list
+from yt8m.fields import parse_list
 from yt8m.data.synthetic import KINDS, write_synthetic
 
 

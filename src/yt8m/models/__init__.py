@@ -1,12 +1,19 @@
-"""The starter kit's models by name: `create_model("MoeModel", feature_size, num_classes, **hparams)`.
+"""Models by name: `create_model("MoeModel", feature_size, num_classes, **hparams)`.
 
-Importing the package registers LogisticModel, MoeModel, FrameLevelLogisticModel, DbofModel, LstmModel.
+Importing the package imports every module in it, so a model is its file: its class, registered with its
+hyper-parameters' dataclass (`@register_model(HParams)`), which also gives it its flags and config fields.
 """
 
-from yt8m.models import frame, video  # noqa: F401  (registers the models)
-from yt8m.models.base import BaseModel
-from yt8m.models.registry import (create_model, hparam_names, is_frame_level, list_models, model_class,
-                                  model_hparams, register_model)
+import importlib
+import pkgutil
 
-__all__ = ["BaseModel", "create_model", "hparam_names", "is_frame_level", "list_models", "model_class",
-           "model_hparams", "register_model"]
+from yt8m.models.base import BaseModel
+from yt8m.models.registry import (create_model, create_model_from_config, hparam_fields, hparam_names, hparams_class,
+                                  is_frame_level, known_model, list_models, model_class, model_hparams,
+                                  register_model)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["BaseModel", "create_model", "create_model_from_config", "hparam_fields", "hparam_names", "hparams_class",
+           "is_frame_level", "known_model", "list_models", "model_class", "model_hparams", "register_model"]

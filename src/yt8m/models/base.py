@@ -3,11 +3,28 @@ plus the starter kit's L2 weight penalties."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from yt8m.fields import setting
+
+
+@dataclass
+class ClassifierHParams:
+    """What every model has: the starter kit's L2 penalty of its classifier weights."""
+
+    l2_penalty: float = setting(1e-8, "L2 weight of the model's classifier weights.", at_least=0)
+
+
+@dataclass
+class MoeHParams(ClassifierHParams):
+    """A mixture of experts (MoeModel, and the classifier frame models put on pooled frames by default)."""
+
+    moe_num_mixtures: int = setting(2, "MoeModel: number of experts per class (plus one dummy expert).", at_least=1)
 
 
 class BaseModel(nn.Module):

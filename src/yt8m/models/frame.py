@@ -4,6 +4,7 @@ LstmModel, on zero-padded `[batch, frames, features]` input whose padding never 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -12,9 +13,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from yt8m.kernels import use_fused_kernels
-from yt8m.models.base import BaseModel, starter_linear
+from yt8m.fields import setting
+from yt8m.models.base import BaseModel, ClassifierHParams, MoeHParams, starter_linear
 from yt8m.models.fused import BatchNormRelu6MaxPool
-from yt8m.models.registry import create_classifier, register_model
+from yt8m.models.registry import create_classifier, register_model, video_level_model
 
 
 def _frame_counts(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
@@ -26,7 +28,32 @@ def _frame_counts(features: torch.Tensor, num_frames: Optional[torch.Tensor]) ->
     return num_frames.to(device=features.device, dtype=torch.long).clamp(1, frames)
 
 
-@register_model
+@dataclass
+class FrameClassifierHParams(MoeHParams):
+    """A frame model's video-level classifier on its pooled frames (with a MoE's hyper-parameters, its default)."""
+
+    video_level_classifier_model: str = setting("MoeModel", "Frame models: the video-level classifier on top.",
+                                                check=video_level_model)
+
+
+@dataclass
+class DbofHParams(FrameClassifierHParams):
+    iterations: int = setting(30, "DbofModel: number of frames sampled per video.", at_least=1)
+    sample_random_frames: bool = setting(True, "DbofModel: sample random frames (else a random contiguous run).")
+    dbof_cluster_size: int = setting(8192, "DbofModel: number of units in the cluster layer.", at_least=1)
+    dbof_hidden_size: int = setting(1024, "DbofModel: number of units in the hidden layer.", at_least=1)
+    dbof_add_batch_norm: bool = setting(True, "DbofModel: add batch normalization layers.")
+    dbof_pooling_method: str = setting("max", "DbofModel: frame pooling, 'max' or 'average'.",
+                                       choices=lambda: ("max", "average"))
+
+
+@dataclass
+class LstmHParams(FrameClassifierHParams):
+    lstm_cells: int = setting(1024, "LstmModel: units per LSTM layer.", at_least=1)
+    lstm_layers: int = setting(2, "LstmModel: number of stacked LSTM layers.", at_least=1)
+
+
+@register_model(ClassifierHParams)
 class FrameLevelLogisticModel(BaseModel):
     """Logistic regression on the average of the real frames (padding excluded)."""
 
@@ -46,7 +73,7 @@ class FrameLevelLogisticModel(BaseModel):
         return [self.linear.weight]
 
 
-@register_model
+@register_model(DbofHParams)
 class DbofModel(BaseModel):
     """Deep bag of frames: sample `iterations` real frames per video, project each into a
     `dbof_cluster_size` space (batch norm or bias, ReLU6), pool over frames (max or average),
@@ -145,7 +172,7 @@ class DbofModel(BaseModel):
         return F.relu6(norm(activation) if bias is None else activation + bias)
 
 
-@register_model
+@register_model(LstmHParams)
 class LstmModel(BaseModel):
     """A stack of `lstm_layers` LSTMs of `lstm_cells` units over the real frames (packed sequences,
     so padding never enters the state); the last layer's final state feeds the video-level classifier."""

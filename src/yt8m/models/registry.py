@@ -1,24 +1,53 @@
-"""Models by their starter-kit class names (`--model MoeModel`), each with typed hyper-parameters whose
-names and defaults are the ModelConfig fields (the starter kit's flags)."""
+"""Models by their class names (`--model MoeModel`), each registered with the dataclass of its hyper-parameters:
+their names, defaults, help and valid values, from which `ModelConfig` and its flags are made."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import Any, TypeVar
+import typing
+from typing import Any, Callable, Optional, TypeVar
 
+from yt8m.fields import closest
 from yt8m.models.base import BaseModel
 
 M = TypeVar("M", bound=type[BaseModel])
 _MODELS: dict[str, type[BaseModel]] = {}
-_NOT_HPARAMS = ("self", "feature_size", "num_classes")
+_HPARAMS: dict[str, type] = {}
 
 
-def register_model(cls: M) -> M:
-    """Class decorator: make the model available by its class name."""
-    if cls.__name__ in _MODELS:
-        raise ValueError(f"a model named {cls.__name__} is already registered")
-    _MODELS[cls.__name__] = cls
-    return cls
+def register_model(hparams: type) -> Callable[[M], M]:
+    """Class decorator: make the model available by its class name, with `hparams` (a dataclass) as its
+    hyper-parameters; its constructor takes exactly those, with the same defaults, after (feature_size, num_classes).
+    A field another model also has must agree with it in type and default: they are one flag."""
+    def register(cls: M) -> M:
+        if cls.__name__ in _MODELS:
+            raise ValueError(f"a model named {cls.__name__} is already registered")
+        _check_constructor(cls, hparams)
+        _check_shared_fields(cls.__name__, hparams)
+        _MODELS[cls.__name__], _HPARAMS[cls.__name__] = cls, hparams
+        return cls
+
+    return register
+
+
+def _check_constructor(cls: type, hparams: type) -> None:
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self, feature_size, classes
+    declared = {f.name: f.default for f in dataclasses.fields(hparams)}
+    taken = {p.name: p.default for p in parameters}
+    if taken != declared:
+        raise TypeError(f"{cls.__name__}.__init__ takes {taken} after (feature_size, num_classes), but its "
+                        f"hyper-parameters {hparams.__name__} declare {declared}")
+
+
+def _check_shared_fields(name: str, hparams: type) -> None:
+    known = {f.name: (f, kind) for f, kind in hparam_fields()}
+    types = typing.get_type_hints(hparams)
+    for new in dataclasses.fields(hparams):
+        old, kind = known.get(new.name, (new, types[new.name]))
+        if kind != types[new.name] or old.default != new.default:
+            raise TypeError(f"{name}'s hyper-parameter {new.name} differs from another model's in type or default: "
+                            "a name is one flag")
 
 
 def list_models() -> list[str]:
@@ -27,20 +56,39 @@ def list_models() -> list[str]:
 
 def model_class(name: str) -> type[BaseModel]:
     if name not in _MODELS:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+        raise ValueError(f"unknown model {name!r}{closest(name, list_models())}; known models: "
+                         f"{', '.join(list_models())}")
     return _MODELS[name]
 
 
+def hparams_class(name: str) -> type:
+    model_class(name)
+    return _HPARAMS[name]
+
+
 def hparam_names(name: str) -> list[str]:
-    """The constructor's hyper-parameters: ModelConfig field names."""
-    parameters = inspect.signature(model_class(name).__init__).parameters
-    return [p for p in parameters if p not in _NOT_HPARAMS]
+    return [f.name for f in dataclasses.fields(hparams_class(name))]
+
+
+def hparam_fields() -> list[tuple[dataclasses.Field, Any]]:
+    """(field, type) of every registered model's hyper-parameters, one per name, in registration order."""
+    seen: dict[str, tuple[dataclasses.Field, Any]] = {}
+    for cls in _HPARAMS.values():
+        types = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            seen.setdefault(f.name, (f, types[f.name]))
+    return list(seen.values())
 
 
 def create_model(name: str, feature_size: int, num_classes: int, **hparams: Any) -> BaseModel:
     """Build a model; hyper-parameters it does not take are ignored, so callers may pass all of them."""
     accepted = {key: value for key, value in hparams.items() if key in hparam_names(name)}
     return model_class(name)(feature_size, num_classes, **accepted)
+
+
+def create_model_from_config(config: Any) -> BaseModel:
+    """The model a ModelConfig (or a config holding its fields, and feature_sizes and num_classes) describes."""
+    return create_model(config.model, sum(config.feature_sizes), config.num_classes, **model_hparams(config.model, config))
 
 
 def is_frame_level(name: str) -> bool:
@@ -50,6 +98,21 @@ def is_frame_level(name: str) -> bool:
 def model_hparams(name: str, config: Any) -> dict[str, Any]:
     """The fields of `config` (a ModelConfig or subclass) that this model uses."""
     return {field: getattr(config, field) for field in hparam_names(name)}
+
+
+def known_model(name: str) -> Optional[str]:
+    """The `check` of a model name field: None, or why `name` is not a model."""
+    if name not in _MODELS:
+        return f"{name!r} is not a model{closest(name, list_models())} (known: {', '.join(list_models())})"
+    return None
+
+
+def video_level_model(name: str) -> Optional[str]:
+    """The `check` of --video_level_classifier_model."""
+    problem = known_model(name)
+    if problem is None and is_frame_level(name):
+        return f"{name!r} is a frame-level model: the classifier on pooled frames must be video-level"
+    return problem
 
 
 def create_classifier(name: str, feature_size: int, num_classes: int, **hparams: Any) -> BaseModel:

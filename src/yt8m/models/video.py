@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.kernels import use_fused_kernels
-from yt8m.models.base import BaseModel, starter_linear
+from yt8m.models.base import BaseModel, ClassifierHParams, MoeHParams, starter_linear
 from yt8m.models.fused import MoeMixture, RunMajorLinear
 from yt8m.models.registry import register_model
 
 
-@register_model
+@register_model(ClassifierHParams)
 class LogisticModel(BaseModel):
     """One logistic regression per class, its weights L2-penalized."""
 
@@ -30,7 +30,7 @@ class LogisticModel(BaseModel):
         return [self.linear.weight]
 
 
-@register_model
+@register_model(MoeHParams)
 class MoeModel(BaseModel):
     """Per class, a softmax gate over `moe_num_mixtures` logistic experts plus a dummy expert that
     always predicts 0: p = sum_i gate_i * sigmoid(expert_i).

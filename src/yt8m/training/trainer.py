@@ -15,9 +15,10 @@ from typing import Any, ContextManager, Iterable, Optional, Sequence
 
 from torch import nn
 
-from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, create_model_for, differing_fields,
+from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
                              init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
 from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, config_problems, save_config, shown
+from yt8m.models import create_model_from_config
 from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.optim import build_optimizer
 from yt8m.runtime import reader_workers
@@ -79,7 +80,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     with process_group(device):
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
-        model = create_model_for(config).to(device)
+        model = create_model_from_config(config).to(device)
         optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
         loss_fn = create_loss(config.label_loss)
         dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,

@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 import optuna
 
-from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml, setting
+from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
+from yt8m.fields import setting
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.

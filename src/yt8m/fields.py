@@ -1,0 +1,48 @@
+"""Config fields declared once where a value is defined (configs, model hyper-parameters): a default, the help its
+flag shows and its valid values; plus parsing the text forms the flags give (booleans, comma lists)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from dataclasses import field
+from typing import Any, Callable, Optional, Sequence
+
+# A field's own check: the problem with a value (e.g. "'MoeModl' is not a model; did you mean 'MoeModel'?"), or None.
+Check = Callable[[Any], Optional[str]]
+
+
+def setting(default: Any, help: str, *, at_least: Optional[float] = None, above: Optional[float] = None,
+            at_most: Optional[float] = None, choices: Optional[Callable[[], Sequence[str]]] = None,
+            check: Optional[Check] = None, required: bool = False) -> Any:
+    """A config field: its default, the help text its flag shows, and its valid values (a range, names given by
+    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
+    rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
+             "required": required}
+    default_kind = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    return field(**default_kind, metadata={"help": help, **{key: rule for key, rule in rules.items()
+                                                            if rule is not None and rule is not False}})
+
+
+def closest(name: str, known: Sequence[str]) -> str:
+    """"; did you mean 'X'?" for the known name nearest a misspelt one, or ""."""
+    match = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def parse_list(value: str | Sequence[Any], element: type) -> list:
+    """A list field's value from a comma-separated string (flags, the starter kit's style) or a sequence (YAML,
+    Python); each element converted to `element` (ValueError where one does not convert)."""
+    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    return [element(part) for part in parts if part != ""]
