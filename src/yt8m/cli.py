@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune-report": ("yt8m.tune:report_main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
 
+# Commands that stream inputs of any size: they keep glibc from growing its heap with them instead of taking the
+# training settings of configure_process (see runtime.map_large_blocks).
+STREAMING_COMMANDS = frozenset({"eval", "predict", "score", "convert-predictions"})
+
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
@@ -46,9 +50,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"yt8m: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
-    from yt8m.runtime import configure_process  # here: `yt8m --help` need not import torch
+    from yt8m.runtime import configure_process, map_large_blocks  # here: `yt8m --help` need not import torch
 
-    configure_process()
+    if name in STREAMING_COMMANDS:
+        map_large_blocks()
+    else:
+        configure_process()
     command = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(command(rest) or 0)
