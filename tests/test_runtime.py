@@ -12,7 +12,7 @@ import torch
 PROBE = """
 import ctypes, sys
 import numpy as np
-from yt8m.runtime import reuse_freed_memory
+from yt8m.runtime import map_large_blocks, reuse_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -21,25 +21,41 @@ class MallInfo2(ctypes.Structure):
 
 if sys.argv[1] == "reuse":
     reuse_freed_memory()
+if sys.argv[1] == "map":
+    map_large_blocks()
 mallinfo2 = ctypes.CDLL(None).mallinfo2
 mallinfo2.restype = MallInfo2
-block = np.ones(64 << 20, np.uint8)  # 64 MB: mapped on its own by default
-print(mallinfo2().hblkhd >= 64 << 20)
+size = int(sys.argv[2])
+if len(sys.argv) > 3:  # free a mapped block of this size first: glibc raises its threshold to it by default
+    np.ones(int(sys.argv[3]), np.uint8)
+block = np.ones(size, np.uint8)
+print(mallinfo2().hblkhd >= size)
 """
 
 
-def mapped_on_its_own(mode: str) -> bool:
-    result = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
-    return result.stdout.strip() == "True"
+def mapped_on_its_own(mode: str, size: int = 64 << 20, freed_before: int = 0) -> bool:
+    argv = [sys.executable, "-c", PROBE, mode, str(size), *([str(freed_before)] if freed_before else [])]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip() == "True"
 
 
-def test_large_blocks_come_from_the_heap_after_reuse_freed_memory():
+def skip_without_mallinfo2() -> None:
     try:
         ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError, TypeError):
         pytest.skip("not glibc 2.33+: no mallinfo2 to look with")
-    assert mapped_on_its_own("default")
+
+
+def test_large_blocks_come_from_the_heap_after_reuse_freed_memory():
+    skip_without_mallinfo2()
+    assert mapped_on_its_own("default")  # 64 MB: mapped on its own by default
     assert not mapped_on_its_own("reuse")
+
+
+def test_batch_sized_blocks_stay_mapped_after_map_large_blocks():
+    """glibc's adjusted threshold served blocks of a batch's size from the heap, which then grew with the batches."""
+    skip_without_mallinfo2()
+    assert not mapped_on_its_own("default", 4 << 20, freed_before=16 << 20)
+    assert mapped_on_its_own("map", 4 << 20, freed_before=16 << 20)
 
 
 DENORMAL_PROBE = """
