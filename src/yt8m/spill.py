@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -18,6 +18,7 @@ MERGE_BLOCK = 1 << 16
 _INSERT_BATCH = 10_000
 # SQLite's page cache per connection (negative: KiB); its memory does not grow with the table.
 _SQLITE_CACHE_KIB = 32 << 10
+T = TypeVar("T")
 
 
 class SortedRuns:
@@ -180,3 +181,24 @@ class KeyedTable:
 
     def __len__(self) -> int:
         return self._db.execute(f"SELECT COUNT(*) FROM {self.name}").fetchone()[0]
+
+
+def add_unique(table: KeyedTable, items: Iterable[T], row: Callable[[T], tuple],
+               duplicate_error: Callable[[Duplicate], Exception]) -> Iterator[T]:
+    """Pass `items` on, adding `row(item)` (key, line, *payload) of each to `table`; a key seen before raises
+    `duplicate_error(the first duplicate)`. Keys are checked a batch at a time, so an error raised while reading the
+    items or making a row gives way to a duplicate on an earlier line: the first problem in line order is raised."""
+    try:
+        for item in items:
+            duplicate = table.add(*row(item))
+            if duplicate is not None:
+                raise duplicate_error(duplicate)
+            yield item
+    except Exception:
+        duplicate = table.flush()
+        if duplicate is not None:
+            raise duplicate_error(duplicate) from None
+        raise
+    duplicate = table.flush()
+    if duplicate is not None:
+        raise duplicate_error(duplicate)
