@@ -41,27 +41,37 @@ METRIC_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "loss", "n
 
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], loss_fn: nn.Module, num_classes: int,
                    top_k: int = 20, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """GAP, mAP, Hit@1, PERR and loss of `model` over one pass of the batches; restores the model's mode."""
+    """GAP, mAP, Hit@1, PERR and loss of `model` over one pass of the batches; restores the model's mode.
+
+    Batches without a single video or without a single label (test shards) are a ValueError, not metrics of 0.
+    """
     from yt8m.metrics import EvaluationMetrics
 
     device = torch.device(device)
-    metrics = EvaluationMetrics(num_classes, top_k)
+    source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
     was_training = model.training
     model.eval()
     videos, started = 0, time.perf_counter()
-    with torch.no_grad(), tqdm(unit="video", desc="eval", dynamic_ncols=True,
-                               disable=not sys.stderr.isatty()) as bar:
-        for index, batch in enumerate(dataset_or_loader, start=1):
-            batch = to_device(batch, device)
-            output = model(batch["features"], batch.get("num_frames"))
-            loss = loss_fn(output, batch["labels"]).item()
-            metrics.accumulate(output["predictions"].float().cpu().numpy(), batch["labels"].cpu().numpy(), loss)
-            videos += batch["labels"].shape[0]
-            bar.update(batch["labels"].shape[0])
-            log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
-                     videos / max(time.perf_counter() - started, 1e-9))
-    model.train(was_training)
-    return metrics.get()
+    try:
+        with torch.no_grad(), EvaluationMetrics(num_classes, top_k) as metrics, \
+                tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
+            for index, batch in enumerate(dataset_or_loader, start=1):
+                batch = to_device(batch, device)
+                output = model(batch["features"], batch.get("num_frames"))
+                loss = loss_fn(output, batch["labels"]).item()
+                metrics.accumulate(output["predictions"].float().cpu().numpy(), batch["labels"].cpu().numpy(), loss)
+                videos += batch["labels"].shape[0]
+                bar.update(batch["labels"].shape[0])
+                log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
+                         videos / max(time.perf_counter() - started, 1e-9))
+            if not videos:
+                raise ValueError(f"no videos in {source}: nothing to evaluate")
+            if not metrics.num_labels:
+                raise ValueError(f"no labels in {source}: evaluation needs labelled shards "
+                                 "(test shards have none; `yt8m predict` takes them)")
+            return metrics.get()
+    finally:
+        model.train(was_training)
 
 
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:

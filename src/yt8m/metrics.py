@@ -265,11 +265,12 @@ class _RankedPool:
 class EvaluationMetrics:
     """Streams batches of predictions and labels; `get()` returns the starter kit's metrics.
 
-    The pooled top-k entries beyond `pool_budget` go to temporary files, removed by `close()` or `clear()` (or when
+    The pooled top-k entries beyond `pool_budget` (default POOL_BUDGET) go to temporary files, removed by `close()` or `clear()` (or when
     the object is garbage collected); `with EvaluationMetrics(...) as metrics:` closes it.
     """
 
-    def __init__(self, num_classes: int, top_k: int = 20, pool_budget: int = POOL_BUDGET):
+    def __init__(self, num_classes: int, top_k: int = 20, pool_budget: Optional[int] = None):
+        pool_budget = POOL_BUDGET if pool_budget is None else pool_budget
         if int(num_classes) < 1 or int(top_k) < 1 or int(pool_budget) < 1:
             raise ValueError(f"num_classes ({num_classes}), top_k ({top_k}) and pool_budget ({pool_budget}) "
                              "must be positive")
