@@ -21,7 +21,7 @@ from yt8m.checkpoint import latest_checkpoint
 from yt8m.cli import main as cli_main
 from yt8m.data.example import encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
-from yt8m.predict import convert_predictions, main
+from yt8m.predict import convert_predictions, find_video, main
 from yt8m.score import main as score_main
 from yt8m.score import read_labels_csv
 
@@ -223,7 +223,7 @@ def test_predictions_that_are_not_finite_are_an_error_and_nothing_is_written(tin
     assert result.returncode == 1
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("yt8m predict: error: the model's predictions are not finite (NaN or infinity) for "
-                            "video "), result.stderr
+                            "videos "), result.stderr
     assert "and " in error and "more in the same batch (in " in error and "record at byte 0)" in error
     assert error.endswith(f"{output} is not written")
     assert not output.exists()
@@ -271,3 +271,13 @@ def test_predict_killed_mid_way_leaves_no_output_and_an_earlier_one_intact(tiny_
         assert os.listdir(output.parent) != ["p.csv"]  # the half-written file lies under another name
     else:
         assert not output.exists()
+
+
+def test_find_video_names_each_record_and_passes_over_a_damaged_file(tmp_path):
+    damaged, good = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    write_shard(damaged, ["x", "y"])
+    damaged.write_bytes(damaged.read_bytes()[:-5])  # the last record cut short
+    offsets = write_shard(good, ["y", "z", "y"])
+    assert find_video([str(damaged), str(good)], "y") == [f"{good} (record at byte {offsets[0]})",
+                                                         f"{good} (record at byte {offsets[2]})"]
+    assert find_video([str(good)], "x") == []

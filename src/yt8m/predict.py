@@ -125,8 +125,9 @@ def check_finite(predictions: torch.Tensor, video_ids: Sequence[str], output_fil
         return
     named = ", ".join(repr(video_ids[row]) for row in bad[:_VIDEOS_NAMED])
     more = f" and {len(bad) - _VIDEOS_NAMED} more in the same batch" if len(bad) > _VIDEOS_NAMED else ""
-    raise ValueError(f"the model's predictions are not finite (NaN or infinity) for video {named}{more}"
-                     f"{_where(video_ids[bad[0]], locate)}: {output_file} is not written")
+    raise ValueError(f"the model's predictions are not finite (NaN or infinity) for "
+                     f"{'videos' if len(bad) > 1 else 'video'} {named}{more}{_where(video_ids[bad[0]], locate)}: "
+                     f"{output_file} is not written")
 
 
 def _duplicate_message(duplicate: Duplicate, output_file: str, locate: Optional[Locator]) -> str:
@@ -136,22 +137,32 @@ def _duplicate_message(duplicate: Duplicate, output_file: str, locate: Optional[
 
 def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]:
     """Where the records of `video_id` lie in `paths` ("FILE (record at byte N)"), at most `limit`, for error
-    messages: a scan of the files, used only once something is wrong."""
-    from yt8m.data.example import parse_record
-    from yt8m.data.tfrecord import read_records
+    messages: a scan of the files, made only once something is wrong; damaged records are passed over."""
+    from yt8m.data.tfrecord import CorruptRecordError, read_records
 
     needle, found = video_id.encode(), []
     for path in paths:
-        for offset, payload in read_records(path):
-            if needle not in payload:
-                continue
-            record = parse_record(payload)
-            features = record.get("features", record.get("context", {}))
-            if features.get("id", features.get("video_id")) == [needle]:
-                found.append(f"{path} (record at byte {offset})")
-                if len(found) == limit:
-                    return found
+        try:
+            for offset, payload in read_records(path):
+                if needle in payload and _record_id(payload) == needle:
+                    found.append(f"{path} (record at byte {offset})")
+                    if len(found) == limit:
+                        return found
+        except CorruptRecordError:
+            continue  # the rest of that file cannot be read
     return found
+
+
+def _record_id(payload: bytes) -> Optional[bytes]:
+    from yt8m.data.example import parse_record
+
+    try:
+        record = parse_record(payload)
+    except ValueError:
+        return None
+    ids = record.get("features", record.get("context", {}))
+    found = ids.get("id", ids.get("video_id"))
+    return found[0] if isinstance(found, list) and len(found) == 1 else None
 
 
 def checkpoint_predictor(model: nn.Module, device: torch.device) -> Predictor:
