@@ -89,14 +89,20 @@ def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[in
 
 
 def _read_dict(path: str, header: str, parse: Callable[[str, str], T]) -> dict[str, T]:
-    first_lines: dict[str, int] = {}
     rows = {}
-    for where, line, video_id, field in _rows(path, header):
-        if video_id in first_lines:
-            raise _duplicate_error(path, Duplicate(video_id, first_lines[video_id], line))
-        first_lines[video_id] = line
-        rows[video_id] = parse(where, field)
+    with TemporaryDatabase() as database:
+        for _, video_id, parsed in _checked(KeyedTable(database, "videos"), path, header, parse):
+            rows[video_id] = parsed
     return rows
+
+
+def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], T],
+             payload: Callable[[T], tuple] = lambda parsed: ()) -> Iterator[tuple[int, str, T]]:
+    """(line, video id, parsed second field) of each line of a CSV, checked, with `payload(parsed)` stored in `table`
+    beside the id: a video twice is an error too, and the first problem in line order is the one raised."""
+    parsed = ((line, video_id, parse(where, field)) for where, line, video_id, field in _rows(path, header))
+    return add_unique(table, parsed, lambda row: (row[1], row[0], *payload(row[2])),
+                      lambda duplicate: _duplicate_error(path, duplicate))
 
 
 def read_labels_csv(path: str, num_classes: int = 3862) -> dict[str, np.ndarray]:
@@ -114,10 +120,8 @@ def read_predictions_csv(path: str, num_classes: int = 3862) -> dict[str, tuple[
 
 
 def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], tuple]) -> None:
-    """Check every line of a CSV and add it to `table`, keyed by video id, its parsed fields as payload."""
-    rows = _rows(path, header)
-    for _ in add_unique(table, rows, lambda row: (row[2], row[1], *parse(row[0], row[3])),
-                        lambda duplicate: _duplicate_error(path, duplicate)):
+    """Check every line of a CSV into `table`: its video id, its line and the parsed second field's columns."""
+    for _ in _checked(table, path, header, parse, payload=lambda columns: columns):
         pass
 
 
