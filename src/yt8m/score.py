@@ -169,10 +169,14 @@ def _score_rows(rows: Iterable[tuple[np.ndarray, Optional[np.ndarray], Optional[
                 top_k: int) -> dict:
     """The metrics of (label ids, predicted classes or None, their confidences or None) rows, in batches."""
     rows = iter(rows)
+    # Reused: a fresh 16 MB array per batch would be mapped afresh and page-faulted (runtime.map_large_blocks).
+    all_scores = np.empty((_BATCH_VIDEOS, num_classes), dtype=np.float32)
+    all_truth = np.empty((_BATCH_VIDEOS, num_classes), dtype=np.float32)
     with EvaluationMetrics(num_classes, top_k) as metrics:
         while batch := list(itertools.islice(rows, _BATCH_VIDEOS)):
-            scores = np.full((len(batch), num_classes), -np.inf, dtype=np.float32)
-            truth = np.zeros((len(batch), num_classes), dtype=np.float32)
+            scores, truth = all_scores[:len(batch)], all_truth[:len(batch)]
+            scores.fill(-np.inf)
+            truth.fill(0)
             for row, (labels, classes, confidences) in enumerate(batch):
                 truth[row, labels] = 1
                 if classes is not None:
