@@ -41,8 +41,9 @@ _LOW_32_BITS = np.uint64(0xFFFFFFFF)
 # A batch's sort key packs row | 32-bit score | class into 64 bits, which bounds its rows.
 _KEY_BITS = 64
 _SCORE_BITS = 32
-# Pooled entries (9 bytes each) kept in memory before they are sorted and written out as one run.
-POOL_BUDGET = 1 << 22
+# Pooled entries (9 bytes each) kept in memory before they are sorted and written out as one run: about 100k videos
+# at top-20. Twice that took 80 MB more at 1M videos, for the same speed (bench_metrics.py).
+POOL_BUDGET = 1 << 21
 # A pooled entry in a run: its rank key (score, then accumulation position) and its class << 1 | label.
 _RUN_DTYPE = np.dtype([("key", "<u8"), ("item", "<i4")])
 _MAX_POOLED = 2 ** 32 - 1  # positions fill the key's low 32 bits
