@@ -42,9 +42,10 @@ def map_large_blocks() -> None:
 
     By default glibc raises that threshold to the size of each mapped block freed (up to 32 MB), and from then on
     serves batch-sized tensors from its heap, where the smaller blocks that outlive a batch split its free space:
-    the heap grew with every batch, free memory it could not reuse (`yt8m eval` of a MoeModel: about 5 KB more per
-    video, 0.66 GB at 18,654 real videos, 0.88 GB at 55,962). A fixed threshold stops that; it costs a page fault per
-    4 KB of each batch's large blocks (about 6% more CPU time in that eval). A no-op where mallopt is missing.
+    the heap grew with every batch, free memory it could not reuse (`yt8m eval` of a MoeModel: about 4 KB more per
+    video, 0.68 GB at 18,654 real videos, 0.83 GB at 55,962; 0.59 GB at both with this). A fixed threshold stops
+    that; it costs a page fault per 4 KB of each batch's large blocks (4-7% more CPU time in that eval; see
+    bench/README.md). A no-op where mallopt is missing.
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt
