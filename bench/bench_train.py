@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from yt8m.training_process import configure_training_process
+from yt8m.process_settings import configure_training_process
 
 configure_training_process()  # as `yt8m train` does, before torch loads; the ceiling, timed here, gains from it too
 import torch  # noqa: E402

@@ -18,7 +18,7 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.evaluate import evaluate_model
 from yt8m.losses import create_loss
 from yt8m.runtime import setup_logging
-from yt8m.training_process import configure_training_process
+from yt8m.process_settings import configure_training_process
 from yt8m.training import TrainEvent, train
 
 SHARDS = Path(__file__).resolve().parents[1].parent / "shared" / "realdata" / "yt8m_2018_video_validate"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import queue
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -14,7 +17,9 @@ from workflow_fixtures import tiny_data, tiny_train_config, trained_copy, traine
 from yt8m.checkpoint import build_model_from_checkpoint, final_checkpoint
 from yt8m.config import EvalConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.evaluate import METRIC_KEYS, evaluate_checkpoints, evaluate_model, main
+from yt8m.commands.eval import main
+from yt8m.evaluate import METRIC_KEYS, evaluate_checkpoints, evaluate_model
+import yt8m.metrics as metrics_module
 from yt8m.losses import create_loss
 from yt8m.training import train
 
@@ -126,3 +131,61 @@ def test_watching_a_stopped_run_says_what_it_waits_for(tiny_data, tmp_path, capl
         while "no trainer runs there now" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)
     assert "waiting until one resumes it" in caplog.text and "checkpoints/final" in caplog.text
+
+
+def run_eval_cli(pattern: str, train_dir) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yt8m", "eval", "--eval_data_pattern", pattern, "--train_dir",
+                           str(train_dir), "--run_once", "--num_readers", "0"], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_eval_on_shards_without_labels_or_videos_is_an_error_through_the_cli(tiny_data, trained_copy, tmp_path):
+    result = run_eval_cli(tiny_data["test_pattern"], trained_copy)  # test shards carry no labels
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"yt8m eval: error: no labels in {tiny_data['test_pattern']}: evaluation needs labelled shards "
+        "(test shards have none; `yt8m predict` takes them)")
+    assert result.stdout == ""
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    result = run_eval_cli(str(empty), trained_copy)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"yt8m eval: error: no videos in {empty}: nothing to evaluate"
+    assert not os.path.exists(trained_copy / "eval" / "metrics-00000012.json")
+
+
+def model_and_data(tiny_data, trained_dir):
+    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_dir)))
+    dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 8)
+    return model, dataset, create_loss(config.label_loss), config.num_classes
+
+
+def test_a_spilled_pool_gives_the_same_metrics(tiny_data, trained_dir, monkeypatch, tmp_path):
+    model, dataset, loss_fn, num_classes = model_and_data(tiny_data, trained_dir)
+    in_memory = evaluate_model(model, dataset, loss_fn, num_classes)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(metrics_module, "POOL_BUDGET", 50)  # a run every few batches
+    assert evaluate_model(model, dataset, loss_fn, num_classes) == in_memory
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_evaluation_removes_its_spilled_runs_and_restores_the_mode(tiny_data, trained_dir, monkeypatch,
+                                                                          tmp_path):
+    model, dataset, loss_fn, num_classes = model_and_data(tiny_data, trained_dir)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(metrics_module, "POOL_BUDGET", 50)
+    forward, calls = model.forward, []
+
+    def fail_on_the_fifth_batch(*args):
+        calls.append(os.listdir(tmp_path))
+        if len(calls) == 5:
+            raise RuntimeError("out of memory")
+        return forward(*args)
+
+    monkeypatch.setattr(model, "forward", fail_on_the_fifth_batch)
+    model.train()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        evaluate_model(model, dataset, loss_fn, num_classes)
+    assert calls[-1] != []  # runs had been written
+    assert os.listdir(tmp_path) == []
+    assert model.training

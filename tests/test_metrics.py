@@ -4,11 +4,14 @@ and against the starter kit's own algorithms (argpartition top-k, per-class heap
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
 import numpy as np
 import pytest
 
 import yt8m.metrics as metrics_module
+import yt8m.spill as spill_module
 from yt8m.metrics import EvaluationMetrics, calculate_gap, calculate_hit_at_one, calculate_perr
 
 
@@ -17,17 +20,25 @@ def video_order(scores: np.ndarray) -> list[int]:
     return sorted(range(len(scores)), key=lambda c: (-scores[c], c))
 
 
+def ranked_pool(predictions: np.ndarray, labels: np.ndarray, k: int) -> list[tuple[float, bool, int]]:
+    """Every video's top-k (score, label, class), ranked by score; ties keep accumulation order."""
+    pool = []
+    for scores, truth in zip(predictions.astype(np.float32), labels):
+        finite = [c for c in video_order(scores) if scores[c] > -np.inf]
+        pool += [(float(scores[c]), bool(truth[c]), c) for c in finite[:k]]
+    return sorted(pool, key=lambda entry: -entry[0])  # stable
+
+
 def brute_force(predictions: np.ndarray, labels: np.ndarray, k: int) -> dict:
     num_videos, num_classes = predictions.shape
-    hits, perrs, pool = [], [], []
+    hits, perrs = [], []
     for scores, truth in zip(predictions.astype(np.float32), labels):
         order = video_order(scores)
         finite = [c for c in order if scores[c] > -np.inf]
         hits.append(float(truth[finite[0]]) if finite else 0.0)
         m = int(truth.sum())
         perrs.append(sum(1 for c in order[:m] if truth[c] and scores[c] > 0) / m if m else 0.0)
-        pool += [(float(scores[c]), bool(truth[c]), c) for c in finite[:k]]
-    ranked = sorted(pool, key=lambda entry: -entry[0])  # stable: ties keep accumulation order
+    ranked = ranked_pool(predictions, labels, k)
 
     def average_precision(entries: list, num_positives: int) -> float:
         if num_positives == 0:
@@ -51,6 +62,27 @@ def brute_force(predictions: np.ndarray, labels: np.ndarray, k: int) -> dict:
         "perr": float(np.mean(perrs)),
         "num_videos": num_videos,
     }
+
+
+def whole_pool_floats(predictions: np.ndarray, labels: np.ndarray, k: int) -> dict:
+    """gap, map and map_all_classes computed as yt8m computed them from the whole pool in memory (before the pool
+    could be spilled to files): one NumPy sum of GAP's terms, each class's terms added one by one in rank order."""
+    ranked = ranked_pool(predictions, labels, k)
+    positive_ranks = np.array([rank for rank, entry in enumerate(ranked, start=1) if entry[1]], dtype=np.int64)
+    num_positives = int(labels.sum())
+    terms = np.arange(1, len(positive_ranks) + 1) / positive_ranks
+    class_sums = np.zeros(labels.shape[1])
+    seen, hits = np.zeros(labels.shape[1], np.int64), np.zeros(labels.shape[1], np.int64)
+    for _, positive, c in ranked:
+        seen[c] += 1
+        if positive:
+            hits[c] += 1
+            class_sums[c] += hits[c] / seen[c]
+    class_positives = labels.sum(axis=0).astype(np.int64)
+    class_ap = np.divide(class_sums, class_positives, out=np.zeros(len(class_sums)), where=class_positives > 0)
+    return {"gap": float(terms.sum() / num_positives) if num_positives else 0.0,
+            "map": float(class_ap[class_positives > 0].mean()) if (class_positives > 0).any() else 0.0,
+            "map_all_classes": float(class_ap.mean())}
 
 
 def starter_kit(predictions: np.ndarray, labels: np.ndarray, k: int) -> dict:
@@ -89,11 +121,12 @@ def starter_kit(predictions: np.ndarray, labels: np.ndarray, k: int) -> dict:
     }
 
 
-def streamed(predictions: np.ndarray, labels: np.ndarray, k: int, pieces: int = 1, loss: float = 0.0) -> dict:
-    metrics = EvaluationMetrics(predictions.shape[1], top_k=k)
-    for part_p, part_y in zip(np.array_split(predictions, pieces), np.array_split(labels, pieces)):
-        metrics.accumulate(part_p, part_y, loss)
-    return metrics.get()
+def streamed(predictions: np.ndarray, labels: np.ndarray, k: int, pieces: int = 1, loss: float = 0.0,
+             **options) -> dict:
+    with EvaluationMetrics(predictions.shape[1], top_k=k, **options) as metrics:
+        for part_p, part_y in zip(np.array_split(predictions, pieces), np.array_split(labels, pieces)):
+            metrics.accumulate(part_p, part_y, loss)
+        return metrics.get()
 
 
 def assert_metrics_equal(actual: dict, expected: dict) -> None:
@@ -228,6 +261,8 @@ def test_get_without_videos_and_bad_settings_are_errors():
         EvaluationMetrics(5).get()
     with pytest.raises(ValueError, match="positive"):
         EvaluationMetrics(5, top_k=0)
+    with pytest.raises(ValueError, match="positive"):
+        EvaluationMetrics(5, pool_budget=0)
 
 
 def test_full_size_batch_matches_starter_kit():
@@ -236,3 +271,55 @@ def test_full_size_batch_matches_starter_kit():
     expected = starter_kit(predictions, labels, 20)
     assert_metrics_equal(result, expected)
     assert not math.isnan(result["map"])
+
+
+@pytest.mark.parametrize("seed, videos, classes, k, ties", [
+    (20, 2500, 40, 20, True),    # over 8,192 pooled positives: several levels of NumPy's pairwise sum
+    (21, 700, 9, 4, True),
+    (22, 400, 300, 20, False),
+])
+@pytest.mark.parametrize("pool_budget", [1, 37, 5000, metrics_module.POOL_BUDGET])
+def test_spilled_pool_gives_the_same_floats_bit_for_bit(monkeypatch, tmp_path, seed, videos, classes, k, ties,
+                                                        pool_budget):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spill_module, "MERGE_BLOCK", 64)  # many merge steps
+    predictions, labels = random_case(seed, videos, classes, 0.3, ties=ties)
+    predictions[np.random.default_rng(seed).random(predictions.shape) < 0.2] = -np.inf
+    result = streamed(predictions, labels, k, pieces=9, pool_budget=pool_budget)
+    expected = whole_pool_floats(predictions, labels, k)
+    assert {name: result[name] for name in expected} == expected  # exactly equal floats
+    assert_metrics_equal(result, brute_force(predictions, labels, k))
+    assert os.listdir(tmp_path) == []  # the runs' files are gone
+
+
+def test_pairwise_sum_from_pieces_equals_numpys_sum():
+    rng = np.random.default_rng(23)
+    for count in [*range(0, 300), 1000, 8191, 8192, 8193, 50_001]:
+        values = rng.random(count) * 10.0 ** rng.integers(-8, 8, count)
+        total = metrics_module._PairwiseSum(count)
+        for piece in np.array_split(values, rng.integers(1, 12)):
+            total.add(piece)
+        assert total.total() == np.sum(values), count
+
+
+def test_spilled_runs_live_in_a_temporary_folder_until_closed_or_cleared(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    predictions, labels = random_case(24, 50, 10, 0.2)
+    metrics = EvaluationMetrics(10, 3, pool_budget=20)
+    metrics.accumulate(predictions, labels)
+    assert [name.startswith("yt8m-metrics-") for name in os.listdir(tmp_path)] == [True]
+    first = metrics.get()
+    assert metrics.get() == first  # get() reads the runs again; it changes nothing
+    metrics.clear()
+    assert os.listdir(tmp_path) == []
+    metrics.accumulate(predictions, labels)
+    metrics.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_num_labels_counts_the_positive_entries():
+    predictions, labels = random_case(25, 30, 8, 0.25)
+    metrics = EvaluationMetrics(8, 3)
+    metrics.accumulate(predictions, labels)
+    metrics.accumulate(predictions[:5], np.zeros_like(labels[:5]))
+    assert metrics.num_labels == int(labels.sum()) > 0

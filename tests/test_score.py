@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -126,3 +130,57 @@ def test_readers_return_ids_in_file_order(tmp_path):
     predictions = read_predictions_csv(write(tmp_path, "p.csv", PREDICTIONS), num_classes=5)
     classes, confidences = predictions["cccc"]
     assert classes.tolist() == [2, 1, 0] and confidences.tolist() == [0.7, 0.6, 0.1]
+
+
+def many_videos(count: int) -> tuple[list[str], list[str]]:
+    """Labels and predictions lines (without header) of `count` videos."""
+    labels = [f"v{i},{i % 5}" for i in range(count)]
+    predictions = [f"v{i},{i % 5} 0.5 {(i + 1) % 5} 0.25" for i in range(count)]
+    return labels, predictions
+
+
+@pytest.mark.parametrize("duplicate_line, bad_line, expected", [
+    (12_000, 12_500, "predictions.csv:12000: video 'v5' is already on line 7"),  # a later batch than line 7
+    (12_500, 12_000, "predictions.csv:12000: confidences must be numbers"),
+    (9_000, 11_000, "predictions.csv:9000: video 'v5' is already on line 7"),  # checked with a later batch
+])
+def test_the_first_problem_in_line_order_is_reported_across_batches(capsys, tmp_path, duplicate_line, bad_line,
+                                                                    expected):
+    labels, predictions = many_videos(15_000)
+    predictions[duplicate_line - 2] = "v5,1 0.5"
+    predictions[bad_line - 2] = f"v{bad_line},1 high"
+    code, _, err = run_score(capsys, tmp_path, "\n".join(["VideoId,LabelConfidencePairs", *predictions]) + "\n",
+                             "\n".join(["VideoId,Labels", *labels]) + "\n")
+    assert code == 1
+    assert expected in err, err
+
+
+def test_score_leaves_no_temporary_files(capsys, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    assert run_score(capsys, tmp_path)[0] == 0
+    assert run_score(capsys, tmp_path, PREDICTIONS + "aaaa,1 0.5\n")[0] == 1
+    assert os.listdir(scratch) == []
+
+
+def test_score_through_the_cli_as_a_user_runs_it(tmp_path):
+    labels, predictions = many_videos(3_000)
+    predictions[2_500] = "v17,1 0.5"  # line 2502
+    files = {name: tmp_path / f"{name}.csv" for name in ("labels", "predictions")}
+    files["labels"].write_text("\n".join(["VideoId,Labels", *labels]) + "\n")
+    files["predictions"].write_text("\n".join(["VideoId,LabelConfidencePairs", *predictions]) + "\n")
+    result = subprocess.run([sys.executable, "-m", "yt8m", "score", "--predictions", str(files["predictions"]),
+                             "--labels", str(files["labels"]), "--num_classes", "5", "--allow_missing"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"yt8m score: error: {files['predictions']}:2502: video 'v17' is already on line 19"]
+    predictions[2_500] = "v2500,0 0.5"
+    files["predictions"].write_text("\n".join(["VideoId,LabelConfidencePairs", *predictions[:2_990]]) + "\n")
+    result = subprocess.run([sys.executable, "-m", "yt8m", "score", "--predictions", str(files["predictions"]),
+                             "--labels", str(files["labels"]), "--num_classes", "5", "--allow_missing"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["num_videos"] == 3_000
+    assert "10 videos of" in result.stderr and "(v2990, v2991, v2992, v2993, v2994, ...)" in result.stderr

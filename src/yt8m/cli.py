@@ -15,23 +15,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("yt8m.commands.synth:main", "Write learnable synthetic YT8M data (video, frame, segment)."),
     "inspect": ("yt8m.commands.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
     "bench": ("yt8m.commands.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
-    "score": ("yt8m.score:main", "Score a Kaggle-format predictions CSV against a labels CSV."),
+    "score": ("yt8m.commands.score:main", "Score a Kaggle-format predictions CSV against a labels CSV."),
     "train": ("yt8m.commands.train:main", "Train a model (starter-kit train.py flags)."),
-    "eval": ("yt8m.evaluate:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
-    "predict": ("yt8m.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
+    "eval": ("yt8m.commands.eval:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
+    "predict": ("yt8m.commands.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
     "export": ("yt8m.commands.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),
-    "convert-predictions": ("yt8m.predict:convert_main", "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
+    "convert-predictions": ("yt8m.commands.convert_predictions:main", "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
     "demo": ("yt8m.commands.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
     "tune": ("yt8m.commands.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
     "tune-report": ("yt8m.commands.tune_report:main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
-# Commands whose work is training get the process settings that speed it up (yt8m.training_process); the others
-# compute and print values exactly as stored, whatever those settings would do to them.
+# Commands whose work is training get the process settings that speed it up, those that stream inputs of any size
+# the one that keeps their memory flat (yt8m.process_settings); none changes the values a command prints.
 TRAINING_COMMANDS = ("train", "tune")
+STREAMING_COMMANDS = ("eval", "predict", "score", "convert-predictions")
 VERBOSE_FLAG = "--verbose"
 # Errors a user can act on, printed as one line: bad input or flags (ValueError), missing or unwritable files and a
 # full disk (OSError). Anything else is a bug and keeps its traceback.
 USER_ERRORS = (ValueError, OSError)
+
+
+def configure_process_for(command: str) -> None:
+    """The process settings of the command's kind of work, made before its module imports torch."""
+    from yt8m.process_settings import configure_streaming_process, configure_training_process
+
+    if command in TRAINING_COMMANDS:
+        configure_training_process()
+    elif command in STREAMING_COMMANDS:
+        configure_streaming_process()
 
 
 def _usage() -> str:
@@ -57,10 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if name not in COMMANDS:
         print(f"yt8m: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
         return 2
-    if name in TRAINING_COMMANDS:
-        from yt8m.training_process import configure_training_process  # before the command's module imports torch
-
-        configure_training_process()
+    configure_process_for(name)
     module_name, func_name = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module_name), func_name)
     try:

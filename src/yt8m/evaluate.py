@@ -1,18 +1,15 @@
-"""`yt8m eval` (the starter kit's eval.py) and `evaluate_model`, the in-process evaluation it runs.
-
-Evaluates a train dir's latest checkpoint once, or watches it and evaluates each new checkpoint until the final one.
-"""
+"""Evaluation: `evaluate_model` (a model's metrics over batches, in memory that does not grow with them) and
+`evaluate_checkpoints` (a train dir's checkpoints, once or watching for each new one until the run's final one)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -26,16 +23,13 @@ from yt8m.config import (
     EvalConfig,
     ModelConfig,
     TrainConfig,
-    add_config_arguments,
-    add_config_file_argument,
     config_problems,
     field_names,
     load_config,
-    parse_config,
     shown,
 )
 from yt8m.files import write_file_atomically
-from yt8m.runtime import reader_workers, resolve_device, setup_logging, to_device
+from yt8m.runtime import reader_workers, resolve_device, to_device
 
 log = logging.getLogger("yt8m.eval")
 
@@ -44,27 +38,37 @@ METRIC_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "loss", "n
 
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], loss_fn: nn.Module, num_classes: int,
                    top_k: int = 20, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """GAP, mAP, Hit@1, PERR and loss of `model` over one pass of the batches; restores the model's mode."""
+    """GAP, mAP, Hit@1, PERR and loss of `model` over one pass of the batches; restores the model's mode.
+
+    Batches without a single video or without a single label (test shards) are a ValueError, not metrics of 0.
+    """
     from yt8m.metrics import EvaluationMetrics
 
     device = torch.device(device)
-    metrics = EvaluationMetrics(num_classes, top_k)
+    source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
     was_training = model.training
     model.eval()
     videos, started = 0, time.perf_counter()
-    with torch.no_grad(), tqdm(unit="video", desc="eval", dynamic_ncols=True,
-                               disable=not sys.stderr.isatty()) as bar:
-        for index, batch in enumerate(dataset_or_loader, start=1):
-            batch = to_device(batch, device)
-            output = model(batch["features"], batch.get("num_frames"))
-            loss = loss_fn(output, batch["labels"]).item()
-            metrics.accumulate(output["predictions"].float().cpu().numpy(), batch["labels"].cpu().numpy(), loss)
-            videos += batch["labels"].shape[0]
-            bar.update(batch["labels"].shape[0])
-            log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
-                     videos / max(time.perf_counter() - started, 1e-9))
-    model.train(was_training)
-    return metrics.get()
+    try:
+        with torch.no_grad(), EvaluationMetrics(num_classes, top_k) as metrics, \
+                tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
+            for index, batch in enumerate(dataset_or_loader, start=1):
+                batch = to_device(batch, device)
+                output = model(batch["features"], batch.get("num_frames"))
+                loss = loss_fn(output, batch["labels"]).item()
+                metrics.accumulate(output["predictions"].float().cpu().numpy(), batch["labels"].cpu().numpy(), loss)
+                videos += batch["labels"].shape[0]
+                bar.update(batch["labels"].shape[0])
+                log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
+                         videos / max(time.perf_counter() - started, 1e-9))
+            if not videos:
+                raise ValueError(f"no videos in {source}: nothing to evaluate")
+            if not metrics.num_labels:
+                raise ValueError(f"no labels in {source}: evaluation needs labelled shards "
+                                 "(test shards have none; `yt8m predict` takes them)")
+            return metrics.get()
+    finally:
+        model.train(was_training)
 
 
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
@@ -186,14 +190,3 @@ def wait_for(condition, config: EvalConfig) -> None:
             log.info("waiting for training to start in %s (its config.yaml); Ctrl+C stops", config.train_dir)
             logged = True
         time.sleep(config.poll_interval_secs)
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m eval", description=__doc__)
-    add_config_file_argument(parser)
-    add_config_arguments(parser, EvalConfig)
-    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False)
-    setup_logging()
-    for result in evaluate_checkpoints(config, given):
-        print(json.dumps(result), flush=True)
-    return 0

@@ -1,7 +1,8 @@
 """The starter kit's evaluation metrics (hit@1, PERR, GAP, per-class mAP), streamed over batches.
 
-Vectorized (NumPy, one torch reduction), memory O(videos x top_k), exact to the definitions below
-with a fixed tie order.
+Vectorized (NumPy, one torch reduction), exact to the definitions below with a fixed tie order, in memory
+bounded whatever the number of videos: the pooled top-k entries are kept in memory up to a budget, then written
+as sorted runs to temporary files and merged back in `get()` (the same floats, bit for bit, either way).
 
 Definitions (P scores, Y 0/1 labels, k = top_k, m = number of labels of a video):
   hit_at_one       mean over videos of Y at the video's highest score.
@@ -24,10 +25,12 @@ Scores are compared as float32; NaN scores are an error.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
+
+from yt8m.spill import SortedRuns
 
 # Rows handled per step: a chunk of scores and labels stays in cache between its passes.
 _CHUNK_ROWS = 128
@@ -38,6 +41,14 @@ _LOW_32_BITS = np.uint64(0xFFFFFFFF)
 # A batch's sort key packs row | 32-bit score | class into 64 bits, which bounds its rows.
 _KEY_BITS = 64
 _SCORE_BITS = 32
+# Pooled entries (9 bytes each) kept in memory before they are sorted and written out as one run: about 100k videos
+# at top-20. Twice that took 80 MB more at 1M videos, for the same speed (bench_metrics.py).
+POOL_BUDGET = 1 << 21
+# A pooled entry in a run: its rank key (score, then accumulation position) and its class << 1 | label.
+_RUN_DTYPE = np.dtype([("key", "<u8"), ("item", "<i4")])
+_MAX_POOLED = 2 ** 32 - 1  # positions fill the key's low 32 bits
+# NumPy sums up to this many float64 values in one block of eight interleaved sums (see _PairwiseSum).
+_PAIRWISE_BLOCK = 128
 
 
 def _descending_key(scores: np.ndarray) -> np.ndarray:
@@ -47,11 +58,11 @@ def _descending_key(scores: np.ndarray) -> np.ndarray:
     return ~ascending.view(np.uint32)
 
 
-def _with_position(key32: np.ndarray) -> np.ndarray:
-    """64-bit sort keys: the 32-bit key above, the entry's position below (ties keep order)."""
+def _with_position(key32: np.ndarray, first: int = 0) -> np.ndarray:
+    """64-bit sort keys: the 32-bit key above, the entry's position (from `first`) below (ties keep order)."""
     keys = key32.astype(np.uint64)
     keys <<= np.uint64(32)
-    keys |= np.arange(len(key32), dtype=np.uint64)
+    keys |= np.arange(first, first + len(key32), dtype=np.uint64)
     return keys
 
 
@@ -161,53 +172,142 @@ class _Batch:
         self.classes = (flat[in_pool] - rows[in_pool] * num_classes).astype(np.int32)
 
 
-def _global_ap(ranked_labels: np.ndarray, num_positives: int) -> float:
-    """Sum of precision@r at each positive rank, over the number of positives."""
-    if num_positives == 0:
-        return 0.0
-    positive_ranks = np.flatnonzero(ranked_labels) + 1
-    return float((np.arange(1, len(positive_ranks) + 1) / positive_ranks).sum() / num_positives)
+def _pairwise_plan(count: int) -> Iterator[Optional[int]]:
+    """NumPy's pairwise summation of `count` values in order: a block's length, or None to add the last two sums."""
+    if count <= _PAIRWISE_BLOCK:
+        yield count
+        return
+    half = count // 2
+    half -= half % 8
+    yield from _pairwise_plan(half)
+    yield from _pairwise_plan(count - half)
+    yield None
 
 
-def _per_class_ap(ranked_classes: np.ndarray, ranked_labels: np.ndarray,
-                  class_positives: np.ndarray) -> np.ndarray:
-    """AP of every class from pool entries already in global rank order (0 without labels)."""
-    num_classes = len(class_positives)
-    keys = _with_position(ranked_classes.view(np.uint32))
-    keys.sort()
-    by_class = (keys >> np.uint64(32)).view(np.int64)
-    labels = ranked_labels[_low_half(keys)]
-    counts = np.bincount(by_class, minlength=num_classes)
-    positives = np.flatnonzero(labels)
-    positive_class = by_class[positives]
-    rank_in_class = positives - (np.cumsum(counts) - counts)[positive_class] + 1
-    positive_counts = np.bincount(positive_class, minlength=num_classes)
-    hits_in_class = (np.arange(len(positives))
-                     - (np.cumsum(positive_counts) - positive_counts)[positive_class] + 1)
-    sums = np.bincount(positive_class, weights=hits_in_class / rank_in_class, minlength=num_classes)
-    return np.divide(sums, class_positives, out=np.zeros(num_classes), where=class_positives > 0)
+class _PairwiseSum:
+    """`np.add.reduce` of a float64 array of a known length, bit for bit, from pieces given in order.
+
+    NumPy sums a contiguous float64 array pairwise: up to 128 values as one block (eight interleaved sums), more by
+    splitting at the half rounded down to a multiple of 8 and adding the two halves' sums. Summing each block with
+    NumPy and adding the sums in the same tree gives the same float without holding the array.
+    """
+
+    _END = -1
+
+    def __init__(self, count: int):
+        self._plan = _pairwise_plan(count)
+        self._step = next(self._plan)
+        self._sums: list[np.float64] = []
+        self._waiting = np.empty(0)
+        self.add(self._waiting)  # a sum of nothing is a block of length 0
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.concatenate([self._waiting, values]) if len(self._waiting) else values
+        start = 0
+        while self._step != self._END and len(values) - start >= self._step:
+            self._sums.append(np.add.reduce(values[start:start + self._step]))
+            start += self._step
+            self._step = next(self._plan, self._END)
+            while self._step is None:
+                right = self._sums.pop()
+                self._sums[-1] = self._sums[-1] + right
+                self._step = next(self._plan, self._END)
+        self._waiting = values[start:]
+
+    def total(self) -> float:
+        if self._step != self._END or len(self._sums) != 1:
+            raise ValueError("fewer values were added than the sum was made for")
+        return float(self._sums[0])
+
+
+def _occurrence(values: np.ndarray, num_values: int) -> np.ndarray:
+    """For each entry, how many equal entries come before it."""
+    order = np.argsort(values, kind="stable")
+    counts = np.bincount(values, minlength=num_values)
+    occurrence = np.empty(len(values), np.int64)
+    occurrence[order] = np.arange(len(values)) - (np.cumsum(counts) - counts)[values[order]]
+    return occurrence
+
+
+class _RankedPool:
+    """GAP and per-class AP from the pool's entries given in rank order, a block at a time.
+
+    The floats are those of the whole-pool computation: GAP's terms are summed as `np.sum` sums them (_PairwiseSum),
+    each class's terms one by one in rank order, as `np.bincount` adds them.
+    """
+
+    def __init__(self, num_classes: int, pooled_positives: int):
+        self.num_classes = num_classes
+        self.class_sums = np.zeros(num_classes)
+        self._class_entries = np.zeros(num_classes, np.int64)
+        self._class_hits = np.zeros(num_classes, np.int64)
+        self._gap_sum = _PairwiseSum(pooled_positives)
+        self._ranked = self._found = 0
+
+    def add(self, labels: np.ndarray, classes: np.ndarray) -> None:
+        """The next entries in rank order: labels bool, classes int."""
+        positives = np.flatnonzero(labels)
+        found = self._found + np.arange(1, len(positives) + 1)
+        self._gap_sum.add(found / (self._ranked + positives + 1))
+        positive_classes = classes[positives]
+        rank_in_class = self._class_entries[positive_classes] + _occurrence(classes, self.num_classes)[positives] + 1
+        hits_in_class = self._class_hits[positive_classes] + _occurrence(positive_classes, self.num_classes) + 1
+        np.add.at(self.class_sums, positive_classes, hits_in_class / rank_in_class)
+        self._class_entries += np.bincount(classes, minlength=self.num_classes)
+        self._class_hits += np.bincount(positive_classes, minlength=self.num_classes)
+        self._ranked += len(labels)
+        self._found += len(positives)
+
+    def gap_sum(self) -> float:
+        """Sum of precision@r at each positive rank."""
+        return self._gap_sum.total()
 
 
 class EvaluationMetrics:
-    """Streams batches of predictions and labels; `get()` returns the starter kit's metrics."""
+    """Streams batches of predictions and labels; `get()` returns the starter kit's metrics.
 
-    def __init__(self, num_classes: int, top_k: int = 20):
-        if int(num_classes) < 1 or int(top_k) < 1:
-            raise ValueError(f"num_classes ({num_classes}) and top_k ({top_k}) must be positive")
+    The pooled top-k entries beyond `pool_budget` (default POOL_BUDGET) go to temporary files, removed by `close()` or `clear()` (or when
+    the object is garbage collected); `with EvaluationMetrics(...) as metrics:` closes it.
+    """
+
+    def __init__(self, num_classes: int, top_k: int = 20, pool_budget: Optional[int] = None):
+        pool_budget = POOL_BUDGET if pool_budget is None else pool_budget
+        if int(num_classes) < 1 or int(top_k) < 1 or int(pool_budget) < 1:
+            raise ValueError(f"num_classes ({num_classes}), top_k ({top_k}) and pool_budget ({pool_budget}) "
+                             "must be positive")
         self.num_classes = int(num_classes)
         self.top_k = int(top_k)
+        self.pool_budget = int(pool_budget)
+        self._runs = SortedRuns(_RUN_DTYPE, prefix="yt8m-metrics-")
         self.clear()
 
     def clear(self) -> None:
         """Forget everything accumulated."""
+        self._runs.close()
         self._scores: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
         self._classes: list[np.ndarray] = []
+        self._in_memory = self._pooled = self._pooled_positives = 0
         self._class_positives = np.zeros(self.num_classes, dtype=np.int64)
         self._sum_hit = 0.0
         self._sum_perr = 0.0
         self._sum_loss = 0.0
         self._num_videos = 0
+
+    def close(self) -> None:
+        """Remove the temporary files; what was accumulated stays readable only if nothing was written out."""
+        self._runs.close()
+
+    def __enter__(self) -> "EvaluationMetrics":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def num_labels(self) -> int:
+        """Labels (positive entries of the label matrices) accumulated so far."""
+        return int(self._class_positives.sum())
 
     def accumulate(self, predictions: np.ndarray, labels: np.ndarray, loss: float = 0.0) -> None:
         """Add a batch: scores and 0/1 labels, both [videos, num_classes]; loss is the batch mean."""
@@ -215,31 +315,57 @@ class EvaluationMetrics:
             raise ValueError(f"predictions have shape {np.shape(predictions)}, "
                              f"expected [videos, {self.num_classes}]")
         for batch in _batches(predictions, labels, self.top_k):
-            self._scores.append(batch.scores)
-            self._labels.append(batch.labels)
-            self._classes.append(batch.classes)
+            self._pool(batch)
             self._class_positives += batch.class_positives
             self._sum_hit += batch.hit_sum
             self._sum_perr += batch.perr_sum
             self._sum_loss += float(loss) * batch.num_videos
             self._num_videos += batch.num_videos
 
+    def _pool(self, batch: "_Batch") -> None:
+        if self._pooled + len(batch.scores) > _MAX_POOLED:
+            raise ValueError(f"{self._pooled + len(batch.scores)} pooled predictions: "
+                             f"at most {_MAX_POOLED} are supported")
+        self._scores.append(batch.scores)
+        self._labels.append(batch.labels)
+        self._classes.append(batch.classes)
+        self._in_memory += len(batch.scores)
+        self._pooled += len(batch.scores)
+        self._pooled_positives += int(batch.labels.sum())
+        if self._in_memory >= self.pool_budget:
+            self._runs.add(self._sorted_in_memory())
+            self._scores, self._labels, self._classes = [], [], []
+            self._in_memory = 0
+
+    def _sorted_in_memory(self) -> np.ndarray:
+        """The pool entries held in memory as run records, in rank order."""
+        records = np.empty(self._in_memory, _RUN_DTYPE)
+        if not self._in_memory:
+            return records
+        first = self._pooled - self._in_memory
+        keys = _with_position(_descending_key(np.concatenate(self._scores)), first)
+        keys.sort()
+        records["key"] = keys
+        order = _low_half(keys) - first
+        items = np.concatenate(self._classes)[order] << 1
+        items |= np.concatenate(self._labels)[order]
+        records["item"] = items
+        return records
+
     def get(self) -> dict:
         """gap, map, map_all_classes, hit_at_one, perr, loss (means over videos) and num_videos."""
         if self._num_videos == 0:
             raise ValueError("no videos were accumulated")
-        scores = np.concatenate(self._scores)
-        if len(scores) >= 2 ** 32:
-            raise ValueError(f"{len(scores)} pooled predictions: at most 2**32 - 1 are supported")
-        keys = _with_position(_descending_key(scores))
-        keys.sort()
-        order = _low_half(keys)
-        ranked_labels = np.concatenate(self._labels)[order]
-        class_ap = _per_class_ap(np.concatenate(self._classes)[order], ranked_labels,
-                                 self._class_positives)
+        ranked = _RankedPool(self.num_classes, self._pooled_positives)
+        for block in self._runs.merged(self._sorted_in_memory()):
+            items = block["item"]
+            ranked.add((items & 1).astype(bool), items >> 1)
+        class_ap = np.divide(ranked.class_sums, self._class_positives, out=np.zeros(self.num_classes),
+                             where=self._class_positives > 0)
+        num_positives = int(self._class_positives.sum())
         labelled = self._class_positives > 0
         return {
-            "gap": _global_ap(ranked_labels, int(self._class_positives.sum())),
+            "gap": ranked.gap_sum() / num_positives if num_positives else 0.0,
             "map": float(class_ap[labelled].mean()) if labelled.any() else 0.0,
             "map_all_classes": float(class_ap.mean()),
             "hit_at_one": self._sum_hit / self._num_videos,

@@ -1,34 +1,41 @@
-"""`yt8m predict` (the starter kit's inference.py): each video's top-k classes as a Kaggle CSV or JSON
-lines, from a train dir's checkpoint or an ONNX export; `yt8m convert-predictions` turns JSON lines into the CSV.
+"""Predictions: each video's top-k classes as a Kaggle CSV or JSON lines (`run_predict`, for `yt8m predict`), from
+a checkpoint or an ONNX export, and JSON lines into the CSV (`convert_predictions`).
 
-Streams batch by batch in constant memory; shards with or without labels work alike.
+Streams batch by batch in memory that does not grow with the videos (the ids written so far, checked for duplicates,
+live in a temporary SQLite file); shards with or without labels work alike. The output is written under a temporary
+name and renamed when complete; a video id the format cannot hold, a duplicate id or a prediction that is not finite
+is an error, and no output is left.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
 
 import torch
 from torch import nn
 
-from yt8m.checkpoint import build_model_from_checkpoint, latest_checkpoint
-from yt8m.config import PredictConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.checkpoint import build_model_from_payload, load_latest_checkpoint
+from yt8m.config import ConfigError, PredictConfig, config_problems
 from yt8m.files import write_file_atomically
-from yt8m.runtime import reader_workers, resolve_device, setup_logging, to_device
+from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 
 log = logging.getLogger("yt8m.predict")
 
 CSV_HEADER = "VideoId,LabelConfidencePairs\n"
-OUTPUT_FORMATS = ("csv", "jsonl")
 
 # A batch dict of YT8MDataset -> probabilities [batch, classes] on the CPU.
 Predictor = Callable[[dict], torch.Tensor]
+# A video id -> where the input holds it ("FILE (record at byte N)", each place), for error messages.
+Locator = Callable[[str], list[str]]
+# What a CSV field written unquoted cannot hold (`yt8m score` and Kaggle split lines at commas and strip spaces).
+_CSV_UNSAFE = {",": "a comma", '"': "a double quote", "\n": "a line break", "\r": "a line break"}
+_VIDEOS_NAMED = 5
 
 
 def format_csv_row(video_id: str, classes: Sequence[int], confidences: Sequence[float]) -> str:
@@ -53,16 +60,107 @@ def format_rows(video_ids: Sequence[str], predictions: torch.Tensor, top_k: int,
 
 
 def write_predictions(predict: Predictor, batches: Iterable[dict], out: TextIO, top_k: int,
-                      output_format: str = "csv") -> int:
-    """Write (for CSV, the header and) one row per video of `batches` to `out`; returns the number of videos."""
+                      output_format: str = "csv", output_file: str = "the output",
+                      locate: Optional[Locator] = None) -> int:
+    """Write (for CSV, the header and) one row per video of `batches` to `out`; returns the number of videos.
+
+    Raises ValueError before writing a batch with a prediction that is not finite, or a video id `output_file`
+    cannot hold: empty, already written, or for CSV holding a comma, quote or line break or spaces at its ends.
+    `locate` names where the input holds a video, for these errors.
+    """
+    first_line = 1
     if output_format == "csv":
         out.write(CSV_HEADER)
+        first_line = 2
     videos, started = 0, time.perf_counter()
-    for batch in batches:
-        out.write(format_rows(batch["video_ids"], predict(batch), top_k, output_format))
-        videos += len(batch["video_ids"])
-        log.info("predicted %d videos, %.0f videos/s", videos, videos / max(time.perf_counter() - started, 1e-9))
+    with TemporaryDatabase() as database:
+        written = KeyedTable(database, "videos")
+        for batch in batches:
+            video_ids, predictions = batch["video_ids"], predict(batch)
+            check_video_ids(video_ids, output_format, output_file, locate)
+            check_finite(predictions, video_ids, output_file, locate)
+            duplicate = written.add_many(video_ids, first_line + videos)
+            if duplicate is not None:
+                raise ValueError(_duplicate_message(duplicate, output_file, locate))
+            out.write(format_rows(video_ids, predictions, top_k, output_format))
+            videos += len(video_ids)
+            log.info("predicted %d videos, %.0f videos/s", videos, videos / max(time.perf_counter() - started, 1e-9))
     return videos
+
+
+def _where(video_id: str, locate: Optional[Locator]) -> str:
+    places = locate(video_id) if locate is not None else []
+    return f" (in {' and '.join(places)})" if places else ""
+
+
+def unwritable_id(video_id: str, output_format: str) -> Optional[str]:
+    """Why a predictions file of this format cannot hold the id, or None when it can."""
+    if not video_id:
+        return "an empty id names no video"
+    if output_format == "csv":
+        for char, what in _CSV_UNSAFE.items():
+            if char in video_id:
+                return f"a CSV field cannot hold {what}"
+        if video_id != video_id.strip():
+            return "a CSV field loses the spaces at its ends when read"
+    return None
+
+
+def check_video_ids(video_ids: Sequence[str], output_format: str, output_file: str,
+                    locate: Optional[Locator] = None) -> None:
+    """ValueError for the first id that `output_file` cannot hold (see unwritable_id)."""
+    for video_id in video_ids:
+        problem = unwritable_id(video_id, output_format)
+        if problem is not None:
+            raise ValueError(f"{output_file}: cannot write video id {video_id!r}{_where(video_id, locate)}: {problem}")
+
+
+def check_finite(predictions: torch.Tensor, video_ids: Sequence[str], output_file: str,
+                 locate: Optional[Locator] = None) -> None:
+    """ValueError naming the first videos whose predictions hold NaN or infinity."""
+    bad = torch.nonzero(~torch.isfinite(predictions).all(dim=1)).flatten().tolist()
+    if not bad:
+        return
+    named = ", ".join(repr(video_ids[row]) for row in bad[:_VIDEOS_NAMED])
+    more = f" and {len(bad) - _VIDEOS_NAMED} more in the same batch" if len(bad) > _VIDEOS_NAMED else ""
+    raise ValueError(f"the model's predictions are not finite (NaN or infinity) for "
+                     f"{'videos' if len(bad) > 1 else 'video'} {named}{more}{_where(video_ids[bad[0]], locate)}: "
+                     f"{output_file} is not written")
+
+
+def _duplicate_message(duplicate: Duplicate, output_file: str, locate: Optional[Locator]) -> str:
+    return (f"{output_file}: video {duplicate.key!r} would be written twice, on lines {duplicate.first_line} and "
+            f"{duplicate.line}{_where(duplicate.key, locate)}: each video must appear once")
+
+
+def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]:
+    """Where the records of `video_id` lie in `paths` ("FILE (record at byte N)"), at most `limit`, for error
+    messages: a scan of the files, made only once something is wrong; damaged records are passed over."""
+    from yt8m.data.tfrecord import CorruptRecordError, read_records
+
+    needle, found = video_id.encode(), []
+    for path in paths:
+        try:
+            for offset, payload in read_records(path):
+                if needle in payload and _record_id(payload) == needle:
+                    found.append(f"{path} (record at byte {offset})")
+                    if len(found) == limit:
+                        return found
+        except CorruptRecordError:
+            continue  # the rest of that file cannot be read
+    return found
+
+
+def _record_id(payload: bytes) -> Optional[bytes]:
+    from yt8m.data.example import parse_record
+
+    try:
+        record = parse_record(payload)
+    except ValueError:
+        return None
+    ids = record.get("features", record.get("context", {}))
+    found = ids.get("id", ids.get("video_id"))
+    return found[0] if isinstance(found, list) and len(found) == 1 else None
 
 
 def checkpoint_predictor(model: nn.Module, device: torch.device) -> Predictor:
@@ -99,60 +197,60 @@ def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any
         return onnx_predictor(exported), exported.feature_spec(), {
             "model_file": exported.model_file, "global_step": meta.get("global_step"),
             "providers": exported.session.get_providers()}
-    path = latest_checkpoint(config.train_dir)
-    if path is None:
+    found = load_latest_checkpoint(config.train_dir)  # past unreadable ones, with a warning
+    if found is None:
         raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
     device = resolve_device(config.device)
-    model, trained, step = build_model_from_checkpoint(path, device)
+    path, payload = found
+    model, trained, step = build_model_from_payload(payload, path, device)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
-
-
-def check_predict_config(config: PredictConfig) -> None:
-    for name in ("input_data_pattern", "output_file"):
-        if not getattr(config, name):
-            raise ValueError(f"--{name} is required")
-    if bool(config.model) == bool(config.train_dir):
-        raise ValueError("give exactly one of --train_dir (a checkpoint) and --model (an ONNX export)")
-    if config.output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"--output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {config.output_format!r}")
-    if config.top_k < 1:
-        raise ValueError(f"--top_k must be at least 1, got {config.top_k}")
 
 
 def run_predict(config: PredictConfig) -> dict[str, Any]:
     """Predict with an ONNX export or the train dir's latest checkpoint; returns a summary of what was written."""
     from yt8m.data.dataset import YT8MDataset, make_loader
 
-    check_predict_config(config)
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError("invalid predict config", problems)
     predict, spec, source = load_predictor(config)
     dataset = YT8MDataset(config.input_data_pattern, spec, config.batch_size, skip_corrupt=config.skip_corrupt)
     pin_memory = not config.model and resolve_device(config.device).type == "cuda"
-    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features), pin_memory=pin_memory)
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                         pin_memory=pin_memory)
     log.info("predicting %s with %s", config.input_data_pattern, source)
     started = time.perf_counter()
     videos = write_file_atomically(config.output_file, lambda out: write_predictions(
-        predict, loader, out, config.top_k, config.output_format))
+        predict, loader, out, config.top_k, config.output_format, config.output_file,
+        lambda video_id: find_video(dataset.paths, video_id)))
     seconds = time.perf_counter() - started
     log.info("wrote %d videos to %s in %.1f s", videos, config.output_file, seconds)
+    skipped = {"skipped_files": dataset.skipped_files, "skipped_records": dataset.skipped_records} \
+        if config.skip_corrupt else {}
     return {"output_file": config.output_file, "output_format": config.output_format, "videos": videos,
-            **source, "seconds": round(seconds, 3)}
+            **source, **skipped, "seconds": round(seconds, 3)}
 
 
 def read_jsonl_predictions(path: str) -> Iterator[tuple[str, list[int], list[float]]]:
-    """(video id, class indexes, confidences) of each line of a `--output_format jsonl` file, checked."""
+    """(video id, class indexes, confidences) of each line of a `--output_format jsonl` file, checked (a video twice
+    too, against a temporary SQLite file of the ids: memory does not grow with the file)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"predictions file not found: {path}")
-    seen: dict[str, int] = {}
+    with TemporaryDatabase() as database:
+        records = add_unique(KeyedTable(database, "videos"), _jsonl_records(path),
+                             lambda record: (record[1], record[0]),
+                             lambda duplicate: ValueError(f"{path}:{duplicate.line}: video {duplicate.key!r} is "
+                                                          f"already on line {duplicate.first_line}"))
+        for _, video_id, classes, confidences in records:
+            yield video_id, classes, confidences
+
+
+def _jsonl_records(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
+    """(line number, video id, class indexes, confidences) of each non-blank line."""
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            video_id, classes, confidences = _parse_jsonl_record(where, line)
-            if video_id in seen:
-                raise ValueError(f"{where}: video {video_id!r} is already on line {seen[video_id]}")
-            seen[video_id] = number
-            yield video_id, classes, confidences
+            if line.strip():
+                yield number, *_parse_jsonl_record(f"{path}:{number}", line)
 
 
 def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[float]]:
@@ -166,8 +264,11 @@ def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[flo
         if field not in record:
             raise ValueError(f"{where}: field '{field}' is missing")
     video_id, classes, confidences = record["video_id"], record["class_indexes"], record["predictions"]
-    if not isinstance(video_id, str) or not video_id or "," in video_id:
-        raise ValueError(f"{where}: field 'video_id' must be a non-empty string without commas, got {video_id!r}")
+    if not isinstance(video_id, str) or not video_id:
+        raise ValueError(f"{where}: field 'video_id' must be a non-empty string, got {video_id!r}")
+    problem = unwritable_id(video_id, "csv")
+    if problem is not None:
+        raise ValueError(f"{where}: field 'video_id' {video_id!r} cannot be written to the CSV: {problem}")
     if not isinstance(classes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
                                                 for c in classes):
         raise ValueError(f"{where}: field 'class_indexes' must be a list of non-negative integers, got {classes!r}")
@@ -196,26 +297,3 @@ def convert_predictions(input_file: str, output_file: str, top_k: int = 20) -> i
         return videos
 
     return write_file_atomically(output_file, write)
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m predict", description=__doc__)
-    add_config_file_argument(parser)
-    add_config_arguments(parser, PredictConfig)
-    config, _ = parse_config(PredictConfig, parser.parse_args(argv))
-    setup_logging()
-    print(json.dumps(run_predict(config)), flush=True)
-    return 0
-
-
-def convert_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m convert-predictions",
-                                     description="Turn `yt8m predict --output_format jsonl` output into the Kaggle CSV.")
-    parser.add_argument("--input", required=True, help="JSON lines: video_id, class_indexes, predictions.")
-    parser.add_argument("--output", required=True, help="The Kaggle CSV to write (VideoId,LabelConfidencePairs).")
-    parser.add_argument("--top_k", type=int, default=20, help="Classes kept per video (default: 20).")
-    args = parser.parse_args(argv)
-    setup_logging()
-    videos = convert_predictions(args.input, args.output, args.top_k)
-    print(json.dumps({"output_file": args.output, "videos": videos}), flush=True)
-    return 0

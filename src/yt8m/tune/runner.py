@@ -137,7 +137,7 @@ def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> 
     signal.signal(signal.SIGTERM, interrupt_once)
     try:
         _die_with_parent(parent_pid)
-        from yt8m.training_process import configure_training_process
+        from yt8m.process_settings import configure_training_process
 
         configure_training_process()  # a spawned process starts afresh: as `yt8m tune` made them, before torch loads
         import torch

@@ -1,6 +1,6 @@
-"""Process-wide settings: made by the training commands only (malloc keeps freed blocks, denormals flush to 0, idle
-OpenMP threads sleep); `import yt8m` and every other command leave the process as it was, so values come out as
-stored or computed."""
+"""Process-wide settings: the training commands' (malloc keeps freed blocks, denormals flush to 0, idle OpenMP threads
+sleep) and the streaming commands' (large blocks stay mapped); `import yt8m` makes none, and no command's printed
+values depend on them: they come out as stored or computed."""
 
 import ctypes
 import json
@@ -18,7 +18,7 @@ MALLOC_PROBE = """
 import ctypes, sys
 import numpy as np
 import yt8m
-from yt8m.training_process import reuse_freed_memory
+from yt8m.process_settings import map_large_blocks, reuse_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -27,32 +27,48 @@ class MallInfo2(ctypes.Structure):
 
 if sys.argv[1] == "reuse":
     reuse_freed_memory()
+if sys.argv[1] == "map":
+    map_large_blocks()
 mallinfo2 = ctypes.CDLL(None).mallinfo2
 mallinfo2.restype = MallInfo2
-block = np.ones(64 << 20, np.uint8)  # 64 MB: mapped on its own by default
-print(mallinfo2().hblkhd >= 64 << 20)
+size = int(sys.argv[2])
+if len(sys.argv) > 3:  # free a mapped block of this size first: glibc raises its threshold to it by default
+    np.ones(int(sys.argv[3]), np.uint8)
+block = np.ones(size, np.uint8)
+print(mallinfo2().hblkhd >= size)
 """
 
 
-def mapped_on_its_own(mode: str) -> bool:
-    result = subprocess.run([sys.executable, "-c", MALLOC_PROBE, mode], capture_output=True, text=True, check=True)
-    return result.stdout.strip() == "True"
+def mapped_on_its_own(mode: str, size: int = 64 << 20, freed_before: int = 0) -> bool:
+    argv = [sys.executable, "-c", MALLOC_PROBE, mode, str(size), *([str(freed_before)] if freed_before else [])]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip() == "True"
 
 
-def test_large_blocks_come_from_the_heap_after_reuse_freed_memory_only():
+def skip_without_mallinfo2() -> None:
     try:
         ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError, TypeError):
         pytest.skip("not glibc 2.33+: no mallinfo2 to look with")
-    assert mapped_on_its_own("default")  # importing yt8m did not change malloc
+
+
+def test_large_blocks_come_from_the_heap_after_reuse_freed_memory_only():
+    skip_without_mallinfo2()
+    assert mapped_on_its_own("default")  # 64 MB: mapped on its own by default; importing yt8m did not change malloc
     assert not mapped_on_its_own("reuse")
+
+
+def test_batch_sized_blocks_stay_mapped_after_map_large_blocks():
+    """glibc's adjusted threshold served blocks of a batch's size from the heap, which then grew with the batches."""
+    skip_without_mallinfo2()
+    assert not mapped_on_its_own("default", 4 << 20, freed_before=16 << 20)
+    assert mapped_on_its_own("map", 4 << 20, freed_before=16 << 20)
 
 
 DENORMAL_PROBE = """
 import sys, threading
 import torch
 import yt8m
-from yt8m.training_process import configure_training_process
+from yt8m.process_settings import configure_training_process
 
 if sys.argv[1] == "configured":
     configure_training_process()
@@ -79,7 +95,7 @@ def test_denormals_flush_only_after_configure_training_process():
 
 def openmp_wait_policy(env: dict, configure: bool) -> str:
     """OMP_WAIT_POLICY as torch's OpenMP runtime would read it, in a fresh process."""
-    setup = "from yt8m.training_process import configure_training_process; configure_training_process(); " \
+    setup = "from yt8m.process_settings import configure_training_process; configure_training_process(); " \
         if configure else ""
     probe = f"import os, yt8m; {setup}import torch; print(os.environ.get('OMP_WAIT_POLICY'))"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,

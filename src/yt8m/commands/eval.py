@@ -1,0 +1,23 @@
+"""`yt8m eval` (the starter kit's eval.py flags): a train dir's newest checkpoint evaluated once (`--run_once`), or
+each new checkpoint as it comes until the run's final one; one JSON line of metrics each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Sequence
+
+from yt8m.config import EvalConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.evaluate import evaluate_checkpoints
+from yt8m.runtime import setup_logging
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="yt8m eval", description=__doc__.splitlines()[0])
+    add_config_file_argument(parser)
+    add_config_arguments(parser, EvalConfig)
+    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False)
+    setup_logging()
+    for result in evaluate_checkpoints(config, given):
+        print(json.dumps(result), flush=True)
+    return 0

@@ -1,0 +1,22 @@
+"""`yt8m predict` (the starter kit's inference.py flags): each video's top-k classes as a Kaggle CSV or JSON lines,
+from a train dir's newest readable checkpoint or an ONNX export; prints one JSON summary line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Sequence
+
+from yt8m.config import PredictConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.predict import run_predict
+from yt8m.runtime import setup_logging
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="yt8m predict", description=__doc__.splitlines()[0])
+    add_config_file_argument(parser)
+    add_config_arguments(parser, PredictConfig)
+    config, _ = parse_config(PredictConfig, parser.parse_args(argv))
+    setup_logging()
+    print(json.dumps(run_predict(config)), flush=True)
+    return 0
