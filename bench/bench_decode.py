@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from yt8m.data.example import (LabelIds, decode_frame, decode_video, decode_video_batch, dequantize,
-                               encode_frame_example, encode_video_example)
+from yt8m.data.encode import encode_frame_example, encode_video_example
+from yt8m.data.decode import LabelIds, decode_frame, decode_video, decode_video_batch, dequantize
 from yt8m.data.tfrecord import TFRecordWriter, read_records
 
 VIDEO_NAMES, VIDEO_SIZES = ["mean_rgb", "mean_audio"], [1024, 128]

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from yt8m.cli import COMMANDS
-from yt8m.data.example import encode_video_example
+from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 
 NUM_CLASSES = 3862

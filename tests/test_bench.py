@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from yt8m import cli, runtime
-from yt8m.data.example import encode_video_example
+from yt8m.data.encode import encode_video_example
 from yt8m.data.synthetic import write_synthetic
 from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.runtime import reader_workers

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import as_float32, load_sidecar
 from yt8m import cli
-from yt8m.data.example import encode_video_example
+from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern
 from yt8m.commands.inspect import main
 

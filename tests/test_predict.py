@@ -19,7 +19,7 @@ import torch
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
 from yt8m.checkpoint import latest_checkpoint
 from yt8m.cli import main as cli_main
-from yt8m.data.example import encode_video_example
+from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.commands.predict import main
 from yt8m.commands.score import main as score_main

@@ -128,7 +128,7 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(tiny_data, 
 
 
 def write_shard(path: Path, first: int, count: int, nan_at: int | None = None) -> None:
-    from yt8m.data.example import encode_video_example
+    from yt8m.data.encode import encode_video_example
     from yt8m.data.tfrecord import TFRecordWriter
 
     rng = np.random.default_rng(first)

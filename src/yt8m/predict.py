@@ -152,7 +152,7 @@ def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]
 
 
 def _record_id(payload: bytes) -> Optional[bytes]:
-    from yt8m.data.example import parse_record
+    from yt8m.data.decode import parse_record
 
     try:
         record = parse_record(payload)

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import load_sidecar
 from yt8m.data.batch_decode import PackedRecords, decode_packed
-from yt8m.data.example import encode_video_example
+from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import read_records
 
 WANTED = [(b"mean_rgb", 1024, 0), (b"mean_audio", 128, 1024)]
@@ -64,7 +64,7 @@ def test_ids_of_mixed_lengths_and_non_ascii_text_are_decoded_exactly():
 def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixtures_dir):
     """Random byte changes in real records: the batch decoder gives exactly what decode_video gives, or the
     same error; whatever the native decoder takes, it takes right."""
-    from yt8m.data.example import RecordError, decode_video, decode_video_batch
+    from yt8m.data.decode import RecordError, decode_video, decode_video_batch
 
     payloads = [payload for _, payload in read_records(str(fixtures_dir / "video" / "train00.tfrecord"))][:40]
     rng = np.random.default_rng(5)
@@ -95,7 +95,7 @@ def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixt
 
 
 def test_an_empty_batch_decodes_to_nothing():
-    from yt8m.data.example import decode_video_batch
+    from yt8m.data.decode import decode_video_batch
 
     batch = decode_video_batch([], ["mean_rgb", "mean_audio"], [1024, 128], 3862)
     assert batch.video_ids == [] and batch.features.shape == (0, 1152) and batch.labels.lists() == []

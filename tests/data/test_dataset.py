@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 from conftest import as_float32, load_sidecar
 from yt8m.config import DataConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader, reader_shares
-from yt8m.data.example import RecordError, encode_frame_example, encode_video_example
+from yt8m.data.encode import encode_frame_example, encode_video_example
+from yt8m.data.decode import RecordError
 from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)

@@ -1,7 +1,7 @@
 """Whole-batch decoding of video-level Examples into one float32 array, by the native decoder (_native.c).
 
 A record it does not take (anything damaged, repeated, missing or out of range) is left to the per-record decoder
-in example.py, which has the rules in full and writes the errors.
+in decode.py, which has the rules in full and writes the errors.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.example import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_video_batch,
-                               dequantize, record_id_key)
+from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_video_batch,
+                              dequantize, record_id_key)
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.

@@ -9,7 +9,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.example import RecordError, parse_record
+from yt8m.data.decode import RecordError, parse_record
 from yt8m.data.tfrecord import CorruptRecordError, read_records
 
 ID_KEYS = ("id", "video_id")

@@ -13,7 +13,7 @@ from typing import Iterator
 import fsspec
 import numpy as np
 
-from yt8m.data.example import encode_frame_example, encode_video_example
+from yt8m.data.encode import encode_frame_example, encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 
 KINDS = ("video", "frame", "segment")

@@ -21,3 +21,4 @@ WIRE_FIXED32 = 5
 
 ID_KEYS = (b"id", b"video_id")  # 2018 and later, 2017
 LABELS_KEY = b"labels"
+UINT64_MASK = (1 << 64) - 1  # varints carry 64 bits; negative int64 values take all ten bytes

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import as_float32, load_sidecar
-from yt8m.data.example import encode_frame_example, encode_video_example, iter_fields
+from yt8m.data.encode import encode_frame_example, encode_video_example
+from yt8m.data.decode import iter_fields
 from yt8m.data.tfrecord import read_records
 
 VIDEO_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
@@ -57,9 +58,10 @@ def test_encoders_match_tensorflow_layout(fixtures_dir, name):
 
 import pickle  # noqa: E402
 
-from yt8m.data.example import (  # noqa: E402
-    RecordError, VideoBatch, WireFormatError, decode_frame, decode_video, decode_video_batch, dequantize, encode_varint,
-    LabelIds, parse_record)
+from yt8m.data.decode import (  # noqa: E402
+    LabelIds, RecordError, VideoBatch, WireFormatError, decode_frame, decode_video, decode_video_batch, dequantize,
+    parse_record)
+from yt8m.data.encode import encode_varint  # noqa: E402
 from yt8m.data.tfrecord import TFRecordWriter, expand_pattern  # noqa: E402
 
 NAMES = ["mean_rgb", "mean_audio"]
@@ -448,7 +450,7 @@ def test_batch_decoding_can_leave_bad_records_out():
 
 
 def test_record_id_key_tells_2017_from_2018_records():
-    from yt8m.data.example import record_id_key
+    from yt8m.data.decode import record_id_key
     assert record_id_key(video(), sequence=False) == "id"
     assert record_id_key(video(id_key="video_id"), sequence=False) == "video_id"
     frames = {"rgb": np.zeros((2, 4), np.uint8)}
