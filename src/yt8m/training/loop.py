@@ -140,19 +140,26 @@ class TrainingLoop:
         self.bar = None
 
     def run(self) -> dict[str, Any]:
-        config, progress = self.config, self.progress
+        """Set up, train epoch after epoch (steps, checkpoints, evaluations), clean up; the summary."""
         started = time.perf_counter()
-        self.writer = summary_writer(config.train_dir, progress.step) if self.chief else None
-        self.bar = tqdm(total=config.max_steps, initial=progress.step, unit="step", dynamic_ncols=True,
+        self._setup()
+        with logging_redirect_tqdm():
+            while not self._done():
+                self._train_epoch()
+        self._cleanup()
+        return self._summary(started)
+
+    def _setup(self) -> None:
+        """Summaries and the progress bar (rank 0), and the verdict a resumed run's last evaluation left unapplied."""
+        self.writer = summary_writer(self.config.train_dir, self.progress.step) if self.chief else None
+        self.bar = tqdm(total=self.config.max_steps, initial=self.progress.step, unit="step", dynamic_ncols=True,
                         disable=not (self.chief and sys.stderr.isatty()))
         self._settle(self._replayed_verdict())
         self.model.train()
-        with logging_redirect_tqdm():
-            while not self.stop and progress.epoch < config.num_epochs and not reached_max_steps(config, progress):
-                self._train_epoch()
-        self.bar.close()
-        self._finish()
-        return self._summary(started)
+
+    def _done(self) -> bool:
+        config, progress = self.config, self.progress
+        return self.stop or progress.epoch >= config.num_epochs or reached_max_steps(config, progress)
 
     def _restore(self, resume: dict) -> None:
         self.model.load_state_dict(resume["model"])
@@ -184,20 +191,25 @@ class TrainingLoop:
             group = list(itertools.islice(batches, config.numbatches_to_aggregate))
             examples = all_reduce_sum(sum(batch["labels"].shape[0] for batch in group), self.device)
             if examples == 0:  # every process has finished its share of the epoch
-                if progress.batches_in_epoch == 0:
-                    raise ValueError(self._no_examples_message())
-                progress.epoch += 1
-                progress.batches_in_epoch = 0
-                self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
-                if config.checkpoint_every_epoch and self.hooked_step != progress.step:
-                    self._checkpoint()
+                self._end_epoch()
                 return
             progress.batches_in_epoch += config.numbatches_to_aggregate
             self._step(group, examples)
             if progress.step % config.export_model_steps == 0:
                 self._checkpoint()
-            if self.stop or reached_max_steps(config, progress):
+            if self._done():
                 return
+
+    def _end_epoch(self) -> None:
+        """Count the epoch, show it to the hooks and, with --checkpoint_every_epoch, checkpoint (and evaluate)."""
+        progress = self.progress
+        if progress.batches_in_epoch == 0:
+            raise ValueError(self._no_examples_message())
+        progress.epoch += 1
+        progress.batches_in_epoch = 0
+        self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
+        if self.config.checkpoint_every_epoch and self.hooked_step != progress.step:
+            self._checkpoint()
 
     def _no_examples_message(self) -> str:
         skipped = " (--skip_corrupt skipped every record)" if self.config.skip_corrupt else ""
@@ -361,7 +373,9 @@ class TrainingLoop:
         # A list, not a generator: every hook sees the event even when an earlier one asks to stop.
         return any([bool(hook(event)) for hook in self.hooks])
 
-    def _finish(self) -> None:
+    def _cleanup(self) -> None:
+        """The final checkpoint and its evaluation (rank 0), then every process leaves together."""
+        self.bar.close()
         if self.chief:
             final_path = self._save(final=True)
             metrics = None
