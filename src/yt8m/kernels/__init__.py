@@ -1,0 +1,58 @@
+"""Training's fused CPU kernels (_kernels.c, called as the torch ops of ops.py) behind one switch: which kernels are
+on, and whether one applies to given tensors. Where the extension was not built, eager PyTorch runs instead.
+
+YT8M_FUSED_KERNELS, read once: unset or 1, every kernel; 0, none (for tests and comparisons); a comma list of
+KERNELS names, those only (bench/bench_train.py measures each kernel's gain so).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterable, Optional
+
+import torch
+
+from yt8m.extensions import load_extension
+
+FUSED_KERNELS_ENV = "YT8M_FUSED_KERNELS"
+# MoeModel's mixture, DbofModel's cluster pooling, the cross-entropy's sum with its gradient
+KERNELS = ("moe", "dbof", "cross_entropy")
+native, _native_why = load_extension("yt8m.kernels._kernels")
+log = logging.getLogger("yt8m")
+_enabled: Optional[frozenset[str]] = None
+
+
+def enabled_kernels() -> frozenset[str]:
+    """The kernels in use: those YT8M_FUSED_KERNELS (or set_enabled_kernels) names, none without the extension."""
+    if _enabled is None:
+        value = os.environ.get(FUSED_KERNELS_ENV, "").strip()
+        names = KERNELS if value in ("", "1") else () if value == "0" else value.split(",")
+        set_enabled_kernels([name.strip() for name in names if name.strip()], f"{FUSED_KERNELS_ENV}={value}" if value else "default")
+    return _enabled
+
+
+def set_enabled_kernels(names: Iterable[str], why: str = "set in this process") -> None:
+    """Use the kernels named (a subset of KERNELS) from now on, where the extension was built; logs the choice."""
+    global _enabled
+    names = frozenset(names)
+    unknown = sorted(names - set(KERNELS))
+    if unknown:
+        raise ValueError(f"{FUSED_KERNELS_ENV}: unknown fused kernel {', '.join(unknown)}; known: {', '.join(KERNELS)}")
+    if native is None:
+        names, why = frozenset(), _native_why
+    _enabled = names
+    log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(sorted(names))}" if names else "off", why)
+
+
+def use_fused_kernels(kernel: str, *tensors: torch.Tensor) -> bool:
+    """True where `kernel` is on and applies: contiguous float32 CPU tensors, outside CPU autocast (bfloat16) and
+    outside export (torch.export, ONNX, TorchScript tracing), whose graphs cannot hold these ops. torch.compile
+    traces through them. Elsewhere the eager reference runs."""
+    return (kernel in enabled_kernels() and not _exporting() and not torch.is_autocast_enabled("cpu") and
+            all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors))
+
+
+def _exporting() -> bool:
+    is_exporting = getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)  # is_exporting: torch 2.5
+    return is_exporting() or torch.jit.is_tracing()
