@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from yt8m import kernels
 from yt8m.kernels import use_fused_kernels
 from yt8m.kernels.ops import batch_norm_relu6_max_pool, moe_mixture, run_major_linear
+from yt8m.losses import create_loss
 from yt8m.models import create_model
 from yt8m.models.video import mixture_logits
 
@@ -188,3 +189,88 @@ def test_dbof_trains_the_same_with_and_without_the_fused_pooling(monkeypatch):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5, msg=name)
     for (name, got), want in zip(fused.named_buffers(), eager.buffers()):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def opcheck_cases():
+    gates, experts = mixture_inputs(2, classes=5, rows=3)
+    x, gamma, beta, _ = pooling_inputs(videos=2, frames=3, channels=4)
+    logits = torch.randn(3, 6, generator=torch.Generator().manual_seed(4))
+    labels = torch.rand(3, 6, generator=torch.Generator().manual_seed(5)) < 0.3
+    layer = torch.nn.Linear(4, 6)
+    return [
+        (torch.ops.yt8m.run_major_linear, (torch.randn(2, 4, requires_grad=True), layer.weight, layer.bias, 3)),
+        (torch.ops.yt8m.run_major_linear, (torch.randn(2, 4), layer.weight, None, 2)),
+        (torch.ops.yt8m.moe_mixture, (gates.requires_grad_(), experts.requires_grad_(), 2)),
+        (torch.ops.yt8m.batch_norm_relu6_max_pool, (x.requires_grad_(), gamma.requires_grad_(), beta, 3, 1e-3)),
+        (torch.ops.yt8m.summed_cross_entropy, (logits.requires_grad_(), torch.sigmoid(logits).detach(), labels, True)),
+        (torch.ops.yt8m.summed_cross_entropy, (logits.detach(), torch.sigmoid(logits).detach(), labels, False)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_each_op_is_registered_as_torch_requires(case):
+    """torch.library.opcheck: the schema, the fake implementation (what torch.compile traces) against the real one,
+    and the autograd registration."""
+    op, args = opcheck_cases()[case]
+    torch.library.opcheck(op, args)
+
+
+def test_a_loss_on_the_mixtures_probabilities_gets_their_gradient():
+    """HingeLoss and SoftmaxLoss train on the predictions: the fused mixture's are differentiable like sigmoid's."""
+    torch.manual_seed(0)
+    fused = create_model("MoeModel", 24, 30, moe_num_mixtures=2).train()
+    eager = copy.deepcopy(fused)
+    eager._fused_mixture_applies = lambda features: False
+    features, labels = torch.randn(7, 24), torch.rand(7, 30) < 0.2
+    for model in (fused, eager):
+        output = model(features)
+        (create_loss("HingeLoss")(output, labels) + create_loss("CrossEntropyLoss")(output, labels)).backward()
+    assert "moe_mixture" in fused(features)["predictions"].grad_fn.name()
+    for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("name, ops", [("MoeModel", {"run_major_linear", "moe_mixture", "summed_cross_entropy"}),
+                                       ("DbofModel", {"batch_norm_relu6_max_pool", "run_major_linear", "moe_mixture",
+                                                      "summed_cross_entropy"})])  # its classifier: a MoeModel
+def test_torch_compile_traces_through_the_kernels(name, ops):
+    """--compile's graph holds the kernels' ops, in one graph (no break, no eager fallback), and its loss and
+    gradients are eager's. (AOTAutograd on eager kernels here; the trainer's inductor backend compiles the rest.)"""
+    import torch._dynamo
+
+    targets = []
+
+    def capture(graph, example_inputs):
+        targets.extend(str(node.target) for node in graph.graph.nodes)
+        return torch._dynamo.lookup_backend("aot_eager")(graph, example_inputs)
+
+    torch.manual_seed(0)
+    options = {"dbof_cluster_size": 16, "dbof_hidden_size": 8, "iterations": 5} if name == "DbofModel" else {}
+    compiled_model = create_model(name, 24, 30, **options).train()
+    eager_model = copy.deepcopy(compiled_model)
+    features = torch.randn(6, 12, 24) if name == "DbofModel" else torch.randn(6, 24)
+    labels = torch.rand(6, 30) < 0.2
+
+    def loss_of(model):
+        return create_loss("CrossEntropyLoss")(model(features), labels)
+
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    loss = torch.compile(loss_of, backend=capture, fullgraph=True)(compiled_model)
+    loss.backward()
+    torch.manual_seed(1)
+    expected = loss_of(eager_model)
+    expected.backward()
+    assert {target.split(".")[1] for target in targets if target.startswith("yt8m.")} == ops
+    torch.testing.assert_close(loss, expected)
+    for (parameter, got), want in zip(compiled_model.named_parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-7, msg=parameter)
+
+
+def test_export_takes_the_eager_path():
+    """torch.export (ONNX export's tracer) gets the eager reference: its graph cannot hold the kernels' ops."""
+    model = create_model("MoeModel", 24, 30).eval()
+    features = torch.randn(3, 24)
+    program = torch.export.export(model, (features,))
+    assert not [node for node in program.graph.nodes if str(node.target).startswith("yt8m.")]
+    torch.testing.assert_close(program.module()(features)["logits"], model(features)["logits"], rtol=1e-5, atol=1e-5)

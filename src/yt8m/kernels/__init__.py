@@ -20,10 +20,11 @@ FUSED_KERNELS_ENV = "YT8M_FUSED_KERNELS"
 KERNELS = ("moe", "dbof", "cross_entropy")
 native, _native_why = load_extension("yt8m.kernels._kernels")
 log = logging.getLogger("yt8m")
-_enabled: Optional[frozenset[str]] = None
+_enabled: Optional[tuple[str, ...]] = None
 
 
-def enabled_kernels() -> frozenset[str]:
+@torch.compiler.assume_constant_result  # torch.compile runs it, not traces it: a graph keeps the kernels it was traced with
+def enabled_kernels() -> tuple[str, ...]:
     """The kernels in use: those YT8M_FUSED_KERNELS (or set_enabled_kernels) names, none without the extension."""
     if _enabled is None:
         value = os.environ.get(FUSED_KERNELS_ENV, "").strip()
@@ -35,14 +36,14 @@ def enabled_kernels() -> frozenset[str]:
 def set_enabled_kernels(names: Iterable[str], why: str = "set in this process") -> None:
     """Use the kernels named (a subset of KERNELS) from now on, where the extension was built; logs the choice."""
     global _enabled
-    names = frozenset(names)
-    unknown = sorted(names - set(KERNELS))
+    names = tuple(sorted(set(names)))
+    unknown = sorted(set(names) - set(KERNELS))
     if unknown:
         raise ValueError(f"{FUSED_KERNELS_ENV}: unknown fused kernel {', '.join(unknown)}; known: {', '.join(KERNELS)}")
     if native is None:
-        names, why = frozenset(), _native_why
+        names, why = (), _native_why
     _enabled = names
-    log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(sorted(names))}" if names else "off", why)
+    log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(names)}" if names else "off", why)
 
 
 def use_fused_kernels(kernel: str, *tensors: torch.Tensor) -> bool:
