@@ -13,6 +13,11 @@ import sys
 import pytest
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (a fixture)
+from yt8m import kernels
+from yt8m.data import tfrecord
+
+needs_native = pytest.mark.skipif(tfrecord.native is None or kernels.native is None,
+                                  reason="compares with the native code, which is not built (or YT8M_NATIVE=0)")
 
 
 def run(environment: dict[str, str], *args: object) -> subprocess.CompletedProcess:
@@ -28,6 +33,7 @@ def predictions(path) -> dict[str, dict[int, float]]:
             for video_id, pairs in rows}
 
 
+@needs_native
 def test_train_and_predict_give_the_same_results_without_native_code(tiny_data, tmp_path):  # noqa: F811
     results = {}
     for environment in ({}, {"YT8M_NATIVE": "0"}):
@@ -53,6 +59,7 @@ def test_train_and_predict_give_the_same_results_without_native_code(tiny_data, 
         assert fallback_predictions[video_id] == pytest.approx(confidences, abs=2e-6), video_id
 
 
+@needs_native
 @pytest.mark.parametrize("value, expected", [("", "cross_entropy,dbof,moe"), ("1", "cross_entropy,dbof,moe"),
                                              ("0", ""), ("moe, dbof", "dbof,moe")])
 def test_the_fused_kernels_switch_is_read_from_the_environment(value, expected):
