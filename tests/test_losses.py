@@ -73,8 +73,8 @@ def test_cross_entropy_kernel_sums_within_float_rounding_of_float64():
     logits, labels = fused_case()
     predictions = torch.sigmoid(logits)
     gradient = torch.empty_like(logits)
-    total = kernels.native.cross_entropy_sum(logits.numpy(), predictions.numpy(), labels.numpy(), gradient.numpy(), 0.25, 0,
-                                       logits.numel())
+    total = kernels.native.cross_entropy_sum(logits.numpy(), predictions.numpy(), labels.numpy(), gradient.numpy(),
+                                             0.25, 0, logits.numel())
     expected = (F.softplus(logits.double()) - logits.double() * labels).sum().item()
     assert total == pytest.approx(expected, rel=1e-7)
     assert torch.equal(gradient, (predictions - labels.float()) * 0.25)
@@ -84,8 +84,8 @@ def test_cross_entropy_kernel_sums_within_float_rounding_of_float64():
     for positive in (False, True):
         tiny_labels = torch.full((1000,), positive)
         expected = (F.softplus(tiny.double()) - tiny.double() * positive).sum().item()
-        total = kernels.native.cross_entropy_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), tiny_labels.numpy(), None, 1.0,
-                                           0, 1000)
+        total = kernels.native.cross_entropy_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), tiny_labels.numpy(),
+                                                 None, 1.0, 0, 1000)
         assert total == pytest.approx(expected, rel=1e-6)
 
 

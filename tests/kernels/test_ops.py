@@ -176,7 +176,8 @@ def test_dbof_trains_the_same_with_and_without_the_fused_pooling(monkeypatch):
     eager._fused_pooling_applies = lambda activations: False
     features, num_frames = torch.randn(6, 12, 48), torch.tensor([12, 3, 7, 12, 1, 9])  # some sample repeats
     calls = []
-    monkeypatch.setattr(frame, "batch_norm_relu6_max_pool", lambda *args: calls.append(1) or batch_norm_relu6_max_pool(*args))
+    monkeypatch.setattr(frame, "batch_norm_relu6_max_pool",
+                        lambda *args: calls.append(1) or batch_norm_relu6_max_pool(*args))
     torch.manual_seed(1)
     logits = fused(features, num_frames)["logits"]
     torch.manual_seed(1)

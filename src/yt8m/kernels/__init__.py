@@ -23,27 +23,28 @@ log = logging.getLogger("yt8m")
 _enabled: Optional[tuple[str, ...]] = None
 
 
-@torch.compiler.assume_constant_result  # torch.compile runs it, not traces it: a graph keeps the kernels it was traced with
+@torch.compiler.assume_constant_result
 def enabled_kernels() -> tuple[str, ...]:
-    """The kernels in use: those YT8M_FUSED_KERNELS (or set_enabled_kernels) names, none without the extension."""
+    """The kernels in use: those YT8M_FUSED_KERNELS (or set_enabled_kernels) names, none without the extension; the
+    first call reads the environment and logs the choice. torch.compile runs this function instead of tracing it:
+    a compiled graph keeps the kernels it was traced with."""
     if _enabled is None:
         value = os.environ.get(FUSED_KERNELS_ENV, "").strip()
         names = KERNELS if value in ("", "1") else () if value == "0" else value.split(",")
-        set_enabled_kernels([name.strip() for name in names if name.strip()], f"{FUSED_KERNELS_ENV}={value}" if value else "default")
+        set_enabled_kernels([name.strip() for name in names if name.strip()])
+        why = _native_why if native is None else f"{FUSED_KERNELS_ENV}={value}" if value else "the default"
+        log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(_enabled)}" if _enabled else "off", why)
     return _enabled
 
 
-def set_enabled_kernels(names: Iterable[str], why: str = "set in this process") -> None:
-    """Use the kernels named (a subset of KERNELS) from now on, where the extension was built; logs the choice."""
+def set_enabled_kernels(names: Iterable[str]) -> None:
+    """Use the kernels named (a subset of KERNELS) from now on, where the extension was built."""
     global _enabled
     names = tuple(sorted(set(names)))
-    unknown = sorted(set(names) - set(KERNELS))
+    unknown = [name for name in names if name not in KERNELS]
     if unknown:
         raise ValueError(f"{FUSED_KERNELS_ENV}: unknown fused kernel {', '.join(unknown)}; known: {', '.join(KERNELS)}")
-    if native is None:
-        names, why = (), _native_why
-    _enabled = names
-    log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(names)}" if names else "off", why)
+    _enabled = names if native is not None else ()
 
 
 def use_fused_kernels(kernel: str, *tensors: torch.Tensor) -> bool:
