@@ -129,18 +129,21 @@ def use_kernels(setting: str) -> None:
 
 def interleaved_step_ms(config: TrainConfig, settings: list[str], steps: int) -> dict[str, dict[str, float]]:
     """Bare-loop step times (ms) of each kernel setting taken in turns, one step each, on one model: a load swing
-    of the shared machine falls on all settings alike. Median, min and max per setting."""
+    of the shared machine falls on all settings alike. Per setting the median, min and max of the wall time, and the
+    median CPU time of the process (all its threads): less swayed by other processes on a shared machine."""
     step, _ = bare_step(config)
-    times: dict[str, list[float]] = {setting: [] for setting in settings}
+    wall: dict[str, list[float]] = {setting: [] for setting in settings}
+    cpu: dict[str, list[float]] = {setting: [] for setting in settings}
     for round_ in range(steps + 1):
         for setting in settings:
             use_kernels(setting)
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             step()
             if round_:  # the first round warms up each setting
-                times[setting].append(1000 * (time.perf_counter() - started))
-    return {setting: {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1), "max": round(max(ms), 1)}
-            for setting, ms in times.items()}
+                wall[setting].append(1000 * (time.perf_counter() - started))
+                cpu[setting].append(1000 * (time.process_time() - started_cpu))
+    return {setting: {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1), "max": round(max(ms), 1),
+                      "cpu_median": round(statistics.median(cpu[setting]), 1)} for setting, ms in wall.items()}
 
 
 def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
@@ -234,7 +237,7 @@ def main() -> int:
     for r in results:
         for setting, ms in r.get("kernels", {}).get("interleaved_bare_step_ms", {}).items():
             print(f"{r['model']:<15} --kernels {setting:<22} bare step {ms['median']:.1f} ms median "
-                  f"({ms['min']:.1f}-{ms['max']:.1f}), trainer {min(r['kernels']['settings'][setting]['trainer']):.0f}-"
+                  f"({ms['min']:.1f}-{ms['max']:.1f}), CPU {ms['cpu_median']:.1f} ms, trainer {min(r['kernels']['settings'][setting]['trainer']):.0f}-"
                   f"{max(r['kernels']['settings'][setting]['trainer']):.0f} ex/s", file=sys.stderr)
     return 0
 
