@@ -10,9 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m.kernels import use_fused_kernels
-from yt8m.kernels.ops import summed_cross_entropy
-
 
 class CrossEntropyLoss(nn.Module):
     """Binary cross-entropy summed over classes, averaged over videos (the starter kit's
@@ -24,11 +21,8 @@ class CrossEntropyLoss(nn.Module):
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
-        if (labels.dtype == torch.bool and labels.device.type == "cpu" and labels.is_contiguous() and
-                use_fused_kernels("cross_entropy", logits, predictions)):
-            return summed_cross_entropy(logits, predictions, labels)
-        if labels.dtype != torch.bool or labels.device.type != "cpu":
-            labels = labels.to(logits.dtype)
+        if labels.dtype != torch.bool or labels.device.type != "cpu" or torch.compiler.is_compiling():
+            labels = labels.to(logits.dtype)  # dense: NumPy's positives, below, would break a compiled graph
         return SummedBinaryCrossEntropy.apply(logits, predictions, labels)
 
 
@@ -38,8 +32,8 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
     sigmoid (element-wise passes dominate the step on CPU).
 
     Labels are the reader's bool multi-hot tensor on the CPU, taken by the few positives' flat index so that x * y
-    and - y touch only those entries, or dense floats. (Where the fused kernel applies, kernels.ops's
-    summed_cross_entropy does this in one pass.)"""
+    and - y touch only those entries, or dense floats. (A fused C pass of the sum and gradient was deleted: it
+    gained 1-3% of LogisticModel's step, bench/README.md.)"""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

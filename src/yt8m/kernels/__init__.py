@@ -16,8 +16,8 @@ import torch
 from yt8m.extensions import load_extension
 
 FUSED_KERNELS_ENV = "YT8M_FUSED_KERNELS"
-# MoeModel's mixture, DbofModel's cluster pooling, the cross-entropy's sum with its gradient
-KERNELS = ("moe", "dbof", "cross_entropy")
+# MoeModel's mixture, DbofModel's cluster pooling
+KERNELS = ("moe", "dbof")
 native, _native_why = load_extension("yt8m.kernels._kernels")
 log = logging.getLogger("yt8m")
 _enabled: Optional[tuple[str, ...]] = None

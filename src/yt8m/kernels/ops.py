@@ -1,6 +1,6 @@
 """The fused CPU kernels (_kernels.c) as torch.library custom ops, with fake implementations (torch.compile traces
-through them) and autograd formulas: MoeModel's run-major layers and mixture, DbofModel's cluster pooling and the
-cross-entropy. Callers check `yt8m.kernels.use_fused_kernels` first; the eager references are named with each op."""
+through them) and autograd formulas: MoeModel's run-major layers and mixture, DbofModel's cluster pooling. Callers
+check `yt8m.kernels.use_fused_kernels` first; the eager references are named with each op."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from yt8m.kernels import native
-from yt8m.kernels.threads import ELEMENTS_PER_THREAD, as_arrays, over_rows
+from yt8m.kernels.threads import as_arrays, over_rows
 
 
 @torch.library.custom_op("yt8m::run_major_linear", mutates_args=())
@@ -190,45 +190,3 @@ def batch_norm_relu6_max_pool(x: Tensor, gamma: Tensor, beta: Tensor, frames: in
     and the batch mean and biased variance (not differentiable)."""
     pooled, mean, var, _, _ = _batch_norm_relu6_max_pool(x, gamma, beta, frames, eps)
     return pooled, mean, var
-
-
-@torch.library.custom_op("yt8m::summed_cross_entropy", mutates_args=())
-def _summed_cross_entropy(logits: Tensor, predictions: Tensor, labels: Tensor,
-                          with_gradient: bool) -> tuple[Tensor, Tensor]:
-    batch = logits.shape[0]
-    gradient = torch.empty_like(logits) if with_gradient else logits.new_empty(0)
-    total = sum(over_rows(native.cross_entropy_sum, logits.numel(), *as_arrays(logits, predictions, labels),
-                          gradient.numpy() if with_gradient else None, 1.0 / batch, grain=ELEMENTS_PER_THREAD))
-    return torch.tensor(total / batch, dtype=logits.dtype), gradient
-
-
-@_summed_cross_entropy.register_fake
-def _(logits: Tensor, predictions: Tensor, labels: Tensor, with_gradient: bool) -> tuple[Tensor, Tensor]:
-    return logits.new_empty(()), torch.empty_like(logits) if with_gradient else logits.new_empty(0)
-
-
-def _summed_cross_entropy_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-    ctx.save_for_backward(output[1])
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # no zeros made for the non-differentiable gradient output
-
-
-def _summed_cross_entropy_backward(ctx: Any, grad: Tensor, _gradient: Optional[Tensor]) -> tuple:
-    (gradient,) = ctx.saved_tensors
-    # A loss weight of 1 (the trainer's case) takes the gradient as written, without a pass over it; only in eager
-    # mode, where grad is a plain tensor (tracing hands subclasses, whose values are not known).
-    if not (type(grad) is torch.Tensor and grad.item() == 1.0):
-        gradient = gradient * grad
-    return gradient, None, None, None
-
-
-_summed_cross_entropy.register_autograd(_summed_cross_entropy_backward, setup_context=_summed_cross_entropy_context)
-
-
-def summed_cross_entropy(logits: Tensor, predictions: Tensor, labels: Tensor) -> Tensor:
-    """sum(softplus(logits) - labels * logits) / batch (its eager reference: losses.SummedBinaryCrossEntropy) from
-    float32 logits, their sigmoids and the reader's bool labels, in one pass that sums the loss from the
-    predictions, one log per element, and writes the gradient (predictions - labels) / batch: a third of torch's
-    time."""
-    with_gradient = torch.is_grad_enabled() and logits.requires_grad
-    return _summed_cross_entropy(logits, predictions, labels, with_gradient)[0]

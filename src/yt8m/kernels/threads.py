@@ -1,4 +1,4 @@
-"""The fused kernels' work split over threads: each C call takes a slice of rows (or elements) and releases the GIL,
+"""The fused kernels' work split over threads: each C call takes a slice of rows (or channels) and releases the GIL,
 so that torch's threads' worth of slices run at once."""
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import numpy as np
 import torch
 
 Result = TypeVar("Result")
-# Elements per thread at least for element-wise kernels: smaller slices cost more to hand to a thread than they save.
-ELEMENTS_PER_THREAD = 1 << 16
 _pool: dict[int, ThreadPoolExecutor] = {}
 # A forked child has none of the parent's pool threads: it starts its own pool.
 os.register_at_fork(after_in_child=_pool.clear)
