@@ -6,7 +6,6 @@ Paths go through fsspec (local, gs://, s3://, memory://); patterns may be comma-
 from __future__ import annotations
 
 import gzip
-import io
 import logging
 import struct
 import zlib

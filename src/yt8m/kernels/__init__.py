@@ -2,7 +2,7 @@
 on, and whether one applies to given tensors. Where the extension was not built, eager PyTorch runs instead.
 
 YT8M_FUSED_KERNELS, read once: unset or 1, every kernel; 0, none (for tests and comparisons); a comma list of
-KERNELS names, those only (bench/bench_train.py measures each kernel's gain so).
+KERNELS names, those only. (bench/bench_train.py --kernels compares settings in one process: set_enabled_kernels.)
 """
 
 from __future__ import annotations
