@@ -1,8 +1,10 @@
-"""Training examples/s of `yt8m train` against the dense-matmul ceiling of the same step, measured in one run.
+"""Training examples/s of `yt8m train` against the dense-matmul ceiling of the same step, measured in one run; with
+several --kernels settings, each fused CPU kernel's gain: the same run on and off.
 
 The ceiling times only the matmuls a forward+backward step performs (shapes recorded by the profiler); the
 bare loop runs the same model, loss and optimizer step without input pipeline, logging or checkpoints.
 Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,DbofModel] [--steps 20]
+       .venv/bin/python bench/bench_train.py --models MoeModel --kernels all --kernels none --kernels=-moe
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -19,17 +22,18 @@ from yt8m.process_settings import configure_training_process
 configure_training_process()  # as `yt8m train` does, before torch loads; the ceiling, timed here, gains from it too
 import torch  # noqa: E402
 
-from yt8m.models import create_model_from_config
-from yt8m.config import TrainConfig
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.data.synthetic import write_synthetic
-from yt8m.losses import create_loss
-from yt8m.runtime import autocast, setup_logging
-from yt8m.optim import build_optimizer, l2_terms
-from yt8m.optim import apply_update
-from yt8m.training import train
-from yt8m.training.loop import model_loss
-from yt8m.training.meter import WARMUP_STEPS
+from yt8m import kernels  # noqa: E402
+from yt8m.config import TrainConfig  # noqa: E402
+from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
+from yt8m.data.synthetic import write_synthetic  # noqa: E402
+from yt8m.losses import create_loss  # noqa: E402
+from yt8m.models import create_model_from_config  # noqa: E402
+from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
+from yt8m.runtime import autocast, setup_logging  # noqa: E402
+from yt8m.training import train  # noqa: E402
+from yt8m.training.loop import model_loss  # noqa: E402
+from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
+
 
 def backward_and_update(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         scaler: torch.amp.GradScaler, clip_gradient_norm: float, penalties=()) -> None:
@@ -92,8 +96,8 @@ def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.flo
     return batch["labels"].shape[0] / time_matmuls(matmuls, dtype=dtype), len(matmuls)
 
 
-def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
-    """The same model, loss and optimizer step on one batch in a bare loop: no input, logging or checkpoints."""
+def bare_step(config: TrainConfig):
+    """One step of the model, loss and optimizer on one batch, as a function; and the batch's size."""
     torch.manual_seed(0)
     model = create_model_from_config(config).train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
@@ -108,11 +112,49 @@ def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
 
+    return step, batch["labels"].shape[0]
+
+
+def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:
+    """The same model, loss and optimizer step on one batch in a bare loop: no input, logging or checkpoints."""
+    step, batch_size = bare_step(config)
     step(), step()
     started = time.perf_counter()
     for _ in range(steps):
         step()
-    return steps * batch["labels"].shape[0] / (time.perf_counter() - started)
+    return steps * batch_size / (time.perf_counter() - started)
+
+
+def kernel_names(setting: str) -> list[str]:
+    """--kernels values: all, none, a comma list of kernels.KERNELS, or -NAME for all but that one."""
+    if setting in ("all", "none"):
+        return list(kernels.KERNELS) if setting == "all" else []
+    if setting.startswith("-"):
+        return [name for name in kernels.KERNELS if name != setting[1:]]
+    return setting.split(",")
+
+
+def use_kernels(setting: str) -> None:
+    kernels.set_enabled_kernels(kernel_names(setting))
+
+
+def interleaved_step_ms(config: TrainConfig, settings: list[str], steps: int) -> dict[str, dict[str, float]]:
+    """Bare-loop step times (ms) of each kernel setting taken in turns, one step each, on one model: a load swing
+    of the shared machine falls on all settings alike. Per setting the median, min and max of the wall time, and the
+    median CPU time of the process (all its threads): less swayed by other processes on a shared machine."""
+    step, _ = bare_step(config)
+    wall: dict[str, list[float]] = {setting: [] for setting in settings}
+    cpu: dict[str, list[float]] = {setting: [] for setting in settings}
+    for round_ in range(steps + 1):
+        for setting in settings:
+            use_kernels(setting)
+            started, started_cpu = time.perf_counter(), time.process_time()
+            step()
+            if round_:  # the first round warms up each setting
+                wall[setting].append(1000 * (time.perf_counter() - started))
+                cpu[setting].append(1000 * (time.process_time() - started_cpu))
+    return {setting: {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1), "max": round(max(ms), 1),
+                      "cpu_median": round(statistics.median(cpu[setting]), 1)} for setting, ms in wall.items()}
 
 
 def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
@@ -127,15 +169,22 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     # The machine is shared and its load swings within seconds: the three measures alternate for a few
     # rounds and each keeps its best round (the least disturbed), as timeit does.
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
+    settings = args.kernels or ["all"]
+    by_setting = {setting: {"trainer": [], "bare": []} for setting in settings}
     for _ in range(args.rounds):
+        use_kernels(settings[0])
         ceiling, matmuls = ceiling_examples_per_sec(config)
         if config.mixed_precision:
             rounds.setdefault("bfloat16_ceiling", []).append(round(ceiling_examples_per_sec(config, torch.bfloat16)[0], 1))
-        summary = train(config)
         rounds["ceiling"].append(round(ceiling, 1))
-        rounds["trainer"].append(summary["examples_per_sec"])
-        rounds["input_wait"].append(summary["input_wait_fraction"])
-        rounds["bare"].append(round(bare_loop_examples_per_sec(config), 1))
+        for setting in settings:
+            use_kernels(setting)
+            summary = train(config)
+            by_setting[setting]["trainer"].append(summary["examples_per_sec"])
+            by_setting[setting]["bare"].append(round(bare_loop_examples_per_sec(config), 1))
+            if setting == settings[0]:
+                rounds["input_wait"].append(summary["input_wait_fraction"])
+    rounds["trainer"], rounds["bare"] = by_setting[settings[0]]["trainer"], by_setting[settings[0]]["bare"]
     trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
     result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
               "compile": config.compile, "mixed_precision": config.mixed_precision, "num_readers": config.num_readers, "matmuls_per_step": matmuls,
@@ -148,6 +197,9 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         result["trainer_over_bfloat16_ceiling"] = round(trainer / max(rounds["bfloat16_ceiling"]), 3)
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
+    if len(settings) > 1:
+        result["kernels"] = {"settings": by_setting,
+                             "interleaved_bare_step_ms": interleaved_step_ms(config, settings, args.steps)}
     return result
 
 
@@ -166,7 +218,13 @@ def main() -> int:
     parser.add_argument("--mixed_precision", action="store_true",
                         help="Train with --mixed_precision (bfloat16 autocast); also reports the bfloat16 ceiling.")
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
+    parser.add_argument("--kernels", action="append", default=None,
+                        help="Fused CPU kernels to use: all (the default), none, a comma list of "
+                             f"{', '.join(kernels.KERNELS)}, or -NAME for all but NAME. Given more than once, the "
+                             "settings take turns in each round and in an interleaved bare loop (kernel gains).")
     args = parser.parse_args()
+    if args.kernels and len(args.kernels) > 1 and args.compile:
+        parser.error("--kernels comparisons run without --compile: a compiled graph keeps the kernels it traced")
     setup_logging()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", file=sys.stderr)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-bench-train-")
@@ -187,6 +245,11 @@ def main() -> int:
               f"{r['bare_loop_examples_per_sec']:>9.0f}  {r['matmul_ceiling_examples_per_sec']:>12.0f}  "
               f"{r['trainer_over_ceiling']:>15.0%}  {r['trainer_over_bare_loop']:>12.0%}  "
               f"{r['input_wait_fraction']:>10.1%}", file=sys.stderr)
+    for r in results:
+        for setting, ms in r.get("kernels", {}).get("interleaved_bare_step_ms", {}).items():
+            print(f"{r['model']:<15} --kernels {setting:<22} bare step {ms['median']:.1f} ms median "
+                  f"({ms['min']:.1f}-{ms['max']:.1f}), CPU {ms['cpu_median']:.1f} ms, trainer {min(r['kernels']['settings'][setting]['trainer']):.0f}-"
+                  f"{max(r['kernels']['settings'][setting]['trainer']):.0f} ex/s", file=sys.stderr)
     return 0
 
 

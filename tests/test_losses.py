@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from yt8m.kernels import _kernels, use_fused_kernels
 from yt8m.losses import create_loss
 
 LABELS = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
@@ -49,9 +48,9 @@ def test_cross_entropy_stays_exact_where_log_p_plus_epsilon_saturates():
     assert torch.isfinite(logits.grad).all() and (logits.grad.abs() > 0.4).all()
 
 
-def fused_case() -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 logits large enough to be split over threads, spanning both signs and the extremes where
-    sigmoid rounds to 0 or 1, with sparse bool labels (the reader's): the fused kernel's case."""
+def float32_case() -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 logits spanning both signs and the extremes where sigmoid rounds to 0 or 1, with sparse bool labels
+    (the reader's): training's case."""
     generator = torch.Generator().manual_seed(5)
     logits = torch.randn(40, 4000, generator=generator) * 8 - 4
     logits[0, :8] = torch.tensor([-200.0, 200.0, 0.0, -0.0, 1e-8, -1e-8, -30.0, 40.0])
@@ -67,43 +66,22 @@ def float64_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[f
     return loss.item(), x.grad.float()
 
 
-def test_cross_entropy_kernel_sums_within_float_rounding_of_float64():
-    logits, labels = fused_case()
-    predictions = torch.sigmoid(logits)
-    gradient = torch.empty_like(logits)
-    total = _kernels.cross_entropy_sum(logits.numpy(), predictions.numpy(), labels.numpy(), gradient.numpy(), 0.25, 0,
-                                       logits.numel())
-    expected = (F.softplus(logits.double()) - logits.double() * labels).sum().item()
-    assert total == pytest.approx(expected, rel=1e-7)
-    assert torch.equal(gradient, (predictions - labels.float()) * 0.25)
-    # Where 1 - p rounds to 1, softplus(z) ~ p is all in the rounding error the kernel adds back; a positive label
-    # on a very confident logit costs exactly -z.
-    tiny = torch.linspace(-40.0, -17.0, 1000)
-    for positive in (False, True):
-        tiny_labels = torch.full((1000,), positive)
-        expected = (F.softplus(tiny.double()) - tiny.double() * positive).sum().item()
-        total = _kernels.cross_entropy_sum(tiny.numpy(), torch.sigmoid(tiny).numpy(), tiny_labels.numpy(), None, 1.0,
-                                           0, 1000)
-        assert total == pytest.approx(expected, rel=1e-6)
-
-
 @pytest.mark.parametrize("weight", [1.0, 3.0])
-def test_fused_cross_entropy_matches_float64_in_value_and_gradient(weight):
-    logits, labels = fused_case()
+def test_float32_cross_entropy_matches_float64_in_value_and_gradient(weight):
+    logits, labels = float32_case()
     expected_loss, expected_gradient = float64_cross_entropy(logits, labels)
-    fused = logits.clone().requires_grad_()
-    assert use_fused_kernels(fused)
-    loss = create_loss("CrossEntropyLoss")(output_for(fused), labels)
+    trained = logits.clone().requires_grad_()
+    loss = create_loss("CrossEntropyLoss")(output_for(trained), labels)
     (loss * weight).backward()
     assert loss.dtype == torch.float32 and loss.item() == pytest.approx(expected_loss, rel=1e-6)
     # (p - 1) / batch with p a float32 sigmoid: off by up to an ulp of 1 / batch where p rounds to 1
-    torch.testing.assert_close(fused.grad, expected_gradient * weight, rtol=1e-5, atol=weight * 2e-8)
+    torch.testing.assert_close(trained.grad, expected_gradient * weight, rtol=1e-5, atol=weight * 2e-8)
     with torch.no_grad():  # evaluation: no gradient written, the same value
         assert create_loss("CrossEntropyLoss")(output_for(logits), labels).item() == loss.item()
 
 
-def test_fused_cross_entropy_keeps_a_nan():
-    logits, labels = fused_case()
+def test_float32_cross_entropy_keeps_a_nan():
+    logits, labels = float32_case()
     logits[3, 7] = float("nan")
     assert torch.isnan(create_loss("CrossEntropyLoss")(output_for(logits), labels))
 

@@ -1,12 +1,12 @@
 """The optimizer step: the L2 penalties' gradients, each weight's gradient clipped to its own norm, then the
-optimizer, as one fused pass per weight (Adam, float32 CPU) or through torch's own steps."""
+optimizer (torch's fused Adam by default)."""
 
 import pytest
 import torch
 from torch import nn
 
 from yt8m.models import create_model
-from yt8m.optim import apply_update, build_optimizer, fused_adam_applies, l2_terms
+from yt8m.optim import apply_update, build_optimizer, l2_terms
 
 NO_SCALING = torch.amp.GradScaler("cuda", enabled=False)
 LR, MAX_NORM = 0.05, 1.0
@@ -37,14 +37,13 @@ def gradients(step: int) -> dict[str, torch.Tensor]:
             "bias": torch.randn(7, generator=generator) * scale}
 
 
-def train_layers(steps: int, clip_gradient_value: float = 0.0, fused: bool = True) -> tuple[Layers, torch.optim.Optimizer]:
+def train_layers(steps: int, clip_gradient_value: float = 0.0) -> tuple[Layers, torch.optim.Optimizer]:
     layers = Layers()
     optimizer = build_optimizer("Adam", layers.parameters(), LR)
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
         for name, grad in gradients(step).items():
             getattr(layers, name).grad = grad.clone()
-        assert fused_adam_applies(optimizer, NO_SCALING, clip_gradient_value) == fused
         apply_update(layers, optimizer, NO_SCALING, MAX_NORM, clip_gradient_value, layers.penalties())
     return layers, optimizer
 
@@ -69,50 +68,19 @@ def reference_adam(steps: int) -> dict[str, torch.Tensor]:
     return weights
 
 
-def test_the_fused_adam_step_matches_a_float64_reference():
+def test_the_step_matches_a_float64_reference_of_the_starter_kits_step():
     layers, optimizer = train_layers(steps=4)
     expected = reference_adam(steps=4)
     for name, parameter in layers.named_parameters():
         torch.testing.assert_close(parameter.detach().double(), expected[name], rtol=1e-5, atol=1e-6)
         assert optimizer.state[parameter]["step"].item() == 4
+    assert optimizer.defaults["fused"]  # torch's fused Adam on the CPU
 
 
-def test_torch_steps_give_the_same_update_as_the_fused_step():
-    """A bound on values the gradients never reach routes the step through torch: penalties, clipping and Adam
-    in the same order."""
-    fused, _ = train_layers(steps=4)
-    unfused, _ = train_layers(steps=4, clip_gradient_value=1e6, fused=False)
-    for (name, a), b in zip(fused.named_parameters(), unfused.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
-
-
-def test_the_fused_step_keeps_torch_adams_state():
-    """A checkpoint of fused steps resumes in torch's own Adam, and the reverse."""
-    _, optimizer = train_layers(steps=3)
-    layers, _ = train_layers(steps=0)
-    restored = build_optimizer("Adam", layers.parameters(), LR)
-    restored.load_state_dict(optimizer.state_dict())
-    for key in ("exp_avg", "exp_avg_sq"):
-        for before, after in zip(optimizer.state.values(), restored.state.values()):
-            torch.testing.assert_close(before[key], after[key])
-    assert [state["step"].item() for state in restored.state.values()] == [3.0] * 4
-
-
-@pytest.mark.parametrize("make", [
-    lambda params: torch.optim.SGD(params, lr=0.1),
-    lambda params: torch.optim.Adam(params, amsgrad=True),
-    lambda params: torch.optim.Adam(params, weight_decay=0.1),
-    lambda params: torch.optim.Adam(params, maximize=True),
-])
-def test_options_the_fused_step_lacks_go_through_torch(make):
-    model = nn.Linear(3, 2)
-    model.weight.grad, model.bias.grad = torch.ones(2, 3), torch.ones(2)
-    assert fused_adam_applies(torch.optim.Adam(model.parameters()), NO_SCALING, 0.0)
-    assert not fused_adam_applies(make(model.parameters()), NO_SCALING, 0.0)
-    assert not fused_adam_applies(torch.optim.Adam(model.parameters()), NO_SCALING, 0.5)  # clipping by value
-    model.double()
-    model.weight.grad, model.bias.grad = torch.ones(2, 3, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
-    assert not fused_adam_applies(torch.optim.Adam(model.parameters()), NO_SCALING, 0.0)
+def test_clipping_by_a_value_the_gradients_never_reach_changes_nothing():
+    clipped, _ = train_layers(steps=4, clip_gradient_value=1e6)
+    for (name, got), want in zip(clipped.named_parameters(), train_layers(steps=4)[0].parameters()):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("name", ["LogisticModel", "MoeModel", "DbofModel"])

@@ -10,8 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m.kernels import ELEMENTS_PER_THREAD, _kernels, as_arrays, over_rows, use_fused_kernels
-
 
 class CrossEntropyLoss(nn.Module):
     """Binary cross-entropy summed over classes, averaged over videos (the starter kit's
@@ -23,8 +21,8 @@ class CrossEntropyLoss(nn.Module):
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
-        if labels.dtype != torch.bool or labels.device.type != "cpu":
-            labels = labels.to(logits.dtype)
+        if labels.dtype != torch.bool or labels.device.type != "cpu" or torch.compiler.is_compiling():
+            labels = labels.to(logits.dtype)  # dense: NumPy's positives, below, would break a compiled graph
         return SummedBinaryCrossEntropy.apply(logits, predictions, labels)
 
 
@@ -33,22 +31,14 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
     videos; its gradient (sigmoid(x) - y) / batch reuses the model's predictions instead of recomputing
     sigmoid (element-wise passes dominate the step on CPU).
 
-    Labels are the reader's bool multi-hot tensor on the CPU, or dense floats. Bool labels with float32
-    logits take one fused pass (_kernels.c) that sums the loss from the predictions, one log per element,
-    and writes the gradient: a third of torch's time. Otherwise bool labels are taken by the few positives'
-    flat index, so that x * y and - y touch only those entries."""
+    Labels are the reader's bool multi-hot tensor on the CPU, taken by the few positives' flat index so that x * y
+    and - y touch only those entries, or dense floats. (A fused C pass of the sum and gradient was deleted: it
+    gained 1-3% of LogisticModel's step, bench/README.md.)"""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         batch = logits.shape[0]
-        ctx.gradient = ctx.positives = None
-        if labels.dtype == torch.bool and labels.is_contiguous() and use_fused_kernels(logits, predictions):
-            gradient = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
-            total = sum(over_rows(_kernels.cross_entropy_sum, logits.numel(), *as_arrays(logits, predictions, labels),
-                                  None if gradient is None else gradient.numpy(), 1.0 / batch,
-                                  grain=ELEMENTS_PER_THREAD))
-            ctx.gradient = gradient
-            return torch.tensor(total / batch, dtype=logits.dtype)
+        ctx.positives = None
         if labels.dtype == torch.bool:
             # NumPy's flatnonzero: 0.56 ms for 1024 x 3862, torch's nonzero 1.6.
             ctx.positives = torch.from_numpy(np.flatnonzero(labels.numpy()))
@@ -61,8 +51,6 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        if ctx.gradient is not None:  # written by the forward for a loss weight of 1, the trainer's case
-            return (ctx.gradient if grad.item() == 1.0 else ctx.gradient * grad), None, None
         scale = grad / ctx.saved_tensors[0].shape[0]
         if ctx.positives is not None:
             gradient = ctx.saved_tensors[0] * scale

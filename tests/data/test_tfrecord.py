@@ -1,4 +1,5 @@
-"""Tests of TFRecord framing: fixture offsets, GZIP detection, corrupt files, globs, write-read round trips."""
+"""Tests of TFRecord framing: fixture offsets, GZIP detection, corrupt files, globs, write-read round trips; each
+on both framings, _native.c's and its Python fallback."""
 
 from __future__ import annotations
 
@@ -25,6 +26,41 @@ VALID_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train0
                "segment/validate00.tfrecord", "segment/validate01.tfrecord"]
 CORRUPT_FILES = ["corrupt/video_bad_data_crc.tfrecord", "corrupt/video_bad_length_crc.tfrecord",
                  "corrupt/video_truncated.tfrecord"]
+NATIVE = tfrecord.native
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def framing(request, monkeypatch) -> str:
+    """Every test runs on the native framing and on the Python fallback: the same records, errors and offsets."""
+    if request.param == "native" and NATIVE is None:
+        pytest.skip("the native extension is not built")
+    if request.param == "python":
+        monkeypatch.setattr(tfrecord, "native", None)
+    return request.param
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the native extension is not built")
+def test_python_framing_returns_what_the_native_framing_does():
+    """Both framings over damaged buffers (a byte changed, a cut) and record limits: the same count, position,
+    status, bytes needed and payload bounds."""
+    rng = np.random.default_rng(7)
+    records = [rng.bytes(int(size)) for size in rng.integers(0, 300, 30)]
+    clean = b"".join(struct.pack("<Q", len(r)) + struct.pack("<I", tfrecord.masked_crc32c(struct.pack("<Q", len(r))))
+                     + r + struct.pack("<I", tfrecord.masked_crc32c(r)) for r in records)
+    for trial in range(300):
+        data = np.frombuffer(clean, np.uint8).copy()
+        if trial % 2:
+            data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        fill = int(rng.integers(len(data) + 1)) if trial % 3 == 0 else len(data)
+        limit = int(rng.integers(1, 40))
+        results = []
+        for frame in (NATIVE.frame_records, tfrecord.frame_records_python):
+            starts, ends = np.zeros(limit, np.int64), np.zeros(limit, np.int64)
+            count, pos, status, needed = frame(data, 0, fill, limit, starts, ends)
+            results.append((count, pos, status, needed, starts[:count].tolist(), ends[:count].tolist()))
+        assert results[0] == results[1], f"trial {trial}"
+    statuses = ("FRAME_LIMIT", "FRAME_NEED_BYTES", "FRAME_BAD_LENGTH_CRC", "FRAME_BAD_PAYLOAD_CRC")
+    assert [getattr(NATIVE, name) for name in statuses] == [getattr(tfrecord, name) for name in statuses]
 
 
 @pytest.mark.parametrize("name", VALID_FILES)

@@ -228,7 +228,7 @@ static int copy_floats(Cursor list, float *out, int64_t size) {
     int64_t count = 0;
     uint64_t value;
     int wire, found;
-    Cursor content;
+    Cursor content = {NULL, NULL}; /* set for the wire types read below; initialized for compilers that cannot tell */
     while ((found = next_value(&list, &wire, &value, &content)) > 0) {
         if (wire != WIRE_LEN && wire != WIRE_FIXED32) return 0;
         Py_ssize_t bytes = content.end - content.p;

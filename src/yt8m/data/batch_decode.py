@@ -1,7 +1,7 @@
 """Whole-batch decoding of video-level Examples into one float32 array, by the native decoder (_native.c).
 
 A record it does not take (anything damaged, repeated, missing or out of range) is left to the per-record decoder
-in decode.py, which has the rules in full and writes the errors.
+in decode.py, which has the rules in full and writes the errors; without the extension it takes every record.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data import _native as native
+from yt8m.extensions import load_extension
+
+native, _ = load_extension("yt8m.data._native")  # its use is logged by tfrecord, which loads it too
 
 
 class FastDecoded(NamedTuple):
@@ -48,9 +50,12 @@ class PackedRecords:
 
 def decode_packed(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]], num_classes: int,
                   out: np.ndarray) -> FastDecoded:
-    """Decode the records the native decoder takes; `wanted` lists (key, float count, first column in `out`)."""
+    """Decode the records the native decoder takes (none without it); `wanted` lists (key, float count, first
+    column in `out`)."""
     count = len(buf)
     done = np.zeros(count, np.uint8)
+    if native is None:
+        return FastDecoded(done.view(bool), [None] * count, np.empty(0, np.int64), np.empty(0, np.int64))
     id_start, id_size = np.zeros(count, np.int64), np.zeros(count, np.int64)
     keys = tuple(key for key, _, _ in wanted)
     sizes = np.array([size for _, size, _ in wanted], np.int64)

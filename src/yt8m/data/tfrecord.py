@@ -6,7 +6,6 @@ Paths go through fsspec (local, gs://, s3://, memory://); patterns may be comma-
 from __future__ import annotations
 
 import gzip
-import io
 import logging
 import struct
 import zlib
@@ -16,9 +15,10 @@ import crc32c
 import fsspec
 import numpy as np
 
-from yt8m.data import _native as native
+from yt8m.extensions import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)
+native, _native_why = load_extension("yt8m.data._native")
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the payload
@@ -29,6 +29,10 @@ READ_SIZE = 16 << 20  # a reader's buffer: whole video-level shards (YT8M's are 
 _RECORDS_PER_CHUNK = 256
 _UINT32 = struct.Struct("<I")
 _UINT64 = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI")
+_MAX_UINT64 = 2 ** 64 - 1  # the native framing's bytes needed saturate there
+# frame_records' statuses, as _native.c numbers them
+FRAME_LIMIT, FRAME_NEED_BYTES, FRAME_BAD_LENGTH_CRC, FRAME_BAD_PAYLOAD_CRC = range(4)
 
 
 class CorruptRecordError(ValueError):
@@ -50,6 +54,38 @@ class CorruptRecordError(ValueError):
 def masked_crc32c(data: bytes) -> int:
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame_records_python(data: np.ndarray, pos: int, fill: int, limit: int, starts: np.ndarray,
+                         ends: np.ndarray) -> tuple[int, int, int, int]:
+    """_native.c's frame_records in Python, where the extension is not built: the same results, about 3 us per
+    record more. Verifies and locates the records of data[pos:fill] until `limit` are taken or one is incomplete
+    or corrupt; returns (records taken, the position after them, the status, the bytes the record at that position
+    takes in all when more are needed)."""
+    count = 0
+    while count < limit:
+        if fill - pos < HEADER_SIZE:
+            return count, pos, FRAME_NEED_BYTES, HEADER_SIZE
+        length, length_crc = _HEADER.unpack_from(data, pos)
+        if masked_crc32c(data[pos:pos + 8]) != length_crc:
+            return count, pos, FRAME_BAD_LENGTH_CRC, 0
+        payload, end = pos + HEADER_SIZE, pos + HEADER_SIZE + length
+        if end + FOOTER_SIZE > fill:
+            return count, pos, FRAME_NEED_BYTES, min(length + HEADER_SIZE + FOOTER_SIZE, _MAX_UINT64)
+        if masked_crc32c(data[payload:end]) != _UINT32.unpack_from(data, end)[0]:
+            return count, pos, FRAME_BAD_PAYLOAD_CRC, 0
+        starts[count], ends[count] = payload, end
+        count += 1
+        pos = end + FOOTER_SIZE
+    return count, pos, FRAME_LIMIT, 0
+
+
+def frame_records(data: np.ndarray, pos: int, fill: int, limit: int, starts: np.ndarray,
+                  ends: np.ndarray) -> tuple[int, int, int, int]:
+    """frame_records_python's work, in C where the extension is built."""
+    if native is None:
+        return frame_records_python(data, pos, fill, limit, starts, ends)
+    return native.frame_records(data, pos, fill, limit, starts, ends)
 
 
 def _has_glob(part: str) -> bool:
@@ -176,7 +212,7 @@ class RecordChunk(NamedTuple):
 
 
 class _ChunkReader:
-    """Frames a stream's records, up to `limit` per chunk, with native.frame_records over one reused buffer.
+    """Frames a stream's records, up to `limit` per chunk, with frame_records over one reused buffer.
 
     The stream is read, never mapped: a mapped file cut short by another process raises SIGBUS, which kills the
     process, where a read just returns fewer bytes. Reads of READ_SIZE bytes take a whole video-level shard in one
@@ -198,18 +234,18 @@ class _ChunkReader:
 
     def chunks(self) -> Generator[RecordChunk, Optional[int], None]:
         while True:
-            count, self.pos, status, needed = native.frame_records(
+            count, self.pos, status, needed = frame_records(
                 self.data, self.pos, self.fill, self.limit, self.starts, self.ends)
-            more = status == native.FRAME_LIMIT or (status == native.FRAME_NEED_BYTES and not self.at_end)
+            more = status == FRAME_LIMIT or (status == FRAME_NEED_BYTES and not self.at_end)
             if count and more:  # handed out before the next read moves what is left of the buffer
                 self._ask((yield self._chunk(count)))
-            if status == native.FRAME_NEED_BYTES and not self.at_end:
+            if status == FRAME_NEED_BYTES and not self.at_end:
                 self._refill(needed)
             if more:
                 continue
             if count:
                 yield self._chunk(count)
-            if status != native.FRAME_NEED_BYTES:
+            if status != FRAME_NEED_BYTES:
                 raise self._corrupt(status)
             if self.stream_error is not None:
                 raise CorruptRecordError(self.path, self.base + self.pos, "corrupted record",
@@ -252,7 +288,7 @@ class _ChunkReader:
 
     def _corrupt(self, status: int) -> CorruptRecordError:
         at = self.base + self.pos
-        if status == native.FRAME_BAD_LENGTH_CRC:
+        if status == FRAME_BAD_LENGTH_CRC:
             return CorruptRecordError(self.path, at, "corrupted record", "length CRC mismatch")
         return CorruptRecordError(self.path, at + HEADER_SIZE, "corrupted record",
                                   f"payload CRC mismatch in the record starting at {at}")
@@ -277,6 +313,7 @@ def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
     """One file's records as RecordChunks of up to `limit` records each (fewer where the read buffer's bytes end,
     every READ_SIZE bytes of the stream, and at the file's end); `send(n)` asks for up to n in the next chunk
     instead. A chunk is valid until the next is asked for or the generator is closed. Errors as in read_records."""
+    log_path_once("native TFRecord decoding", native is not None, _native_why)
     with fsspec.open(path, "rb") as raw:
         reader = _ChunkReader(_record_stream(raw), path, limit)
         try:

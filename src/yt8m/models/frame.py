@@ -14,8 +14,8 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from yt8m.kernels import use_fused_kernels
 from yt8m.fields import setting
+from yt8m.kernels.ops import batch_norm_relu6_max_pool
 from yt8m.models.base import BaseModel, ClassifierHParams, MoeHParams, starter_linear
-from yt8m.models.fused import BatchNormRelu6MaxPool
 from yt8m.models.registry import create_classifier, register_model, video_level_model
 
 
@@ -155,11 +155,11 @@ class DbofModel(BaseModel):
         norm = self.cluster_norm
         return (self.training and self.pooling == "max" and isinstance(norm, nn.BatchNorm1d) and
                 norm.momentum is not None and activations.shape[0] > 1 and
-                use_fused_kernels(activations, norm.weight, norm.bias))
+                use_fused_kernels("dbof", activations, norm.weight, norm.bias))
 
     def _fused_cluster_pooling(self, activations: torch.Tensor) -> torch.Tensor:
         norm = self.cluster_norm
-        pooled, mean, var = BatchNormRelu6MaxPool.apply(activations, norm.weight, norm.bias, self.iterations, norm.eps)
+        pooled, mean, var = batch_norm_relu6_max_pool(activations, norm.weight, norm.bias, self.iterations, norm.eps)
         rows = activations.shape[0]
         with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)
             norm.running_mean.lerp_(mean, norm.momentum)

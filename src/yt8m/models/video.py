@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.kernels import use_fused_kernels
+from yt8m.kernels.ops import moe_mixture, run_major_linear
 from yt8m.models.base import BaseModel, ClassifierHParams, MoeHParams, starter_linear
-from yt8m.models.fused import MoeMixture, RunMajorLinear
 from yt8m.models.registry import register_model
 
 
@@ -60,14 +60,14 @@ class MoeModel(BaseModel):
         return super().compute_output(features, num_frames)
 
     def _fused_mixture_applies(self, features: torch.Tensor) -> bool:
-        return use_fused_kernels(features, self.gates.weight, self.experts.weight)
+        return use_fused_kernels("moe", features, self.gates.weight, self.experts.weight)
 
     def _fused_mixture(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits and probabilities in one pass each way (_kernels.c), from run-major layers."""
         mixtures = self.num_mixtures
-        gates = RunMajorLinear.apply(features, self.gates.weight, None, mixtures + 1)
-        experts = RunMajorLinear.apply(features, self.experts.weight, self.experts.bias, mixtures)
-        return MoeMixture.apply(gates, experts, mixtures)
+        gates = run_major_linear(features, self.gates.weight, None, mixtures + 1)
+        experts = run_major_linear(features, self.experts.weight, self.experts.bias, mixtures)
+        return moe_mixture(gates, experts, mixtures)
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [self.gates.weight, self.experts.weight]

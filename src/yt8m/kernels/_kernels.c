@@ -1,13 +1,14 @@
 /* Fused kernels of training on the CPU, each one pass where eager PyTorch takes several: the MoE mixture's forward
- * and backward and DbofModel's cluster pooling (models/fused.py), the cross-entropy's sum with its gradient
- * (losses.py), and Adam's update with the L2 penalty's gradient and per-weight clipping folded in (optim.py).
+ * and backward and DbofModel's cluster pooling, called as the torch ops of ops.py. Each is kept because
+ * bench/bench_train.py shows it pays (the figure is at the kernel; bench/README.md says how it was measured). An
+ * optimizer step and the cross-entropy's sum written here were deleted: they gained 1-3% of the step.
  *
  * Hand-written because the step's element-wise passes, not its matmuls, kept training at 60-70% of the matmul
- * ceiling (bench/bench_train.py): the MoE mixture alone took about 100 ms of a 450 ms step in eager PyTorch, and
- * torch.compile's CPU code 60-75 ms; the L2 penalty, the gradient norms and Adam another 43 ms in five passes over
- * the weights. exp and log are inlined polynomials (errors below 2 ulp) so that the loops vectorize; each function
- * is compiled for AVX-512, AVX2 and plain x86-64 and the CPU picks at load time. Callers split the rows (or
- * elements) over threads: these functions release the GIL.
+ * ceiling: the MoE mixture alone took about 100 ms of a 450 ms step in eager PyTorch, and torch.compile's CPU code
+ * 60-75 ms. exp and log are inlined polynomials (errors below 2 ulp) so that the loops vectorize. With GCC on
+ * x86-64 Linux each function is compiled for AVX-512, AVX2 and plain x86-64 and the CPU picks at load time; other
+ * compilers and CPUs (clang, macOS, aarch64) build one portable version. Callers split the rows (or channels) over
+ * threads: these functions release the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,7 +20,11 @@
 #define TINY_SUM 1e-30f
 #define MAX_MIXTURES 64
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(_MSC_VER) && !defined(__clang__)
+#define restrict __restrict /* MSVC's C compiler knows `restrict` only under /std:c11 */
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VECTOR_CLONES
@@ -128,7 +133,10 @@ static double exact_class(const float *g, const float *e, Py_ssize_t stride, int
     return lse_a - lse_b;
 }
 
-/* Logits of the MoE mixture over rows [row_start, row_end) of `rows`: gate logits [M + 1, rows, C] and expert
+/* Kept: MoeModel's step takes 2.3-4.0% less time (wall and CPU medians of interleaved steps) with this kernel and
+ * moe_backward_rows than with the eager mixture (bench_train.py --kernels all --kernels=-moe, AMD EPYC, 2 cores).
+ *
+ * Logits of the MoE mixture over rows [row_start, row_end) of `rows`: gate logits [M + 1, rows, C] and expert
  * logits [M, rows, C], each mixture's a run of C per row as MoeModel's run-major layers give them.
  * p = sum_i u_i s_i / sum_j u_j, and its logit log p - log(1 - p) = log P - log Q: both sums of positive terms, so
  * exact where p rounds to 0 or 1; a class where either falls below TINY_SUM (a term may have underflowed) is redone
@@ -217,74 +225,6 @@ static void moe_backward_rows(const float *gates, const float *experts, const fl
     }
 }
 
-/* The squared norm of g + l2 * w over [start, end): float sums over blocks of 4096 elements (reassociated into
- * vector lanes: -fopenmp-simd), each added into a double. */
-#define NORM_BLOCK 4096
-VECTOR_CLONES
-static double penalized_squares(const float *restrict g, const float *restrict w, float l2, Py_ssize_t start,
-                                Py_ssize_t end) {
-    double total = 0.0;
-    for (Py_ssize_t block = start; block < end; block += NORM_BLOCK) {
-        Py_ssize_t stop = end - block > NORM_BLOCK ? block + NORM_BLOCK : end;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (Py_ssize_t i = block; i < stop; i++) {
-            float x = g[i] + l2 * w[i];
-            sum += x * x;
-        }
-        total += sum;
-    }
-    return total;
-}
-
-/* The summed binary cross-entropy softplus(z) - y z over [start, end), from the logits z, their sigmoids p and the
- * 0/1 labels y, with one log per element where softplus takes an exp and a log1p: softplus(z) is z - log(p) for
- * z > 0, else -log(u) for u = 1 - p rounded plus its rounding error u - 1 + p (all that is left below p = 2^-25,
- * where u rounds to 1); each log's argument lies in [1/2, 1], where it is exact to a few ulp. With `gradient`,
- * writes (p - y) * scale there in the same pass. Float sums over blocks of 64 terms (a few per vector lane), added
- * into a double: float sums of 512 lost 2e-7 of the total. */
-#define SUM_BLOCK 64
-VECTOR_CLONES
-static double cross_entropy_elements(const float *restrict z, const float *restrict p, const uint8_t *restrict y,
-                                     float *restrict gradient, float scale, Py_ssize_t start, Py_ssize_t end) {
-    double total = 0.0;
-    for (Py_ssize_t block = start; block < end; block += SUM_BLOCK) {
-        Py_ssize_t stop = end - block > SUM_BLOCK ? block + SUM_BLOCK : end;
-        float sum = 0.0f, label[SUM_BLOCK];  /* converted apart: with bytes in it the sum's loop did not vectorize */
-        for (Py_ssize_t i = block; i < stop; i++) label[i - block] = (float)y[i];
-        if (gradient)
-            for (Py_ssize_t i = block; i < stop; i++) gradient[i] = (p[i] - label[i - block]) * scale;
-#pragma omp simd reduction(+ : sum)
-        for (Py_ssize_t i = block; i < stop; i++) {
-            float u = 1.0f - p[i];
-            int positive = z[i] > 0.0f;
-            float linear = (positive ? z[i] : (u - 1.0f) + p[i]) - label[i - block] * z[i];
-            sum += linear - log_positive(positive ? p[i] : u);
-        }
-        total += sum;
-    }
-    return total;
-}
-
-/* Adam's constants for one step, as torch's fused Adam computes them (in double, then used as float). */
-typedef struct {
-    float l2, grad_scale, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
-} AdamStep;
-
-/* Adam on [start, end) with gradient (g + l2 * w) * grad_scale, in torch's fused Adam's order of operations. */
-VECTOR_CLONES
-static void adam_elements(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
-                          AdamStep a, Py_ssize_t start, Py_ssize_t end) {
-    for (Py_ssize_t i = start; i < end; i++) {
-        float grad = (g[i] + a.l2 * w[i]) * a.grad_scale;
-        float first = m[i] + a.one_minus_beta1 * (grad - m[i]);
-        float second = v[i] * a.beta2 + a.one_minus_beta2 * grad * grad;
-        m[i] = first;
-        v[i] = second;
-        w[i] -= a.step_size * first / (sqrtf(second) / a.bias_correction2_sqrt + a.eps);
-    }
-}
-
 /* Per channel of [c_start, c_start + width), the sums of x and x^2 over the rows, in double. */
 VECTOR_CLONES
 static void channel_moments(const float *restrict x, double *restrict sum, double *restrict squares,
@@ -319,7 +259,11 @@ static void keep_larger(const float *restrict row, const float *restrict m, cons
     }
 }
 
-/* DbofModel's cluster layer in training: batch norm over the rows of x [N, C] (N = videos x frames per video),
+/* Kept: DbofModel's step takes 3.2-5.5% less time (wall and CPU medians of interleaved steps) with this kernel and
+ * dbof_pool_backward_channels than with eager PyTorch (bench_train.py --kernels all --kernels=-dbof, AMD EPYC,
+ * 2 cores).
+ *
+ * DbofModel's cluster layer in training: batch norm over the rows of x [N, C] (N = videos x frames per video),
  * ReLU6, and max-pooling over each video's frames, without materializing any [N, C] activation.
  * Per channel c of [c_start, c_end): batch mean and biased variance (summed in double), y = relu6((x - mean) *
  * invstd * gamma + beta), and per video the largest y with the frame it came from (the first of ties; a NaN
@@ -375,7 +319,7 @@ static void dbof_pool_backward_channels(const float *restrict x, const float *re
             Py_ssize_t c = c_start + k;
             float xhat = (x[(video * frames + from[k]) * channels + c] - mean[c]) * invstd[c];
             float y = xhat * gamma[c] + beta[c];
-            out[k] = (y > 0.0f) & (y < 6.0f) ? grad[k] : 0.0f;
+            out[k] = ((y > 0.0f) & (y < 6.0f)) ? grad[k] : 0.0f;
             sum_dy[k] += out[k];
             sum_dy_xhat[k] += out[k] * xhat;
         }
@@ -491,108 +435,6 @@ done:
     return result;
 }
 
-/* Every buffer of an element-wise call holds `count` floats and [start, end) lies within them. */
-static int elements_fit(const char *name, Py_buffer **views, int n, Py_ssize_t start, Py_ssize_t end) {
-    Py_ssize_t count = views[0]->len / (Py_ssize_t)sizeof(float);
-    for (int k = 0; k < n; k++)
-        if (views[k]->len != count * (Py_ssize_t)sizeof(float)) {
-            PyErr_Format(PyExc_ValueError, "%s: buffers of different sizes (%zd and %zd bytes)", name,
-                         views[0]->len, views[k]->len);
-            return 0;
-        }
-    if (start < 0 || end > count || start > end) {
-        PyErr_Format(PyExc_ValueError, "%s: elements [%zd, %zd) out of range for %zd", name, start, end, count);
-        return 0;
-    }
-    return 1;
-}
-
-PyDoc_STRVAR(penalized_squared_norm_doc,
-"penalized_squared_norm(weight, grad, l2, start, end) -> float\n\n"
-"sum((grad + l2 * weight) ** 2) over elements [start, end) of two float32 buffers.");
-
-static PyObject *penalized_squared_norm(PyObject *self, PyObject *args) {
-    Py_buffer weight, grad;
-    float l2;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "y*y*fnn", &weight, &grad, &l2, &start, &end)) return NULL;
-    PyObject *result = NULL;
-    Py_buffer *views[] = {&weight, &grad};
-    if (elements_fit("penalized_squared_norm", views, 2, start, end)) {
-        double total;
-        Py_BEGIN_ALLOW_THREADS
-        total = penalized_squares(grad.buf, weight.buf, l2, start, end);
-        Py_END_ALLOW_THREADS
-        result = PyFloat_FromDouble(total);
-    }
-    release_buffers(views, 2);
-    return result;
-}
-
-PyDoc_STRVAR(cross_entropy_sum_doc,
-"cross_entropy_sum(logits, predictions, labels, gradient, scale, start, end) -> float\n\n"
-"sum(softplus(logits) - labels * logits) over elements [start, end) of float32 logits, predictions = sigmoid(logits)\n"
-"and 0/1 labels (bool or uint8); with a `gradient` buffer (else None), writes (predictions - labels) * scale there.");
-
-static PyObject *cross_entropy_sum(PyObject *self, PyObject *args) {
-    Py_buffer logits, predictions, labels, gradient = {0};
-    PyObject *gradient_object;
-    float scale;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "y*y*y*Ofnn", &logits, &predictions, &labels, &gradient_object, &scale, &start, &end))
-        return NULL;
-    PyObject *result = NULL;
-    int with_gradient = gradient_object != Py_None;
-    Py_buffer *views[] = {&logits, &predictions, &gradient, &labels};
-    if (with_gradient && PyObject_GetBuffer(gradient_object, &gradient, PyBUF_WRITABLE) < 0) {
-        release_buffers((Py_buffer *[]){&logits, &predictions, &labels}, 3);
-        return NULL;
-    }
-    if (!elements_fit("cross_entropy_sum", views, 2 + with_gradient, start, end)) goto done;
-    if (labels.len != logits.len / (Py_ssize_t)sizeof(float)) {
-        PyErr_Format(PyExc_ValueError, "cross_entropy_sum: %zd labels for %zd logits", labels.len,
-                     logits.len / (Py_ssize_t)sizeof(float));
-        goto done;
-    }
-    double total;
-    Py_BEGIN_ALLOW_THREADS
-    total = cross_entropy_elements(logits.buf, predictions.buf, labels.buf, with_gradient ? gradient.buf : NULL, scale,
-                                   start, end);
-    Py_END_ALLOW_THREADS
-    result = PyFloat_FromDouble(total);
-done:
-    release_buffers((Py_buffer *[]){&logits, &predictions, &labels}, 3);
-    if (with_gradient) PyBuffer_Release(&gradient);
-    return result;
-}
-
-PyDoc_STRVAR(adam_update_doc,
-"adam_update(weight, grad, exp_avg, exp_avg_sq, l2, grad_scale, one_minus_beta1, beta2, one_minus_beta2, step_size,\n"
-"            bias_correction2_sqrt, eps, start, end)\n\n"
-"Adam's update of elements [start, end) of `weight`, `exp_avg` and `exp_avg_sq` (float32 buffers, in place) with\n"
-"the gradient (grad + l2 * weight) * grad_scale; step_size is lr / (1 - beta1^step). The caller computes the\n"
-"constants in double: 1 - beta2 from a float beta2 would be off by 1e-5.");
-
-static PyObject *adam_update(PyObject *self, PyObject *args) {
-    Py_buffer weight, grad, exp_avg, exp_avg_sq;
-    AdamStep a;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "w*y*w*w*ffffffffnn", &weight, &grad, &exp_avg, &exp_avg_sq, &a.l2, &a.grad_scale,
-                          &a.one_minus_beta1, &a.beta2, &a.one_minus_beta2, &a.step_size, &a.bias_correction2_sqrt,
-                          &a.eps, &start, &end))
-        return NULL;
-    PyObject *result = NULL;
-    Py_buffer *views[] = {&weight, &grad, &exp_avg, &exp_avg_sq};
-    if (elements_fit("adam_update", views, 4, start, end)) {
-        Py_BEGIN_ALLOW_THREADS
-        adam_elements(weight.buf, grad.buf, exp_avg.buf, exp_avg_sq.buf, a, start, end);
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
-    }
-    release_buffers(views, 4);
-    return result;
-}
-
 /* The shapes both DBoF pooling calls share: x of `rows` x `channels` floats, rows a multiple of `frames`,
  * per-channel vectors of `channels` floats, [videos, channels] pooled arrays, the channel range within. */
 static int dbof_shapes_fit(const char *name, Py_buffer *x, Py_ssize_t channels, int frames, Py_ssize_t c_start,
@@ -680,9 +522,6 @@ done:
 static PyMethodDef methods[] = {
     {"moe_forward", moe_forward, METH_VARARGS, moe_forward_doc},
     {"moe_backward", moe_backward, METH_VARARGS, moe_backward_doc},
-    {"penalized_squared_norm", penalized_squared_norm, METH_VARARGS, penalized_squared_norm_doc},
-    {"adam_update", adam_update, METH_VARARGS, adam_update_doc},
-    {"cross_entropy_sum", cross_entropy_sum, METH_VARARGS, cross_entropy_sum_doc},
     {"dbof_pool_forward", dbof_pool_forward, METH_VARARGS, dbof_pool_forward_doc},
     {"dbof_pool_backward", dbof_pool_backward, METH_VARARGS, dbof_pool_backward_doc},
     {NULL, NULL, 0, NULL},
