@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean
+.PHONY: demo test wheel-test clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+wheel-test:  # the wheel, installed without extras in a fresh venv, runs the workflow (.ci/wheel_test.sh)
+	PYTHON=$(PYTHON) bash .ci/wheel_test.sh
 
 clean:
 	rm -rf $(VENV) demo_output

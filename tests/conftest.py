@@ -25,6 +25,18 @@ def as_float32(values: list) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).astype(np.float32)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` run where CUDA is (`pytest -m gpu` runs only them); elsewhere they are skipped."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device: the gpu tests run where one is (pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():

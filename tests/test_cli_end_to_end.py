@@ -9,12 +9,16 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from workflow_fixtures import NUM_CLASSES
 from yt8m.config import EvalConfig, PredictConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.evaluate import evaluate_checkpoints
 from yt8m.predict import run_predict
 from yt8m.training import train
+
+pytestmark = pytest.mark.integration
 
 
 def yt8m(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

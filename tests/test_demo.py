@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from yt8m.commands.demo import main
+
+pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_every_stage_and_reports(tmp_path, capsys):

@@ -31,6 +31,8 @@ from yt8m.commands.train import main
 from yt8m.training import train
 from yt8m.training.trained_ids import TRAINED_IDS_ENV
 
+pytestmark = pytest.mark.integration
+
 NUM_CLASSES, FEATURE_SIZES, TRAIN_VIDEOS = 12, (16, 8), 250
 
 

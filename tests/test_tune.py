@@ -35,6 +35,8 @@ from yt8m.tune.study import (
     worker_identity,
 )
 
+pytestmark = pytest.mark.integration
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 8
 FEATURE_SIZES = (16, 8)

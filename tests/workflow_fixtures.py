@@ -38,8 +38,8 @@ def tiny_train_config(data: dict, train_dir: Path, **overrides) -> TrainConfig:
 
 
 def as_flags(values: dict) -> list[str]:
-    """`yt8m` flags of config values, lists in their comma form."""
-    return [part for name, value in values.items()
+    """`yt8m` flags of config values (None: not given), lists in their comma form."""
+    return [part for name, value in values.items() if value is not None
             for part in (f"--{name}", ",".join(map(str, value)) if isinstance(value, list) else str(value))]
 
 

@@ -30,6 +30,7 @@ from yt8m.config import (
 )
 from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.training.summaries import summary_writer, write_scalars
 
 log = logging.getLogger("yt8m.eval")
 
@@ -95,16 +96,14 @@ def write_metrics(train_dir: str, result: dict[str, Any], writer) -> str:
     """DIR/eval/metrics-<step>.json (written atomically) and the same scalars for TensorBoard."""
     path = os.path.join(train_dir, "eval", f"metrics-{result['global_step']:08d}.json")
     write_file_atomically(path, lambda out: json.dump(result, out, indent=1))
-    for name in METRIC_KEYS:
-        writer.add_scalar(name, result[name], result["global_step"])
-    writer.flush()
+    write_scalars(writer, {name: result[name] for name in METRIC_KEYS}, result["global_step"])
+    if writer is not None:
+        writer.flush()
     return path
 
 
 def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> Iterator[dict[str, Any]]:
     """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final."""
-    from torch.utils.tensorboard import SummaryWriter
-
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.losses import create_loss
 
@@ -119,7 +118,7 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
                          pin_memory=device.type == "cuda")
     loss_fn = create_loss(config.label_loss)
-    writer = SummaryWriter(os.path.join(config.train_dir, "eval"))
+    writer = summary_writer(os.path.join(config.train_dir, "eval"))
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
     said = ""
@@ -156,7 +155,8 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
                 said = waiting
             time.sleep(config.poll_interval_secs)
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
 
 
 def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], loss_fn: nn.Module,

@@ -18,6 +18,7 @@ from torch import nn
 from yt8m import __version__
 from yt8m.checkpoint import build_model_from_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
+from yt8m.extras import require
 from yt8m.files import write_file_atomically
 
 log = logging.getLogger("yt8m.export")
@@ -163,6 +164,7 @@ def _describe(value: Any) -> dict[str, Any]:
 def export_checkpoint(checkpoint: str, output: str) -> dict[str, Any]:
     """Export one checkpoint to OUT (see `artifact_paths`); the metadata is written last, atomically, so a
     model without its metadata is an unfinished export that `load_exported` refuses."""
+    require("onnx", "ONNX export")
     model, config, step = build_model_from_checkpoint(checkpoint)
     model_path, metadata_path = artifact_paths(output)
     if os.path.exists(metadata_path):
@@ -207,6 +209,7 @@ class ExportedModel:
 
 def load_exported(path: str, device: str = "auto") -> ExportedModel:
     """The export at `path` (what `yt8m export --output` was given), its metadata checked against the graph."""
+    require("onnx", "Predicting with an ONNX export")
     model_path, metadata_path = artifact_paths(path)
     metadata = read_metadata(metadata_path)
     if not os.path.exists(model_path):

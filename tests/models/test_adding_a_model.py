@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
 
 EXAMPLE_MODEL = '''
 """An example model added in its own file: a hidden layer of `example_width` units, then logistic regression."""
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+import pytest
 
 from yt8m.fields import setting
 from yt8m.models.base import ClassifierHParams, BaseModel, starter_linear

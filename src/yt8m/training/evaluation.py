@@ -189,9 +189,9 @@ class TrainEvaluator:
 
     def _summary_writer(self):
         if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from yt8m.training.summaries import summary_writer
 
-            self._writer = SummaryWriter(os.path.join(self.config.train_dir, "eval"))
+            self._writer = summary_writer(os.path.join(self.config.train_dir, "eval"))
         return self._writer
 
 

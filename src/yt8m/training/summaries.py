@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from yt8m.extras import available
 from yt8m.training.meter import ThroughputMeter
 
 if TYPE_CHECKING:
@@ -34,11 +35,15 @@ def log_step(progress: "Progress", scalars: dict[str, float], meter: ThroughputM
     log.info(text)
 
 
-def summary_writer(train_dir: str, step: int):
+def summary_writer(directory: str, step: int = 0):
+    """A TensorBoard writer of `directory` resuming at `step`, or None without the tensorboard extra (then the
+    curves are not written, said once)."""
+    if not available("tensorboard", "TensorBoard curves are not written"):
+        return None
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step drops events a crashed run wrote after its last checkpoint, so curves do not fold back.
-    return SummaryWriter(train_dir, purge_step=step + 1 if step else None)
+    return SummaryWriter(directory, purge_step=step + 1 if step else None)
 
 
 def write_scalars(writer, scalars: dict[str, float], step: int) -> None:

@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import TrainConfig, load_config, save_config
+from yt8m.extras import available
 from yt8m.files import write_file_atomically
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
 from yt8m.tune.space import TuneSpec
@@ -142,7 +143,10 @@ def _write_csv(rows: list[dict[str, Any]], out: TextIO) -> None:
 
 
 def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
-    """PNG plots (Optuna's matplotlib backend); a plot that needs more trials is replaced by a note why."""
+    """PNG plots (Optuna's matplotlib backend); a plot that needs more trials is replaced by a note why. None
+    without the plots extra (said once)."""
+    if not available("plots", "the study's plots are not drawn"):
+        return {}
     import matplotlib
 
     matplotlib.use("Agg")
