@@ -79,23 +79,26 @@ class Stop(RuntimeError):
     pass
 
 
-def test_watch_mode_evaluates_new_checkpoints_until_the_final_one(tiny_data, tmp_path):
-    config = tiny_train_config(tiny_data, tmp_path)
-
+def run_stopped_at_step_4(data: dict, train_dir) -> EvalConfig:
+    """A run stopped after its checkpoint of step 4 (as if killed), and a watching eval's config for it."""
     def stop_at_step_4(event):
         if event.kind == "checkpoint" and event.step == 4:
             raise Stop
 
     with pytest.raises(Stop):
-        train(config, hooks=[stop_at_step_4])
+        train(tiny_train_config(data, train_dir), hooks=[stop_at_step_4])
+    return EvalConfig(eval_data_pattern=data["validate_pattern"], train_dir=str(train_dir), num_readers=0,
+                      poll_interval_secs=0.05)
+
+
+def test_watch_mode_evaluates_new_checkpoints_until_the_final_one(tiny_data, tmp_path):
+    watcher = run_stopped_at_step_4(tiny_data, tmp_path)
     steps: queue.Queue = queue.Queue()
-    watcher = EvalConfig(eval_data_pattern=tiny_data["validate_pattern"], train_dir=str(tmp_path),
-                         num_readers=0, poll_interval_secs=0.05)
     thread = threading.Thread(target=lambda: [steps.put(r["global_step"]) for r in evaluate_checkpoints(watcher)],
                               daemon=True)
     thread.start()
     assert steps.get(timeout=60) == 4
-    train(config)  # resumes: checkpoints at 8 and 12, the final one
+    train(tiny_train_config(tiny_data, tmp_path))  # resumes: checkpoints at 8 and 12, the final one
     thread.join(timeout=60)
     assert not thread.is_alive(), "the watcher did not exit after the final checkpoint"
     seen = [4, *steps.queue]
@@ -112,17 +115,7 @@ def test_an_unreadable_newest_checkpoint_is_passed_over_with_a_warning(tiny_data
 
 
 def test_watching_a_stopped_run_says_what_it_waits_for(tiny_data, tmp_path, caplog):
-    config = tiny_train_config(tiny_data, tmp_path)
-
-    def stop_at_step_4(event):
-        if event.kind == "checkpoint" and event.step == 4:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(config, hooks=[stop_at_step_4])
-    watcher = EvalConfig(eval_data_pattern=tiny_data["validate_pattern"], train_dir=str(tmp_path),
-                         num_readers=0, poll_interval_secs=0.05)
-    results = evaluate_checkpoints(watcher)
+    results = evaluate_checkpoints(run_stopped_at_step_4(tiny_data, tmp_path))
     with caplog.at_level("INFO", logger="yt8m.eval"):
         assert next(results)["global_step"] == 4
         thread = threading.Thread(target=lambda: next(results, None), daemon=True)
