@@ -3,6 +3,7 @@ fall back to the newest intact checkpoint, and RNG round trips."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -18,6 +19,7 @@ from faults import file_size_limit, files_under, fill_disk_after
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixtures)
 from yt8m.checkpoint import (
     capture_rng_state,
+    checkpoint_config,
     checkpoint_path,
     clear_final_marker,
     differing_fields,
@@ -88,6 +90,16 @@ def test_differing_fields_compare_feature_lists_not_spelling():
     other = TrainConfig(feature_names="mean_rgb", feature_sizes="1024", model="MoeModel")
     assert [name for name, _, _ in differing_fields(old, other, ["feature_names", "feature_sizes", "model"])] == \
         ["feature_names", "feature_sizes", "model"]
+
+
+def test_configs_stored_before_the_typed_feature_lists_still_load():
+    """Checkpoints and config.yaml files of earlier versions hold the comma strings, and no newer field."""
+    stored = {name: value for name, value in dataclasses.asdict(TrainConfig(train_data_pattern="x")).items()
+              if name != "checkpoint_every_epoch"}
+    stored.update(feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_readers=8, keep_checkpoints=0)
+    config = checkpoint_config({"config": stored}, "ckpt-00000001.pt")
+    assert (config.feature_names, config.feature_sizes) == (["mean_rgb", "mean_audio"], [1024, 128])
+    assert config.num_readers == "8" and config.checkpoint_every_epoch is False
 
 
 def steps(train_dir) -> list[int]:
