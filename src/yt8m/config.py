@@ -66,6 +66,10 @@ READERS_HELP = ("DataLoader worker processes reading the shards, or 'auto': in-p
 SKIP_CORRUPT_HELP = ("Skip what is damaged instead of failing, with a warning and a count in the summary: a record "
                      "that does not decode (wrong size, NaN, bad label), or the rest of a shard after a CRC error or "
                      "truncation.")
+SEGMENT_LABELS_HELP = ("The 2019 segment task: each rated segment of frame-level data is an example (--segment_size "
+                       "frames from its start time, id VIDEOID:START), labelled by its ratings; only rated (segment, "
+                       "class) pairs count in the loss and the metrics.")
+SEGMENT_SIZE_HELP = "Frames (one per second) per 2019 segment."
 
 
 @dataclass
@@ -79,6 +83,8 @@ class DataConfig:
     num_classes: int = setting(3862, "Number of classes (3862 for 2018+ data, 4716 for 2017 data).", at_least=1)
     num_readers: str = setting("auto", READERS_HELP, check=_reader_count)
     skip_corrupt: bool = setting(False, SKIP_CORRUPT_HELP)
+    segment_labels: bool = setting(False, SEGMENT_LABELS_HELP)
+    segment_size: int = setting(5, SEGMENT_SIZE_HELP, at_least=1)
 
     def __post_init__(self) -> None:
         # The starter kit's comma strings, from Python as from flags and files, become typed lists here, once.
@@ -93,6 +99,8 @@ class DataConfig:
                     "list the same number of entries"]
         if min(sizes) < 1:
             return [f"--feature_sizes must be positive, got {','.join(map(str, sizes))}"]
+        if self.segment_labels and not self.frame_features:
+            return ["--segment_labels reads the segments of frame-level data: set --frame_features"]
         return []
 
 
@@ -226,10 +234,18 @@ class PredictConfig:
     batch_size: int = setting(8192, "Examples per prediction batch.", at_least=1)
     num_readers: str = setting("auto", READERS_HELP, check=_reader_count)
     skip_corrupt: bool = setting(False, SKIP_CORRUPT_HELP)
+    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+    segment_labels: bool = setting(False, "The 2019 segment task: score every --segment_size-frame segment of every "
+                                          "video and write a Class,Segments CSV of the best segments per class.")
+    segment_size: int = setting(5, SEGMENT_SIZE_HELP, at_least=1)
+    segment_label_ids_file: str = setting("", "With --segment_labels: the classes to write, one class index per line "
+                                              "(a header line and further columns allowed, e.g. the 2019 "
+                                              "segment_vocabulary.csv); default: the 1,000 classes rated in 2019.")
+    segment_max_pred: int = setting(100000, "With --segment_labels: segments written per class, best first.",
+                                    at_least=1)
 
     def __post_init__(self) -> None:
         self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
-    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
 
     def _own_problems(self) -> list[str]:
         if bool(self.model) == bool(self.train_dir):

@@ -11,7 +11,8 @@ import numpy as np
 from yt8m.data.batch_decode import PackedRecords, decode_packed
 from yt8m.data.encode import frame_header
 from yt8m.data.wire import (UINT64_MASK, ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64,
-                            LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32,
+                            LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEGMENT_LABELS_KEY, SEGMENT_SCORES_KEY,
+                            SEGMENT_START_TIMES_KEY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32,
                             WIRE_FIXED64, WIRE_GROUP_END, WIRE_GROUP_START, WIRE_LEN, WIRE_VARINT)
 
 CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases
@@ -578,6 +579,13 @@ def decode_frame(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     context, lists = _sequence_example(payload)
     video_id = _video_id(context)
     labels = _labels(context, num_classes)
+    frames = _frame_matrix(lists, feature_names, feature_sizes, max_frames)
+    return video_id, np.array(labels, dtype=np.int64), frames, len(frames)
+
+
+def _frame_matrix(lists: dict[bytes, tuple[bytes, int, int]], feature_names: Sequence[str],
+                  feature_sizes: Sequence[int], max_frames: Optional[int]) -> np.ndarray:
+    """uint8 [T, sum of sizes]: the named feature lists side by side, T = min(frames, max_frames)."""
     per_feature = []
     for name, size in zip(feature_names, feature_sizes):
         region = lists.get(name.encode())
@@ -588,13 +596,107 @@ def decode_frame(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     if len(set(counts.values())) > 1:
         raise RecordError(f"feature lists: expected the same number of frames in each, found {counts}",
                           ",".join(feature_names))
-    num_frames = min(next(iter(counts.values()), 0), max_frames)
+    num_frames = next(iter(counts.values()), 0)
+    num_frames = num_frames if max_frames is None else min(num_frames, max_frames)
     out = np.empty((num_frames, sum(feature_sizes)), dtype=np.uint8)
     column = 0
     for frames, size in zip(per_feature, feature_sizes):
         out[:, column:column + size] = frames[:num_frames]
         column += size
-    return video_id, np.array(labels, dtype=np.int64), out, num_frames
+    return out
+
+
+class SegmentRatings(NamedTuple):
+    """A video's 2019 segment ratings as stored, one entry per rated (segment, class) pair: the segment's first
+    frame (its start time in seconds), the class rated, and the rating (1.0: the class is present, 0.0: absent)."""
+
+    start_times: np.ndarray  # int64
+    labels: np.ndarray  # int64
+    scores: np.ndarray  # float32
+
+
+def _segment_ratings(context: Features, num_classes: int) -> SegmentRatings:
+    """The ratings of a SequenceExample's context; none where it has no segment fields. Raises RecordError for
+    lists of different lengths, a class outside [0, num_classes), a rating other than 0 or 1, a negative start
+    or a (segment, class) pair rated twice."""
+    found = {key: context.get(key) for key in (SEGMENT_START_TIMES_KEY, SEGMENT_LABELS_KEY, SEGMENT_SCORES_KEY)}
+    expected = {SEGMENT_START_TIMES_KEY: KIND_INT64, SEGMENT_LABELS_KEY: KIND_INT64, SEGMENT_SCORES_KEY: KIND_FLOAT}
+    values = {}
+    for key, entry in found.items():
+        kind, stored = entry if entry is not None else (expected[key], [])
+        if kind not in (expected[key], 0):
+            raise RecordError(f"feature {key.decode()!r}: expected {_KIND_NAMES[expected[key]]}, found "
+                              f"{_describe(kind, stored)}", key.decode())
+        values[key] = stored
+    lengths = {key.decode(): len(stored) for key, stored in values.items()}
+    if len(set(lengths.values())) > 1:
+        raise RecordError(f"segment fields: expected one entry per rated segment in each, found lengths {lengths}",
+                          "segment_start_times")
+    ratings = SegmentRatings(np.array(values[SEGMENT_START_TIMES_KEY], np.int64).reshape(-1),
+                             np.array(values[SEGMENT_LABELS_KEY], np.int64).reshape(-1),
+                             np.array(values[SEGMENT_SCORES_KEY], np.float32).reshape(-1))
+    _check_ratings(ratings, num_classes)
+    return _without_repeats(ratings, num_classes)
+
+
+def _check_ratings(ratings: SegmentRatings, num_classes: int) -> None:
+    starts, labels, scores = ratings
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        index = int(np.flatnonzero((labels < 0) | (labels >= num_classes))[0])
+        raise RecordError(f"feature 'segment_labels': expected class ids in [0, {num_classes}) (num_classes), found "
+                          f"{labels[index]} (segment {index}, start {starts[index]})", "segment_labels")
+    bad_scores = np.flatnonzero((scores != 0) & (scores != 1))
+    if len(bad_scores):
+        index = int(bad_scores[0])
+        raise RecordError(f"feature 'segment_scores': expected ratings 0 or 1, found {scores[index]} (segment {index}, "
+                          f"start {starts[index]})", "segment_scores")
+    if len(starts) and starts.min() < 0:
+        index = int(np.argmin(starts))
+        raise RecordError(f"feature 'segment_start_times': expected starts >= 0, found {starts[index]} (segment "
+                          f"{index})", "segment_start_times")
+
+
+def _without_repeats(ratings: SegmentRatings, num_classes: int) -> SegmentRatings:
+    """The ratings with each (segment, class) pair once: real 2019 records rate some pairs twice alike (validate
+    shards hold repeats), which count once; a pair rated both 0 and 1 is a RecordError."""
+    starts, labels, scores = ratings
+    pairs = starts * num_classes + labels
+    unique, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+    if len(unique) == len(pairs):
+        return ratings
+    conflicting = np.flatnonzero(scores != scores[first][inverse])
+    if len(conflicting):
+        index = int(conflicting[0])
+        raise RecordError(f"segment fields: segment {index} (start {starts[index]}, class {labels[index]}) is rated "
+                          "both 0 and 1", "segment_scores")
+    keep = np.sort(first)
+    return SegmentRatings(starts[keep], labels[keep], scores[keep])
+
+
+def decode_segment_ratings(payload: bytes, num_classes: int) -> tuple[str, SegmentRatings]:
+    """(video id, its segment ratings) of a 2019 segment-rated SequenceExample, frames not decoded."""
+    context, _ = _sequence_example(payload)
+    return _video_id(context), _segment_ratings(context, num_classes)
+
+
+def decode_segment_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Sequence[int],
+                         num_classes: int, segment_size: int) -> tuple[str, np.ndarray, SegmentRatings]:
+    """(video id, uint8 [T, sum of sizes] with every frame, segment ratings) of a segment-rated SequenceExample.
+
+    Frames are not cut at max_frames: rated segments may start past frame 300. A segment
+    [start, start + segment_size) that ends past the video's last frame is a RecordError naming it.
+    """
+    context, lists = _sequence_example(payload)
+    video_id = _video_id(context)
+    ratings = _segment_ratings(context, num_classes)
+    frames = _frame_matrix(lists, feature_names, feature_sizes, None)
+    beyond = np.flatnonzero(ratings.start_times + segment_size > len(frames))
+    if len(beyond):
+        index = int(beyond[0])
+        raise RecordError(f"feature 'segment_start_times': segment {index} (start {ratings.start_times[index]}, class "
+                          f"{ratings.labels[index]}) ends at frame {ratings.start_times[index] + segment_size}, past the "
+                          f"video's {len(frames)} frames (--segment_size {segment_size})", "segment_start_times")
+    return video_id, frames, ratings
 
 
 def dequantize(values: np.ndarray, max_quantized_value: float = 2.0, min_quantized_value: float = -2.0,
