@@ -1,5 +1,6 @@
 """`yt8m score`: a Kaggle-format submission (`VideoId,LabelConfidencePairs`) scored against a ground-truth file
-(`VideoId,Labels`) with the starter kit's metrics; prints one JSON object."""
+(`VideoId,Labels`) with the starter kit's metrics, or with --segment_labels a 2019 segment submission
+(`Class,Segments`) scored against rated segments with mAP@K; prints one JSON object."""
 
 from __future__ import annotations
 
@@ -9,20 +10,35 @@ from typing import Sequence
 
 from yt8m.runtime import setup_logging
 from yt8m.score import score_files
+from yt8m.segment_score import DEFAULT_TOP_N, score_segment_files
 
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="yt8m score", description=__doc__.splitlines()[0])
-    parser.add_argument("--predictions", required=True, help="Kaggle CSV: VideoId,LabelConfidencePairs.")
-    parser.add_argument("--labels", required=True, help="Ground truth CSV: VideoId,Labels (space-separated).")
+    parser.add_argument("--predictions", required=True,
+                        help="Kaggle CSV: VideoId,LabelConfidencePairs (with --segment_labels: Class,Segments).")
+    parser.add_argument("--labels", required=True,
+                        help="Ground truth CSV: VideoId,Labels (space-separated). With --segment_labels: TFRecord "
+                             "shards (comma-separated paths or globs) or a label CSV (.csv: segment_id,class,score).")
     parser.add_argument("--top_k", type=int, default=20, help="Predictions per video that count (default: 20).")
     parser.add_argument("--num_classes", type=int, default=3862, help="Number of classes (default: 3862).")
     parser.add_argument("--allow_missing", action="store_true",
                         help="Score labelled videos without predictions as predicting nothing and ignore "
                              "predictions for unknown videos (with a warning) instead of failing.")
+    parser.add_argument("--segment_labels", action="store_true",
+                        help="The 2019 segment task: score a Class,Segments submission with mAP@K over classes.")
+    parser.add_argument("--top_n", type=int, default=DEFAULT_TOP_N,
+                        help=f"With --segment_labels: segments per class that count, K (default: {DEFAULT_TOP_N}).")
+    parser.add_argument("--write_labels_csv", default="",
+                        help="With --segment_labels: also write the rated segments read as a label CSV, faster "
+                             "to read next time.")
     args = parser.parse_args(argv)
     setup_logging()
-    result = score_files(args.predictions, args.labels, top_k=args.top_k, num_classes=args.num_classes,
-                         allow_missing=args.allow_missing)
+    if args.segment_labels:
+        result = score_segment_files(args.predictions, args.labels, top_n=args.top_n, num_classes=args.num_classes,
+                                     write_labels_csv=args.write_labels_csv)
+    else:
+        result = score_files(args.predictions, args.labels, top_k=args.top_k, num_classes=args.num_classes,
+                             allow_missing=args.allow_missing)
     print(json.dumps(result))
     return 0
