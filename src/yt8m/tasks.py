@@ -14,7 +14,8 @@ from torch import nn
 from yt8m.losses import WEIGHTED_LOSSES, create_loss
 
 VIDEO_METRICS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "loss", "num_videos")
-SEGMENT_METRICS = ("segment_map", "gap", "loss", "num_segments", "num_rated_pairs", "num_classes_with_positives")
+SEGMENT_METRICS = ("segment_map", "gap", "loss", "num_segments", "num_rated_pairs", "num_positive_pairs",
+                   "num_classes_with_positives")
 DEFAULT_TOP_K = 20
 
 
@@ -75,8 +76,7 @@ class SegmentTask:
         return contextlib.nullcontext(SegmentMetrics(self.num_classes, self.top_n))
 
     def accumulate(self, metrics: Any, predictions: np.ndarray, batch: dict, loss: float) -> None:
-        metrics.accumulate(predictions, batch["labels"].cpu().numpy().astype(np.float32),
-                           batch["label_weights"].cpu().numpy().astype(np.float32), loss)
+        metrics.accumulate(predictions, batch["labels"].cpu().numpy(), batch["label_weights"].cpu().numpy(), loss)
 
     def results(self, metrics: Any, source: str) -> dict[str, Any]:
         result = metrics.get()
