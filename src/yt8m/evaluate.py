@@ -35,6 +35,7 @@ from yt8m.training.summaries import summary_writer, write_scalars
 
 log = logging.getLogger("yt8m.eval")
 
+
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
                    device: str | torch.device = "cpu") -> dict[str, Any]:
     """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;

@@ -4,8 +4,9 @@ through the CLI, naming file and record."""
 
 from __future__ import annotations
 
-import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,6 @@ import pytest
 import torch
 
 from conftest import load_sidecar
-from yt8m.cli import main
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.data.encode import encode_frame_example
 from yt8m.data.tfrecord import TFRecordWriter
@@ -113,25 +113,28 @@ def write_segment_shard(path: Path, videos: list[tuple[int, list[int], list[int]
     return offsets
 
 
-def train_flags(pattern: Path, train_dir: Path, *extra: str) -> list[str]:
-    return ["train", "--train_data_pattern", str(pattern), "--train_dir", str(train_dir), "--frame_features",
+def run_train(pattern: Path, train_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`yt8m train` on segments in a process of its own (training commands change process-wide settings)."""
+    return subprocess.run([sys.executable, "-m", "yt8m", "train", "--train_data_pattern", str(pattern), "--train_dir", str(train_dir), "--frame_features",
             "--segment_labels", "--model", "FrameLevelLogisticModel", "--feature_names", "rgb,audio",
             "--feature_sizes", "4,2", "--num_classes", "10", "--batch_size", "4", "--num_epochs", "1",
-            "--num_readers", "0", *extra]
+            "--num_readers", "0", *extra], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("bad_video,message", [
     ((12, [0, 5, 10], [1, 2, 3]), r"segment 2 \(start 10, class 3\) ends at frame 15, past the video's 12 frames"),
     ((20, [0, 5], [1, 10]), r"segment_labels': expected class ids in \[0, 10\) \(num_classes\), found 10"),
 ])
-def test_a_bad_segment_record_names_file_and_offset_or_is_skipped(tmp_path, capsys, bad_video, message):
+def test_a_bad_segment_record_is_an_error_naming_file_and_offset_or_is_skipped(tmp_path, bad_video, message):
     shard = tmp_path / "segments.tfrecord"
     offsets = write_segment_shard(shard, [(20, [0, 5], [1, 2]), bad_video, (10, [5], [4])])
-    assert main(train_flags(shard, tmp_path / "run")) == 1
-    error = capsys.readouterr().err.strip().splitlines()[-1]
+    failed = run_train(shard, tmp_path / "run")
+    assert failed.returncode == 1
+    error = failed.stderr.strip().splitlines()[-1]
     assert error.startswith(f"yt8m train: error: {shard}: record at byte offset {offsets[1]}: ")
     assert re.search(message, error)
 
-    assert main(train_flags(shard, tmp_path / "skipping", "--skip_corrupt")) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["skipped_records"] == 1 and summary["examples"] == 3  # v0's two segments and v2's one
+    spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10, segment_labels=True)
+    skipping = YT8MDataset(str(shard), spec, batch_size=4, skip_corrupt=True)
+    assert [batch["video_ids"] for batch in skipping] == [["v0:0", "v0:5", "v2:5"]]
+    assert skipping.skipped_records == 1

@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_segment_video,
-                              decode_video_batch, dequantize, record_id_key)
+from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame,
+                              decode_segment_video, decode_video_batch, dequantize, record_id_key)
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
@@ -262,7 +262,7 @@ def _frame_batch(videos: list[DecodedFrames], spec: FeatureSpec) -> Batch:
 DecodedSegment = tuple  # (segment id, present class ids, rated class ids, uint8 frames [S, D], record bytes)
 
 
-def _segment_examples(video_id: str, frames: np.ndarray, ratings, segment_size: int,
+def _segment_examples(video_id: str, frames: np.ndarray, ratings: SegmentRatings, segment_size: int,
                       record_bytes: int) -> list[DecodedSegment]:
     """One example per distinct rated start (all classes rated there), as the starter kit groups them; the
     record's bytes are counted with its first segment."""
@@ -292,8 +292,9 @@ class YT8MDataset(IterableDataset):
     The records are split over distributed ranks and DataLoader workers so that each is read exactly once
     per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded
     shuffle buffer; without it the order is fixed. With the spec's `segment_labels`, each rated segment of a record
-    is an example (a record without ratings gives none), with "label_weights" beside "labels". `cache_in_memory` (video level) decodes this rank's
-    records once and serves later epochs from RAM; `record_bytes` adds each batch's record bytes read.
+    is an example (a record without ratings gives none), with "label_weights" beside "labels". `cache_in_memory`
+    (video level) decodes this rank's records once and serves later epochs from RAM; `record_bytes` adds each
+    batch's record bytes read.
 
     With `skip_corrupt`, a shard with a framing error (CRC, truncation) is read up to it and the rest skipped, and a
     record that fails to decode is skipped, each with a warning naming the file and offset. `read_stats` (ReadStats;

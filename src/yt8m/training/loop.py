@@ -102,8 +102,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
     The config's task (yt8m.tasks, with `loss_fn` as its loss) says which labels the batches carry and how the
-    loss and the logged batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the batches of the current epoch it
-    already saw, and then restores the RNG state, so that the rest matches an uninterrupted run.
+    loss and the logged batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
+    batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an
+    uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
     rate, revert to the best weights or stop.
     """
