@@ -30,6 +30,7 @@ from yt8m.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config  # noqa: E402
 from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, setup_logging  # noqa: E402
+from yt8m.tasks import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
 from yt8m.training.loop import model_loss  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
@@ -102,13 +103,13 @@ def bare_step(config: TrainConfig):
     model = create_model_from_config(config).train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     scaler = torch.amp.GradScaler("cuda", enabled=False)
-    loss_fn, batch = create_loss(config.label_loss), one_batch(config)
+    task, batch = task_from_config(config), one_batch(config)
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
     penalties = l2_terms(model, config.regularization_penalty)
 
     def step() -> None:
         with autocast(torch.device("cpu"), config.mixed_precision):
-            _, label_loss, loss = forward_loss(model, loss_fn, batch)
+            _, label_loss, loss = forward_loss(model, task, batch)
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.evaluate import evaluate_model
-from yt8m.losses import create_loss
+from yt8m.tasks import task_from_config
 from yt8m.runtime import setup_logging
 from yt8m.process_settings import configure_training_process
 from yt8m.training import TrainEvent, train
@@ -39,14 +39,13 @@ class EpochValidation:
         dataset = YT8MDataset(shard_pattern(VALIDATE_SHARDS), FeatureSpec.from_config(config), 1024,
                               cache_in_memory=True)
         self.loader = make_loader(dataset, num_workers=0)
-        self.loss_fn = create_loss(config.label_loss)
-        self.num_classes = config.num_classes
+        self.task = task_from_config(config)
         self.curve: list[dict] = []
 
     def __call__(self, event: TrainEvent) -> None:
         if event.kind != "epoch_end":
             return
-        metrics = evaluate_model(event.model, self.loader, self.loss_fn, self.num_classes, 20)
+        metrics = evaluate_model(event.model, self.loader, self.task)
         point = {"model": event.config.model, "epoch": event.epoch, "step": event.step,
                  "train_loss": round(event.loss, 5), **{k: metrics[k] for k in ("gap", "map", "hit_at_one", "loss")}}
         self.curve.append(point)

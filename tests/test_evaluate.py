@@ -18,9 +18,9 @@ from yt8m.checkpoint import build_model_from_checkpoint, final_checkpoint
 from yt8m.config import EvalConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.eval import main
-from yt8m.evaluate import METRIC_KEYS, evaluate_checkpoints, evaluate_model
+from yt8m.evaluate import evaluate_checkpoints, evaluate_model
 import yt8m.metrics as metrics_module
-from yt8m.losses import create_loss
+from yt8m.tasks import VIDEO_METRICS, task_from_config
 from yt8m.training import train
 
 
@@ -34,7 +34,7 @@ def test_run_once_prints_json_and_writes_metrics(tiny_data, trained_copy, capsys
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
-    assert list(result) == ["global_step", *METRIC_KEYS]
+    assert list(result) == ["global_step", *VIDEO_METRICS]
     assert result["global_step"] == 12 and result["num_videos"] == 64
     with open(trained_copy / "eval" / "metrics-00000012.json") as fh:
         assert json.load(fh) == result
@@ -47,9 +47,9 @@ def test_metrics_are_those_of_the_checkpoint(tiny_data, trained_copy):
     model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_copy)))
     model.train()
     dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 64)
-    expected = evaluate_model(model, dataset, create_loss(config.label_loss), config.num_classes)
+    expected = evaluate_model(model, dataset, task_from_config(config))
     assert model.training  # evaluate_model gives the model back in the mode it found it
-    for name in METRIC_KEYS:
+    for name in VIDEO_METRICS:
         assert result[name] == pytest.approx(expected[name], rel=1e-5), name
     assert result["gap"] > 0.3  # the tiny run learned something
 
@@ -150,21 +150,21 @@ def test_eval_on_shards_without_labels_or_videos_is_an_error_through_the_cli(tin
 def model_and_data(tiny_data, trained_dir):
     model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_dir)))
     dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 8)
-    return model, dataset, create_loss(config.label_loss), config.num_classes
+    return model, dataset, task_from_config(config)
 
 
 def test_a_spilled_pool_gives_the_same_metrics(tiny_data, trained_dir, monkeypatch, tmp_path):
-    model, dataset, loss_fn, num_classes = model_and_data(tiny_data, trained_dir)
-    in_memory = evaluate_model(model, dataset, loss_fn, num_classes)
+    model, dataset, task = model_and_data(tiny_data, trained_dir)
+    in_memory = evaluate_model(model, dataset, task)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(metrics_module, "POOL_BUDGET", 50)  # a run every few batches
-    assert evaluate_model(model, dataset, loss_fn, num_classes) == in_memory
+    assert evaluate_model(model, dataset, task) == in_memory
     assert os.listdir(tmp_path) == []
 
 
 def test_a_failed_evaluation_removes_its_spilled_runs_and_restores_the_mode(tiny_data, trained_dir, monkeypatch,
                                                                           tmp_path):
-    model, dataset, loss_fn, num_classes = model_and_data(tiny_data, trained_dir)
+    model, dataset, task = model_and_data(tiny_data, trained_dir)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(metrics_module, "POOL_BUDGET", 50)
     forward, calls = model.forward, []
@@ -178,7 +178,7 @@ def test_a_failed_evaluation_removes_its_spilled_runs_and_restores_the_mode(tiny
     monkeypatch.setattr(model, "forward", fail_on_the_fifth_batch)
     model.train()
     with pytest.raises(RuntimeError, match="out of memory"):
-        evaluate_model(model, dataset, loss_fn, num_classes)
+        evaluate_model(model, dataset, task)
     assert calls[-1] != []  # runs had been written
     assert os.listdir(tmp_path) == []
     assert model.training

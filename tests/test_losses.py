@@ -114,3 +114,46 @@ def test_losses_are_scalars_with_gradients(name):
 def test_unknown_loss_lists_the_known_ones():
     with pytest.raises(ValueError, match="unknown label loss 'L1'; known losses: CrossEntropyLoss, HingeLoss, SoftmaxLoss"):
         create_loss("L1")
+
+
+# --- label weights (the 2019 segment task: 1 where a class was rated) ------------------------------------------
+
+WEIGHTS = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
+
+
+def weighted_reference(name: str, logits: torch.Tensor) -> torch.Tensor:
+    """The starter kit's per-(example, class) loss times the weights, summed over classes, averaged over
+    examples, in float64."""
+    p, labels, weights = torch.sigmoid(logits.double()), LABELS.double(), WEIGHTS.double()
+    if name == "CrossEntropyLoss":
+        terms = -(labels * torch.log(p) + (1 - labels) * torch.log(1 - p))
+    else:
+        terms = torch.clamp(1.0 - (2 * labels - 1) * p, min=0)
+    return (terms * weights).sum(1).mean()
+
+
+@pytest.mark.parametrize("weights", [WEIGHTS, WEIGHTS.bool()], ids=["float", "bool"])
+@pytest.mark.parametrize("name", ["CrossEntropyLoss", "HingeLoss"])
+def test_label_weights_multiply_each_class_term(name, weights):
+    logits = random_logits(5).float().requires_grad_()
+    loss = create_loss(name)(output_for(logits), LABELS.bool(), weights)
+    reference_logits = logits.detach().double().requires_grad_()
+    expected = weighted_reference(name, reference_logits)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    loss.backward()
+    torch.testing.assert_close(logits.grad.double(), reference_logits.grad, rtol=1e-5, atol=1e-7)
+    assert not logits.grad[WEIGHTS == 0].any()  # an unrated class gets no gradient
+
+
+@pytest.mark.parametrize("name", ["CrossEntropyLoss", "HingeLoss"])
+def test_all_ones_weights_give_the_unweighted_loss(name):
+    logits = random_logits(6)
+    unweighted = create_loss(name)(output_for(logits), LABELS)
+    assert create_loss(name)(output_for(logits), LABELS, torch.ones_like(LABELS)).item() == pytest.approx(
+        unweighted.item(), rel=1e-6)
+
+
+def test_softmax_loss_refuses_label_weights():
+    with pytest.raises(ValueError, match="SoftmaxLoss takes no label weights"):
+        create_loss("SoftmaxLoss")(output_for(random_logits()), LABELS, WEIGHTS)

@@ -26,7 +26,7 @@ from yt8m.checkpoint import (
     save_checkpoint,
 )
 from yt8m.config import TrainConfig
-from yt8m.evaluate import METRIC_KEYS
+from yt8m.tasks import VIDEO_METRICS
 from yt8m.training.exports import list_exports, read_export_metrics
 from yt8m.optim import build_optimizer
 from yt8m.training import TrainEvent, fit, train
@@ -38,7 +38,7 @@ def scripted(values: dict[int, float], metric: str = "gap"):
 
     def evaluate(model, step):
         calls.append(step)
-        return {**{name: 0.5 for name in METRIC_KEYS}, "num_videos": 64, metric: values[step]}
+        return {**{name: 0.5 for name in VIDEO_METRICS}, "num_videos": 64, metric: values[step]}
 
     evaluate.calls = calls
     return evaluate

@@ -17,7 +17,7 @@ from yt8m.checkpoint import build_model_from_checkpoint, final_checkpoint, list_
 from yt8m.config import TrainConfig, load_config
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.evaluate import evaluate_model
-from yt8m.losses import create_loss
+from yt8m.tasks import task_from_config
 from yt8m.optim import build_optimizer
 from yt8m.commands.train import parse_args
 from yt8m.training import TrainEvent, fit, train
@@ -194,7 +194,7 @@ def test_resume_config_is_recorded(tmp_path):
 def validation_metrics(train_dir, data) -> dict:
     model, config, _ = build_model_from_checkpoint(final_checkpoint(str(train_dir)))
     dataset = YT8MDataset(data["validate_pattern"], FeatureSpec.from_config(config), 32)
-    return evaluate_model(model, dataset, create_loss(config.label_loss), config.num_classes)
+    return evaluate_model(model, dataset, task_from_config(config))
 
 
 def test_interrupted_run_resumes_to_the_same_steps_and_metrics(tiny_data, tmp_path):

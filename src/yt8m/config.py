@@ -70,6 +70,7 @@ SEGMENT_LABELS_HELP = ("The 2019 segment task: each rated segment of frame-level
                        "frames from its start time, id VIDEOID:START), labelled by its ratings; only rated (segment, "
                        "class) pairs count in the loss and the metrics.")
 SEGMENT_SIZE_HELP = "Frames (one per second) per 2019 segment."
+TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
 
 
 @dataclass
@@ -172,7 +173,9 @@ class TrainConfig(ModelConfig, DataConfig):
     eval_start_delay_secs: float = setting(0.0, "Evaluate no checkpoint in the first N seconds of training (the "
                                            "final one is always evaluated).", at_least=0)
     best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
-                                 "hit_at_one, perr (higher is better) or loss (lower is better).", choices=_metric_names)
+                                 "hit_at_one, perr, segment_map (--segment_labels; higher is better) or loss (lower "
+                                 "is better).", choices=_metric_names)
+    top_n: int = setting(100000, TOP_N_HELP, at_least=1)
     keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).", at_least=0)
     keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)
     early_stopping_patience: int = setting(0, "Stop after this many evaluations in a row without improving "
@@ -184,8 +187,9 @@ class TrainConfig(ModelConfig, DataConfig):
 
     def _own_problems(self) -> list[str]:
         from yt8m.models import is_frame_level, known_model
+        from yt8m.tasks import task_problems
 
-        problems = []
+        problems = task_problems(self.segment_labels, self.label_loss, self.best_metric)
         if known_model(self.model) is None and is_frame_level(self.model) != self.frame_features:
             kind = "frame-level" if is_frame_level(self.model) else "video-level"
             problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")
@@ -212,9 +216,15 @@ class EvalConfig(ModelConfig, DataConfig):
     label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.", choices=_loss_names)
     run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
+    top_n: int = setting(100000, TOP_N_HELP, at_least=1)
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+
+    def _own_problems(self) -> list[str]:
+        from yt8m.tasks import task_problems
+
+        return task_problems(self.segment_labels, self.label_loss)
 
 
 PREDICTION_FORMATS = ("csv", "jsonl")

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -30,44 +30,39 @@ from yt8m.config import (
 )
 from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.tasks import Task, task_from_config
 from yt8m.training.summaries import summary_writer, write_scalars
 
 log = logging.getLogger("yt8m.eval")
 
-METRIC_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "loss", "num_videos")
 
+def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
+                   device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
+    segment ratings: segment mAP, GAP and loss over the rated pairs); restores the model's mode.
 
-def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], loss_fn: nn.Module, num_classes: int,
-                   top_k: int = 20, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """GAP, mAP, Hit@1, PERR and loss of `model` over one pass of the batches; restores the model's mode.
-
-    Batches without a single video or without a single label (test shards) are a ValueError, not metrics of 0.
+    Batches without a single example or without a single label (test shards) are a ValueError, not metrics of 0.
     """
-    from yt8m.metrics import EvaluationMetrics
-
     device = torch.device(device)
     source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
     was_training = model.training
     model.eval()
     videos, started = 0, time.perf_counter()
     try:
-        with torch.no_grad(), EvaluationMetrics(num_classes, top_k) as metrics, \
+        with torch.no_grad(), task.metrics() as metrics, \
                 tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
             for index, batch in enumerate(dataset_or_loader, start=1):
                 batch = to_device(batch, device)
                 output = model(batch["features"], batch.get("num_frames"))
-                loss = loss_fn(output, batch["labels"]).item()
-                metrics.accumulate(output["predictions"].float().cpu().numpy(), batch["labels"].cpu().numpy(), loss)
+                loss = task.loss(output, batch).item()
+                task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
                 videos += batch["labels"].shape[0]
                 bar.update(batch["labels"].shape[0])
                 log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
                          videos / max(time.perf_counter() - started, 1e-9))
             if not videos:
                 raise ValueError(f"no videos in {source}: nothing to evaluate")
-            if not metrics.num_labels:
-                raise ValueError(f"no labels in {source}: evaluation needs labelled shards "
-                                 "(test shards have none; `yt8m predict` takes them)")
-            return metrics.get()
+            return task.results(metrics, source)
     finally:
         model.train(was_training)
 
@@ -92,11 +87,11 @@ def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
     return resolved
 
 
-def write_metrics(train_dir: str, result: dict[str, Any], writer) -> str:
-    """DIR/eval/metrics-<step>.json (written atomically) and the same scalars for TensorBoard."""
+def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequence[str]) -> str:
+    """DIR/eval/metrics-<step>.json (written atomically) and the metrics `names` (the task's) for TensorBoard."""
     path = os.path.join(train_dir, "eval", f"metrics-{result['global_step']:08d}.json")
     write_file_atomically(path, lambda out: json.dump(result, out, indent=1))
-    write_scalars(writer, {name: result[name] for name in METRIC_KEYS}, result["global_step"])
+    write_scalars(writer, {name: result[name] for name in names}, result["global_step"])
     if writer is not None:
         writer.flush()
     return path
@@ -105,7 +100,6 @@ def write_metrics(train_dir: str, result: dict[str, Any], writer) -> str:
 def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> Iterator[dict[str, Any]]:
     """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final."""
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-    from yt8m.losses import create_loss
 
     if not config.eval_data_pattern:
         raise ValueError("--eval_data_pattern is required")
@@ -117,7 +111,7 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
                           skip_corrupt=config.skip_corrupt)
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
                          pin_memory=device.type == "cuda")
-    loss_fn = create_loss(config.label_loss)
+    task = task_from_config(config, top_k=config.top_k)
     writer = summary_writer(os.path.join(config.train_dir, "eval"))
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
@@ -132,11 +126,11 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
                 found = load_latest_checkpoint(config.train_dir, map_location=device)  # past unreadable ones
                 if found is not None and found[0] != evaluated:
                     skipped_before = (dataset.skipped_files, dataset.skipped_records)
-                    result = evaluate_payload(*found, loader, loss_fn, config, device)
+                    result = evaluate_payload(*found, loader, task, config, device)
                     if config.skip_corrupt:
                         result.update(skipped_files=dataset.skipped_files - skipped_before[0],
                                       skipped_records=dataset.skipped_records - skipped_before[1])
-                    write_metrics(config.train_dir, result, writer)
+                    write_metrics(config.train_dir, result, writer, task.metric_names)
                     yield result
                     evaluated = found[0]
                     if config.run_once:
@@ -159,13 +153,13 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
             writer.close()
 
 
-def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], loss_fn: nn.Module,
+def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], task: Task,
                      config: EvalConfig, device: torch.device) -> dict[str, Any]:
-    """The metrics of a loaded checkpoint (from `path`)."""
+    """The task's metrics of a loaded checkpoint (from `path`)."""
     model, _, step = build_model_from_payload(payload, path, device)
     log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
-    metrics = evaluate_model(model, loader, loss_fn, config.num_classes, config.top_k, device)
-    result = {"global_step": step, **{name: metrics[name] for name in METRIC_KEYS}}
+    metrics = evaluate_model(model, loader, task, device)
+    result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))
     return result

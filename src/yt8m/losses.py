@@ -1,9 +1,12 @@
 """The starter kit's label losses by `--label_loss` name: CrossEntropyLoss, HingeLoss, SoftmaxLoss.
 
-Each is called as `loss_fn(model_output, labels)` and returns the mean over the batch of a per-video sum.
+Each is called as `loss_fn(model_output, labels, label_weights=None)` and returns the mean over the batch of a
+per-video sum; label weights (the 2019 segment task: 1 for rated classes) multiply each (example, class) term.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 import torch
@@ -16,8 +19,13 @@ class CrossEntropyLoss(nn.Module):
     reduce_mean(reduce_sum(ce, 1))), computed from logits: exact where the starter kit's
     log(p + 1e-5) form saturates at confident predictions."""
 
-    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
+                label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
         logits = output["logits"].float()
+        if label_weights is not None:
+            weighted = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype),
+                                                          weight=label_weights.to(logits.dtype), reduction="sum")
+            return weighted / logits.shape[0]
         predictions = output["predictions"].detach()
         if predictions.dtype != logits.dtype:  # e.g. under autocast: recompute at the loss's precision
             predictions = torch.sigmoid(logits.detach())
@@ -68,17 +76,27 @@ class HingeLoss(nn.Module):
         super().__init__()
         self.b = b
 
-    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
+                label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
         predictions = output["predictions"].float()
         signs = 2 * labels.to(predictions.dtype) - 1
-        return torch.clamp(self.b - signs * predictions, min=0).sum(dim=1).mean()
+        hinge = torch.clamp(self.b - signs * predictions, min=0)
+        if label_weights is not None:
+            hinge = hinge * label_weights.to(hinge.dtype)
+        return hinge.sum(dim=1).mean()
 
 
 class SoftmaxLoss(nn.Module):
     """Cross-entropy between each video's labels normalized to sum 1 and a softmax over the
-    predicted probabilities, as the starter kit computes it; a video without labels adds 0."""
+    predicted probabilities, as the starter kit computes it; a video without labels adds 0.
 
-    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    Label weights have no meaning here: the softmax spans every class, rated or not, so the segment task refuses
+    this loss (WEIGHTED_LOSSES, checked with the config)."""
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
+                label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if label_weights is not None:
+            raise ValueError("SoftmaxLoss takes no label weights: its softmax spans every class, rated or not")
         predictions = output["predictions"].float()
         labels = labels.to(predictions.dtype)
         normalized = labels / labels.sum(dim=1, keepdim=True).clamp(min=1e-7)
@@ -86,6 +104,8 @@ class SoftmaxLoss(nn.Module):
 
 
 LOSSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (CrossEntropyLoss, HingeLoss, SoftmaxLoss)}
+# The losses whose per-(example, class) terms label weights can multiply (the segment task's losses).
+WEIGHTED_LOSSES = ("CrossEntropyLoss", "HingeLoss")
 
 
 def create_loss(name: str) -> nn.Module:

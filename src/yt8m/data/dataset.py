@@ -1,7 +1,7 @@
 """PyTorch datasets over YouTube-8M TFRecord shards: streamed, split over ranks and workers, shuffled, batched.
 
-Video-level Examples become [B, D] batches, frame-level SequenceExamples padded [B, T, D] batches; video-level
-sets that fit in RAM can be decoded once and served from memory.
+Video-level Examples become [B, D] batches, frame-level SequenceExamples padded [B, T, D] batches, and each rated
+2019 segment a [segment_size, D] example; video-level sets that fit in RAM can be decoded once and served from memory.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.config import DataConfig
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, decode_frame, decode_video_batch,
-                              dequantize, record_id_key)
+from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame,
+                              decode_segment_video, decode_video_batch, dequantize, record_id_key)
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
@@ -64,25 +64,30 @@ class ReadStats:
 
 @dataclass
 class FeatureSpec:
-    """Which features to decode and how: names and sizes concatenated in order, frame or video level."""
+    """Which features to decode and how: names and sizes concatenated in order, frame or video level; with
+    `segment_labels`, every rated 2019 segment of `segment_size` frames is an example."""
 
     feature_names: list[str]
     feature_sizes: list[int]
     frame_features: bool
     max_frames: int = 300
     num_classes: int = 3862
+    segment_labels: bool = False
+    segment_size: int = 5
 
     def __post_init__(self) -> None:
         if not self.feature_names or len(self.feature_names) != len(self.feature_sizes):
             raise ValueError(f"feature_names {self.feature_names} and feature_sizes {self.feature_sizes} "
                              "must list the same, non-zero number of entries")
-        if min(self.feature_sizes) <= 0 or self.max_frames <= 0 or self.num_classes <= 0:
-            raise ValueError(f"feature sizes, max_frames and num_classes must be positive: {self}")
+        if min(self.feature_sizes) <= 0 or min(self.max_frames, self.num_classes, self.segment_size) <= 0:
+            raise ValueError(f"feature sizes, max_frames, num_classes and segment_size must be positive: {self}")
+        if self.segment_labels and not self.frame_features:
+            raise ValueError("segment_labels reads the segments of frame-level data: set frame_features")
 
     @classmethod
     def from_config(cls, config: DataConfig) -> "FeatureSpec":
         return cls(list(config.feature_names), list(config.feature_sizes), config.frame_features, config.max_frames,
-                   config.num_classes)
+                   config.num_classes, config.segment_labels, config.segment_size)
 
     @property
     def feature_size(self) -> int:
@@ -148,16 +153,22 @@ def _zero_features(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.empty(0, dtype=torch.float32).set_(storage, 0, (count,)).view(shape)
 
 
+# The batch entries sent as LabelIds and expanded by finish_batch; "label_weights" (segments): the rated classes.
+LABEL_ID_KEYS = ("labels", "label_weights")
+
+
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
-    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot "labels" tensor (no-op when done).
+    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot "labels" tensor, and "label_weights" where
+    the batch has them (no-op when done).
 
     bool: a quarter of float32's bytes to build and copy to a GPU (float32 labels at 3862 classes would take
     3.4x the features' bytes); the losses cast them. Workers send the ids, a few KB, instead of the tensor:
     fresh shared memory costs a page fault per 4 KB, which made workers slower than reading in-process.
     """
-    if isinstance(batch["labels"], LabelIds):
-        labels = torch.from_numpy(batch["labels"].multi_hot(num_classes))
-        batch["labels"] = labels.pin_memory() if pin_memory else labels
+    for key in LABEL_ID_KEYS:
+        if isinstance(batch.get(key), LabelIds):
+            expanded = torch.from_numpy(batch[key].multi_hot(num_classes))
+            batch[key] = expanded.pin_memory() if pin_memory else expanded
     return batch
 
 
@@ -248,13 +259,42 @@ def _frame_batch(videos: list[DecodedFrames], spec: FeatureSpec) -> Batch:
             "num_frames": torch.from_numpy(num_frames), "labels": LabelIds.from_lists([video[1] for video in videos])}
 
 
+DecodedSegment = tuple  # (segment id, present class ids, rated class ids, uint8 frames [S, D], record bytes)
+
+
+def _segment_examples(video_id: str, frames: np.ndarray, ratings: SegmentRatings, segment_size: int,
+                      record_bytes: int) -> list[DecodedSegment]:
+    """One example per distinct rated start (all classes rated there), as the starter kit groups them; the
+    record's bytes are counted with its first segment."""
+    examples = []
+    for index, start in enumerate(np.unique(ratings.start_times).tolist()):
+        rated = ratings.start_times == start
+        examples.append((f"{video_id}:{start}", ratings.labels[rated & (ratings.scores > 0)].tolist(),
+                         ratings.labels[rated].tolist(), frames[start:start + segment_size],
+                         record_bytes if index == 0 else 0))
+    return examples
+
+
+def _segment_batch(segments: list[DecodedSegment], spec: FeatureSpec) -> Batch:
+    """One segment batch: [B, segment_size, D] dequantized frames, labels (rated present) and label_weights
+    (rated either way) as LabelIds."""
+    features = _zero_features((len(segments), spec.segment_size, spec.feature_size))
+    dequantize(np.stack([segment[3] for segment in segments]), out=features.numpy())
+    return {"video_ids": [segment[0] for segment in segments], "features": features,
+            "num_frames": torch.full((len(segments),), spec.segment_size, dtype=torch.int64),
+            "labels": LabelIds.from_lists([segment[1] for segment in segments]),
+            "label_weights": LabelIds.from_lists([segment[2] for segment in segments])}
+
+
 class YT8MDataset(IterableDataset):
     """Whole batches (dicts of tensors) from YT8M shards, one epoch per `iter()`.
 
     The records are split over distributed ranks and DataLoader workers so that each is read exactly once
     per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded
-    shuffle buffer; without it the order is fixed. `cache_in_memory` (video level) decodes this rank's
-    records once and serves later epochs from RAM; `record_bytes` adds each batch's record bytes read.
+    shuffle buffer; without it the order is fixed. With the spec's `segment_labels`, each rated segment of a record
+    is an example (a record without ratings gives none), with "label_weights" beside "labels". `cache_in_memory`
+    (video level) decodes this rank's records once and serves later epochs from RAM; `record_bytes` adds each
+    batch's record bytes read.
 
     With `skip_corrupt`, a shard with a framing error (CRC, truncation) is read up to it and the rest skipped, and a
     record that fails to decode is skipped, each with a warning naming the file and offset. `read_stats` (ReadStats;
@@ -420,7 +460,12 @@ class YT8MDataset(IterableDataset):
             records = self._records(shares)
             if self.shuffle:
                 records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
-            batches = self._frame_batches(records) if self.spec.frame_features else self._shuffled_video_batches(records)
+            if self.spec.segment_labels:
+                batches = self._segment_batches(records)
+            elif self.spec.frame_features:
+                batches = self._frame_batches(records)
+            else:
+                batches = self._shuffled_video_batches(records)
         for batch, record_bytes in batches:
             if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
                 return
@@ -433,19 +478,41 @@ class YT8MDataset(IterableDataset):
         for chunk in iter(lambda: list(itertools.islice(videos, self.batch_size)), []):
             yield _frame_batch(chunk, self.spec), sum(video[3] for video in chunk)
 
+    def _segment_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
+        segments = itertools.chain.from_iterable(map(self._decode_segments, records))
+        for chunk in iter(lambda: list(itertools.islice(segments, self.batch_size)), []):
+            yield _segment_batch(chunk, self.spec), sum(segment[4] for segment in chunk)
+
     def _decode_frames(self, record: Record) -> Optional[DecodedFrames]:
         """One frame-level video decoded; None where skip_corrupt skips it."""
-        path, (offset, payload) = record
         spec = self.spec
+        decoded = self._decode_or_skip(record, lambda payload: decode_frame(
+            payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.max_frames))
+        if decoded is None:
+            return None
+        video_id, labels, frames, _ = decoded
+        return video_id, labels.tolist(), frames, len(record[1][1]) + RECORD_OVERHEAD_BYTES
+
+    def _decode_segments(self, record: Record) -> list[DecodedSegment]:
+        """The rated segments of one record (every frame read, none cut at max_frames); none where skip_corrupt
+        skips it."""
+        spec = self.spec
+        decoded = self._decode_or_skip(record, lambda payload: decode_segment_video(
+            payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.segment_size))
+        if decoded is None:
+            return []
+        return _segment_examples(*decoded, spec.segment_size, len(record[1][1]) + RECORD_OVERHEAD_BYTES)
+
+    def _decode_or_skip(self, record: Record, decode: Callable[[bytes], tuple]) -> Optional[tuple]:
+        """`decode(payload)`; a RecordError names the file and offset, and under skip_corrupt skips the record."""
+        path, (offset, payload) = record
         try:
-            video_id, labels, frames, _ = decode_frame(payload, spec.feature_names, spec.feature_sizes,
-                                                       spec.num_classes, spec.max_frames)
+            return decode(payload)
         except RecordError as err:
             if not self.skip_corrupt:
                 raise err.at(path, offset) from err
             self._skip_record(err.at(path, offset))
             return None
-        return video_id, labels.tolist(), frames, len(payload) + RECORD_OVERHEAD_BYTES
 
     def check_first_record(self) -> None:
         """Decode the first record of the first file with the spec, so that a mismatch (a wrong feature size, a

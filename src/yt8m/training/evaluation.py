@@ -20,9 +20,9 @@ from yt8m.training.exports import Exporters, exported_checkpoint
 
 log = logging.getLogger("yt8m.train_eval")
 
-# Which way is better for each metric `evaluate_model` returns.
+# Which way is better for each metric `evaluate_model` returns (a task reports some of them: yt8m.tasks).
 HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
-                    "loss": False}
+                    "segment_map": True, "loss": False}
 
 # evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
 EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
@@ -65,8 +65,8 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
     """Evaluation on --eval_data_pattern (all of it in this process, --eval_steps batches or a full pass)."""
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.evaluate import evaluate_model
-    from yt8m.losses import create_loss
     from yt8m.runtime import reader_workers
+    from yt8m.tasks import task_from_config
 
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
     dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
@@ -74,11 +74,11 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
                           cache_in_memory=config.cache_in_memory)
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
                          pin_memory=device.type == "cuda")
-    loss_fn = create_loss(config.label_loss)
+    task = task_from_config(config)
 
     def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
         batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
-        return evaluate_model(model, batches, loss_fn, config.num_classes, device=device)
+        return evaluate_model(model, batches, task, device=device)
 
     return evaluate
 
@@ -157,6 +157,7 @@ class TrainEvaluator:
 
     def _evaluate(self, model: nn.Module, step: int) -> dict[str, Any]:
         from yt8m.evaluate import write_metrics
+        from yt8m.tasks import task_type
 
         self.last_started = time.monotonic()
         # Evaluation may draw random numbers (frame sampling, the loader's seed): keep them out of training's.
@@ -164,7 +165,8 @@ class TrainEvaluator:
         with torch.random.fork_rng(devices=devices):
             metrics = self.evaluate(model, step)
         result = {"global_step": step, **metrics}
-        write_metrics(self.config.train_dir, result, self._summary_writer())
+        write_metrics(self.config.train_dir, result, self._summary_writer(),
+                      task_type(self.config.segment_labels).metric_names)
         return result
 
     def _improves(self, value: float) -> bool:

@@ -26,9 +26,10 @@ from yt8m.config import TrainConfig
 from yt8m.distributed import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.optim import apply_update, l2_terms
 from yt8m.runtime import amp_dtype, autocast, to_device
+from yt8m.tasks import Task, task_from_config
 from yt8m.training.evaluation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
-from yt8m.training.summaries import batch_metrics, log_step, summary_writer, write_scalars
+from yt8m.training.summaries import log_step, summary_writer, write_scalars
 from yt8m.training.trained_ids import record_trained_ids
 
 log = logging.getLogger("yt8m.train")
@@ -100,8 +101,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
         device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
-    `resume` is a checkpoint payload: the loop restores it, skips the batches of the current epoch it
-    already saw, and then restores the RNG state, so that the rest matches an uninterrupted run.
+    The config's task (yt8m.tasks, with `loss_fn` as its loss) says which labels the batches carry and how the
+    loss and the logged batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
+    batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an
+    uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
     rate, revert to the best weights or stop.
     """
@@ -117,7 +120,8 @@ class TrainingLoop:
                  resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
         self.rank, self.world_size = rank_and_world_size()
         self.chief = self.rank == 0
-        self.model, self.optimizer, self.loss_fn, self.config = model, optimizer, loss_fn, config
+        self.model, self.optimizer, self.config = model, optimizer, config
+        self.task = task_from_config(config, loss_fn)
         self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
         self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
         self.penalties = l2_terms(model, config.regularization_penalty)
@@ -252,10 +256,12 @@ class TrainingLoop:
         self.bar.set_postfix(loss=f"{self.loss_value:.4f}", ex_s=f"{examples_per_sec:.0f}", refresh=False)
         scalars = {"loss": self.loss_value, "learning_rate": lr, "examples_per_sec": examples_per_sec}
         metrics_now = progress.step % config.metrics_every_steps == 0
+        batch_scores = {}
         if metrics_now and last_output is not None:
-            scalars.update(batch_metrics(last_output["predictions"], group[-1]["labels"]))
+            batch_scores = self.task.batch_metrics(last_output["predictions"], group[-1])
+            scalars.update(batch_scores)
         if metrics_now or progress.step % config.log_every_steps == 0:
-            log_step(progress, scalars, self.meter)
+            log_step(progress, scalars, self.meter, list(batch_scores))
             write_scalars(self.writer, scalars, progress.step)
 
     def _accumulate_gradients(self, group: list[dict], examples: int) -> Optional[dict]:
@@ -273,7 +279,7 @@ class TrainingLoop:
             last = index == len(weighted) - 1
             with self._gradient_sync(last):
                 with autocast(self.device, self.config.mixed_precision):
-                    output, label_loss, loss = self.forward_loss(self.network, self.loss_fn, batch, weight)
+                    output, label_loss, loss = self.forward_loss(self.network, self.task, batch, weight)
                 self.scaler.scale(loss).backward()
             label_loss_sum += label_loss.detach().double() * batch["labels"].shape[0]
         if group:
@@ -409,12 +415,12 @@ def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def model_loss(model: nn.Module, loss_fn: nn.Module, batch: dict, example_weight: float = 1.0):
-    """(model output, label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
+def model_loss(model: nn.Module, task: Task, batch: dict, example_weight: float = 1.0):
+    """(model output, the task's label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
     The L2 penalties are not in it: the optimizer step adds their gradient (optim.apply_update)."""
     output = model(batch["features"], batch.get("num_frames"))
-    label_loss = loss_fn(output, batch["labels"])
+    label_loss = task.loss(output, batch)
     return output, label_loss, label_loss * example_weight
 
 

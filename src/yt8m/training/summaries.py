@@ -1,12 +1,10 @@
-"""What training logs and summarizes per step: the batch's Hit@1 / PERR / GAP, the log line, and TensorBoard
-scalars in the train dir."""
+"""What training logs and summarizes per step: the log line with the batch's metrics (the task's: yt8m.tasks), and
+TensorBoard scalars in the train dir."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
-
-import torch
+from typing import TYPE_CHECKING, Sequence
 
 from yt8m.extras import available
 from yt8m.training.meter import ThroughputMeter
@@ -17,21 +15,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("yt8m.train")
 
 
-def batch_metrics(predictions: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Hit@1, PERR and GAP@20 of one batch, from one ranking of its predictions (not one per metric)."""
-    from yt8m.metrics import EvaluationMetrics
-
-    metrics = EvaluationMetrics(predictions.shape[1])
-    metrics.accumulate(predictions.detach().float().cpu().numpy(), labels.detach().cpu().numpy())
-    scores = metrics.get()
-    return {"hit_at_one": scores["hit_at_one"], "perr": scores["perr"], "gap": scores["gap"]}
+# How the log line names a batch metric; others go by their own name.
+SHORT_NAMES = {"hit_at_one": "hit@1"}
 
 
-def log_step(progress: "Progress", scalars: dict[str, float], meter: ThroughputMeter) -> None:
+def log_step(progress: "Progress", scalars: dict[str, float], meter: ThroughputMeter,
+             batch_metrics: Sequence[str] = ()) -> None:
+    """The step's log line; `batch_metrics` names the scalars that are the batch's metrics (none: not shown)."""
     text = (f"step {progress.step} | epoch {progress.epoch + 1} | loss {scalars['loss']:.5f} | "
             f"{scalars['examples_per_sec']:.0f} examples/s | input wait {meter.input_wait_fraction():.0%}")
-    if "gap" in scalars:
-        text += f" | hit@1 {scalars['hit_at_one']:.3f} perr {scalars['perr']:.3f} gap {scalars['gap']:.3f}"
+    if batch_metrics:
+        text += " | " + " ".join(f"{SHORT_NAMES.get(name, name)} {scalars[name]:.3f}" for name in batch_metrics)
     log.info(text)
 
 

@@ -218,9 +218,9 @@ def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     from yt8m.checkpoint import build_model_from_payload, load_latest_checkpoint
     from yt8m.data.dataset import FeatureSpec, YT8MDataset
     from yt8m.evaluate import evaluate_model
-    from yt8m.losses import create_loss
+    from yt8m.tasks import task_from_config
 
     path, payload = load_latest_checkpoint(train_dir)
     model, config, _ = build_model_from_payload(payload, path)
     batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
-    return evaluate_model(model, batches, create_loss(config.label_loss), config.num_classes)
+    return evaluate_model(model, batches, task_from_config(config))

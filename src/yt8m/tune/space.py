@@ -17,11 +17,12 @@ import optuna
 
 from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
 from yt8m.fields import setting
+from yt8m.tasks import task_type
+from yt8m.training.evaluation import HIGHER_IS_BETTER
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
-METRIC_DIRECTIONS = {"gap": "maximize", "map": "maximize", "map_all_classes": "maximize",
-                     "hit_at_one": "maximize", "perr": "maximize", "loss": "minimize"}
+METRIC_DIRECTIONS = {name: "maximize" if higher else "minimize" for name, higher in HIGHER_IS_BETTER.items()}
 DISTRIBUTION_KEYS = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"},
                      "float": {"low", "high", "step", "log"}}
 SAMPLERS = ("tpe", "random")
@@ -139,6 +140,7 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
     search = _read_search(path, _section(path, document, "search", problems), problems)
     metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
+    _check_objective_task(path, train, metric, problems)
     tune_section = dict(_section(path, document, "tune", problems))
     raw_enqueue = tune_section.pop("enqueue", [])
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
@@ -336,6 +338,16 @@ def _read_objective(path: str, section: dict, problems: list[str]) -> tuple[str,
     if direction not in ("maximize", "minimize"):
         problems.append(f"{path}: objective.direction {direction!r} must be maximize or minimize")
     return metric, direction
+
+
+def _check_objective_task(path: str, train: dict[str, Any], metric: str, problems: list[str]) -> None:
+    """The objective must be a metric the trials' task reports: segment_map needs segment_labels, map video labels."""
+    segment_labels = bool(train.get("segment_labels"))
+    names = task_type(segment_labels).metric_names
+    if metric not in names:
+        kind = "segment (train: segment_labels)" if segment_labels else "video-level"
+        problems.append(f"{path}: objective.metric {metric!r} is not a {kind} metric (use one of: "
+                        f"{', '.join(name for name in names if not name.startswith('num_'))})")
 
 
 def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> TuneSettings:
