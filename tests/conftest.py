@@ -1,15 +1,17 @@
-"""Shared test paths: the fixture and real-data folders beside the repository (../shared)."""
+"""Shared test paths: the fixture and real-data folders beside the repository (../shared, or $YT8M_SHARED_DIR for
+a checkout elsewhere, e.g. a git worktree); and a process-wide setting reset between tests."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
+SHARED = Path(os.environ.get("YT8M_SHARED_DIR", REPO_ROOT.parent / "shared"))
 FIXTURES = SHARED / "fixtures" / "yt8m"
 REALDATA = SHARED / "realdata"
 
@@ -35,6 +37,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def no_denormal_flushing_after_test():
+    """A test that runs a training command in this process (`cli.main(["train", ...])`) turns denormal flushing on
+    for the process, as the command does; later tests that compare stored values bit for bit must not inherit it."""
+    yield
+    import torch
+
+    torch.set_flush_denormal(False)
 
 
 @pytest.fixture(scope="session")
