@@ -18,7 +18,7 @@ from yt8m.data.decode import decode_frame, dequantize
 from yt8m.data.encode import encode_frame_example
 from yt8m.data.synthetic import write_synthetic
 from yt8m.data.tfrecord import TFRecordWriter, expand_pattern, read_records
-from yt8m.segment_predict import TopSegments, VideoTable, read_segment_label_ids, split_segments
+from yt8m.segment_predict import TopSegments, VideoTable, class_row_text, read_segment_label_ids, split_segments
 from yt8m.training import train
 
 NUM_CLASSES = 12
@@ -221,10 +221,6 @@ def test_a_video_read_twice_is_refused(run_dir, tmp_path, capsys):
     assert code == 1 and "video 'same' is read twice" in err and "a.tfrecord" in err and "b.tfrecord" in err
 
 
-def ranked_ids(table: VideoTable, top: TopSegments, index: int) -> list[str]:
-    return table.segment_ids(top.ranked(index, table.ranked_id_order()))
-
-
 def test_the_store_stays_bounded_and_keeps_the_best_with_ties_by_id():
     """Scores rounded to 0.1 tie often, at the cut too: the kept segments and their order are the best by (score, id, start),
     whatever order the videos come in, and no class ever holds more than its capacity."""
@@ -247,8 +243,9 @@ def test_the_store_stays_bounded_and_keeps_the_best_with_ties_by_id():
         for start in range(0, total, 37):
             top.add(np.ascontiguousarray(scores[:, segment_order[start:start + 37]]), start)
             assert top.counts.max() <= top.capacity == 40 + 2048
+        ranks = table.id_ranks()
         for index in range(4):
-            assert ranked_ids(table, top, index) == expected[index]
+            assert class_row_text(top, table, index, ranks).split(" ") == expected[index]
 
 
 def test_the_store_cuts_back_past_its_capacity():
@@ -260,5 +257,15 @@ def test_the_store_cuts_back_past_its_capacity():
     for start in range(0, 100_000, 1000):
         top.add(scores[:, start:start + 1000], start)
         assert top.counts[0] <= top.capacity == 3000 + 2048
-    assert set(top.ranked(0).tolist()) == set(np.argsort(-scores[0])[:3000].tolist())
     assert top.thresholds[0] > 0.9  # newcomers below the 3000th best score are turned away
+    row = class_row_text(top, table, 0, table.id_ranks()).split(" ")
+    assert row == [f"x:{number * SEGMENT}" for number in np.argsort(-scores[0], kind="stable")[:3000]]
+
+
+def test_segment_ids_are_video_id_colon_start_frame():
+    table = VideoTable(SEGMENT)
+    table.add(["ab", "élan", "Z"], np.array([1, 202, 3]))
+    numbers = np.array([0, 1, 2, 3, 21, 201, 203, 205])
+    assert table.segment_ids(numbers) == ["ab:0", "élan:0", "élan:5", "élan:10", "élan:100", "élan:1000", "Z:0",
+                                          "Z:10"]
+    assert table.segment_ids(np.array([], np.int64)) == []

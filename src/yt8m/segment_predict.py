@@ -107,6 +107,7 @@ class VideoTable:
         self.segments = 0
         self.ids = np.empty(1024, "U4")
         self.first_segments = np.empty(1024, np.int64)
+        self._encoded: Optional[tuple[np.ndarray, np.ndarray]] = None
 
     def add(self, video_ids: Sequence[str], segments_per_video: np.ndarray) -> None:
         end = self.count + len(video_ids)
@@ -126,24 +127,72 @@ class VideoTable:
         return videos, (numbers - self.first_segments[videos]) * self.segment_size
 
     def segment_ids(self, numbers: np.ndarray) -> list[str]:
-        videos, starts = self.locate(numbers)
-        return [f"{video_id}:{start}" for video_id, start in zip(self.ids[videos].tolist(), starts.tolist())]
+        return self.format_ids(*self.locate(numbers)).split(" ") if len(numbers) else []
+
+    def format_ids(self, videos: np.ndarray, starts: np.ndarray) -> str:
+        """`VIDEOID:START` of each segment, space-separated. Built as one byte matrix, a row per segment, whose
+        padding is masked out: a Python string per id took most of a run at 1,000 classes x 100,000 segments."""
+        id_bytes, id_lengths = self._encoded_ids()
+        width = id_bytes.shape[1]
+        start_digits, start_shown = _digit_table(int(starts.max(initial=0)), self.segment_size)
+        slots = starts // self.segment_size
+        rows = np.empty((len(videos), width + start_digits.shape[1] + 2), np.uint8)
+        rows[:, :width] = id_bytes[videos]
+        rows[:, width] = ord(":")
+        rows[:, width + 1:-1] = start_digits[slots]
+        rows[:, -1] = ord(" ")
+        shown = np.ones(rows.shape, bool)
+        shown[:, :width] = np.arange(width) < id_lengths[videos][:, None]
+        shown[:, width + 1:-1] = start_shown[slots]
+        return rows[shown][:-1].tobytes().decode("utf-8")
+
+    def _encoded_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """UTF-8 ids as a [videos, widest] uint8 matrix and their lengths; made again only after videos were added."""
+        if self._encoded is None or len(self._encoded[1]) != self.count:
+            encoded = np.char.encode(self.ids[:self.count], "utf-8")
+            width = max(encoded.dtype.itemsize, 1)
+            self._encoded = encoded.astype(f"S{width}").view(np.uint8).reshape(self.count, width), \
+                np.char.str_len(encoded)
+        return self._encoded
 
     def id_order(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TieKeys ordering segments by video id (code points), then start."""
         videos, starts = self.locate(numbers)
         return starts, self.ids[videos]
 
-    def ranked_id_order(self) -> TieKeys:
-        """id_order with integer keys, for many segments: each video's rank by id, computed once."""
+    def id_ranks(self) -> np.ndarray:
+        """Each video's place in id order: id_order as one integer per video, for ordering many segments at once."""
         ranks = np.empty(self.count, np.int64)
-        ranks[np.argsort(self.ids[:self.count], kind="stable")] = np.arange(self.count)
+        ranks[np.argsort(self.ids[:self.count])] = np.arange(self.count)
+        return ranks
 
-        def keys(numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            videos, starts = self.locate(numbers)
-            return starts, ranks[videos]
 
-        return keys
+def best_first(scores: np.ndarray, tiebreaks: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the `k` best scores, descending; equal scores by ascending `tiebreaks` (rare: sorted apart)."""
+    order = np.argsort(-scores)
+    ranked = scores[order]
+    tied = np.flatnonzero(np.r_[False, ranked[1:] == ranked[:-1]] | np.r_[ranked[:-1] == ranked[1:], False])
+    if len(tied):
+        groups = np.cumsum(np.r_[True, ranked[1:] != ranked[:-1]])[tied]
+        order[tied] = order[tied][np.lexsort((tiebreaks[order[tied]], groups))]
+    return order[:k]
+
+
+def class_row_text(top: "TopSegments", videos: VideoTable, index: int, ranks: np.ndarray) -> str:
+    """The best segment ids of class `index` (its row in the scores), best first, space-separated (VideoTable.
+    format_ids); its candidates are released. `ranks`: videos.id_ranks()."""
+    scores, numbers = top.take(index)
+    video_index, starts = videos.locate(numbers)
+    best = best_first(scores, ranks[video_index] << 32 | starts, top.k)
+    return videos.format_ids(video_index[best], starts[best])
+
+
+def _digit_table(last_start: int, segment_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """ASCII digits of the starts 0, segment_size, ... last_start, right-aligned, a row each, and which are shown
+    (no leading zeros; "0" keeps its one)."""
+    powers = 10 ** np.arange(len(str(last_start)) - 1, -1, -1, dtype=np.int64)
+    starts = np.arange(0, last_start + 1, segment_size)[:, None]
+    return (starts // powers % 10 + ord("0")).astype(np.uint8), (starts >= powers) | (powers == 1)
 
 
 def _resized(values: np.ndarray, capacity: int, dtype: Any) -> np.ndarray:
@@ -212,16 +261,15 @@ class TopSegments:
         kept = np.concatenate([above, tied])
         return scores[kept], numbers[kept]
 
-    def ranked(self, index: int, tie_keys: Optional[TieKeys] = None) -> np.ndarray:
-        """The segment numbers of class `index`'s (its row in the scores) best k, best first."""
+    def take(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Class `index`'s candidates (scores, segment numbers): its best k and up to capacity - k more. The class
+        holds none afterwards."""
         count = self.counts[index]
-        scores, numbers = self.scores[index][:count], self.numbers[index][:count]
-        return numbers[np.lexsort((*(tie_keys or self.tie_keys)(numbers), -scores))[:self.k]]
-
-    def release(self, index: int) -> None:
+        taken = self.scores[index][:count], self.numbers[index][:count]
         self.scores[index] = np.empty(0, np.float32)
         self.numbers[index] = np.empty(0, SEGMENT_NUMBER_DTYPE)
         self.counts[index] = 0
+        return taken
 
 
 def segment_id_problem(video_id: str) -> Optional[str]:
@@ -238,7 +286,7 @@ class SegmentScorer:
     def __init__(self, predict: Predictor, classes: np.ndarray, segment_size: int,
                  batch_size: int, max_pred: int, output_file: str, locate: Callable[[str], list[str]]):
         self.predict = predict
-        self.classes = torch.from_numpy(classes)
+        self.classes = classes
         self.segment_size = segment_size
         self.batch_size = batch_size
         self.output_file = output_file
@@ -283,21 +331,20 @@ class SegmentScorer:
 
     def _score(self, features: torch.Tensor, num_frames: torch.Tensor) -> None:
         predictions = self.predict({"features": features, "num_frames": num_frames})
-        if not torch.isfinite(predictions).all():
+        scores = predictions.float().numpy().T[self.classes]  # [classes written, segments]
+        if not np.isfinite(scores).all():
             numbers = np.arange(self.scored, self.scored + len(predictions))
-            check_finite(predictions, self.videos.segment_ids(numbers), self.output_file,
+            check_finite(torch.from_numpy(scores.T), self.videos.segment_ids(numbers), self.output_file,
                          lambda segment_id: self.locate(segment_id.rpartition(":")[0]))
-        self.top.add(predictions.float().numpy().T[self.classes.numpy()], self.scored)
+        self.top.add(scores, self.scored)
         self.scored += len(predictions)
 
     def write(self, out: TextIO) -> None:
         """The CSV: a row per class, ascending, its segment ids best first."""
         out.write(SEGMENT_CSV_HEADER)
-        tie_keys = self.videos.ranked_id_order()
+        ranks = self.videos.id_ranks()
         for index, class_id in enumerate(self.classes.tolist()):
-            ranked = self.top.ranked(index, tie_keys)
-            self.top.release(index)
-            out.write(f"{class_id},{' '.join(self.videos.segment_ids(ranked))}\n")
+            out.write(f"{class_id},{class_row_text(self.top, self.videos, index, ranks)}\n")
 
 
 def _rebatched(pieces: Iterable[tuple[torch.Tensor, torch.Tensor]],
