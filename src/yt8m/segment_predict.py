@@ -1,12 +1,6 @@
 """2019 segment predictions (`yt8m predict --segment_labels`): every segment of every test video scored by a
-frame-level model, and each whitelisted class's best segments written as a `Class,Segments` CSV.
-
-Segments start at frames 0, S, 2S, ... (S = --segment_size); as in the starter kit's inference.py (`get_segments`),
-the last one of a video whose length is not a multiple of S is zero-padded to S frames and fed with its real frame
-count. Memory does not grow with the segments scored: each class keeps its best --segment_max_pred candidates in
-numpy arrays (see TopSegments), and a video costs its id and one number (VideoTable).
+frame-level model, each listed class's best segments written as a `Class,Segments` CSV, in bounded memory.
 """
-
 from __future__ import annotations
 
 import importlib.resources
@@ -30,8 +24,8 @@ log = logging.getLogger("yt8m.predict")
 
 SEGMENT_CSV_HEADER = "Class,Segments\n"
 DEFAULT_LABEL_IDS = "segment_label_ids.csv"  # package data of yt8m.data: the 1,000 classes rated in 2019
-# Videos per read batch: a batch is zero-padded to its longest video, and each of up to 16 DataLoader workers keeps
-# two batches in flight; 16 videos of 300 frames x 1152 features are 22 MB.
+# Videos per read batch: a batch is zero-padded to its longest video and each DataLoader worker keeps two in flight;
+# 16 videos of 300 frames x 1152 features are 22 MB.
 READ_VIDEOS = 16
 # A class's candidates are cut back to the best `segment_max_pred` once they exceed it by this share (at least
 # MIN_SLACK): fewer cuts with more room, more memory with less.
@@ -91,7 +85,7 @@ def split_segments(features: torch.Tensor, num_frames: torch.Tensor,
         features = F.pad(features, (0, 0, 0, slots * segment_size - frames))
     starts = torch.arange(slots, device=num_frames.device) * segment_size
     present = torch.arange(slots, device=num_frames.device) < per_video[:, None]
-    segments = features.view(videos, slots, segment_size, width)[present]
+    segments = features.reshape(videos, slots, segment_size, width)[present]
     real_frames = (num_frames[:, None] - starts).clamp(max=segment_size)[present]
     return segments, real_frames, per_video
 
@@ -111,11 +105,11 @@ class VideoTable:
 
     def add(self, video_ids: Sequence[str], segments_per_video: np.ndarray) -> None:
         end = self.count + len(video_ids)
-        width = max(len(video_id) for video_id in video_ids) if video_ids else 1
-        if end > len(self.ids) or width > self.ids.dtype.itemsize // 4:
-            capacity = max(end, 2 * len(self.ids) if end > len(self.ids) else len(self.ids))
-            self.ids = _resized(self.ids, capacity, f"U{max(width, self.ids.dtype.itemsize // 4)}")
-            self.first_segments = _resized(self.first_segments, capacity, np.int64)
+        width, chars = max(map(len, video_ids), default=0), self.ids.dtype.itemsize // 4
+        if end > len(self.ids) or width > chars:  # room for twice the videos, or for the longer ids
+            capacity = max(end, 2 * len(self.ids)) if end > len(self.ids) else len(self.ids)
+            self.ids = _resized(self.ids[:self.count], capacity, f"U{max(width, chars)}")
+            self.first_segments = _resized(self.first_segments[:self.count], capacity, np.int64)
         self.ids[self.count:end] = video_ids
         self.first_segments[self.count:end] = self.segments + np.cumsum(segments_per_video) - segments_per_video
         self.count = end
