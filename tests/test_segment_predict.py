@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -269,3 +270,31 @@ def test_segment_ids_are_video_id_colon_start_frame():
     assert table.segment_ids(numbers) == ["ab:0", "élan:0", "élan:5", "élan:10", "élan:100", "élan:1000", "Z:0",
                                           "Z:10"]
     assert table.segment_ids(np.array([], np.int64)) == []
+
+
+def test_scores_that_are_not_finite_are_an_error_naming_the_segment_and_nothing_is_written(segment_data, run_dir,
+                                                                                             vocabulary, tmp_path,
+                                                                                             capsys):
+    copy = tmp_path / "nan_run"
+    shutil.copytree(run_dir, copy)
+    path = latest_checkpoint(str(copy))
+    payload = torch.load(path, weights_only=True)
+    payload["model"] = {name: torch.full_like(value, float("nan")) for name, value in payload["model"].items()}
+    torch.save(payload, path)
+    output = tmp_path / "out.csv"
+    code, _, err = predict_cli(capsys, segment_data["test"], output, "--train_dir", str(copy),
+                               "--segment_label_ids_file", str(vocabulary))
+    assert code == 1 and "predictions are not finite (NaN or infinity) for videos '" in err
+    assert ":0'" in err and "(record at byte 0)" in err and f"{output} is not written" in err
+    assert not output.exists()
+
+
+def test_a_video_level_model_is_refused(tmp_path, capsys):
+    from workflow_fixtures import FEATURE_SIZES as VIDEO_FEATURE_SIZES, tiny_train_config
+
+    data = write_synthetic(str(tmp_path), kind="video", num_classes=NUM_CLASSES, train_videos=32, validate_videos=0,
+                           test_videos=4, shards=1, feature_sizes=VIDEO_FEATURE_SIZES, seed=1)
+    train(tiny_train_config({"train_pattern": data["train"][0]}, tmp_path / "video_run", max_steps=1, num_epochs=1))
+    code, _, err = predict_cli(capsys, data["test"][0], tmp_path / "out.csv", "--train_dir",
+                               str(tmp_path / "video_run"))
+    assert code == 1 and "the model must be frame-level" in err
