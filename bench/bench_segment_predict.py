@@ -3,8 +3,8 @@
 Writes `--segments` segments' worth of 300-frame test videos (`yt8m synth --kind segment`, 60 segments a video),
 trains a frame-level model for one step on a few videos (3862 classes), then runs the predict command in a child
 process with the packaged 1,000-class whitelist and --segment_max_pred (default 100,000: every class keeps its
-worst-case 100,000 candidates). Prints one JSON line: segments, videos, seconds, segments/s, the child's peak RSS
-(getrusage of the children) and the CSV's size.
+worst-case 100,000 candidates). Prints one JSON line: segments, videos, seconds (scoring_seconds: until the CSV is
+written; segments/s of those), the child's peak RSS (getrusage of the children) and the CSV's size.
 
 Run on demand: `.venv/bin/python bench/bench_segment_predict.py [--segments 1000000] [--feature_sizes 16,8]`.
 """
@@ -94,7 +94,7 @@ def main() -> None:
     print(json.dumps({"model": args.model, "feature_sizes": list(feature_sizes), "test_videos": videos,
                       "write_seconds": round(write_seconds, 1), "cpu": cpu_model(), "cpus": os.cpu_count(),
                       **{key: figures[key] for key in ("videos", "segments", "classes", "segment_max_pred", "seconds",
-                                                       "segments_per_sec", "wall_seconds", "peak_rss_mb", "csv_mb")}}))
+                                                       "scoring_seconds", "segments_per_sec", "wall_seconds", "peak_rss_mb", "csv_mb")}}))
 
 
 if __name__ == "__main__":

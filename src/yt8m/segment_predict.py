@@ -343,21 +343,25 @@ class SegmentScorer:
 
 def _rebatched(pieces: Iterable[tuple[torch.Tensor, torch.Tensor]],
                size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The pieces' rows, in order, in batches of `size` rows (the last one smaller)."""
-    held: list[tuple[torch.Tensor, torch.Tensor]] = []
-    rows = 0
-    for piece in pieces:
-        held.append(piece)
-        rows += len(piece[0])
-        if rows < size:
-            continue
-        features, num_frames = (torch.cat(parts) for parts in zip(*held))
-        for start in range(0, rows - size + 1, size):
-            yield features[start:start + size], num_frames[start:start + size]
-        kept = rows % size  # copied: a view would hold on to the whole concatenation
-        held, rows = ([(features[rows - kept:].clone(), num_frames[rows - kept:].clone())] if kept else []), kept
-    if rows:
-        yield tuple(torch.cat(parts) for parts in zip(*held))
+    """The pieces' rows, in order, in batches of `size` rows (the last one smaller), copied into one buffer that is
+    reused: a batch is valid until the next is asked for. Concatenating instead held each batch twice at its peak
+    (190 MB each at 8192 segments of 1152 features)."""
+    buffer: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+    filled = 0
+    for features, num_frames in pieces:
+        if buffer is None:
+            buffer = features.new_empty((size, *features.shape[1:])), num_frames.new_empty(size)
+        start = 0
+        while start < len(features):
+            taken = min(size - filled, len(features) - start)
+            buffer[0][filled:filled + taken] = features[start:start + taken]
+            buffer[1][filled:filled + taken] = num_frames[start:start + taken]
+            filled, start = filled + taken, start + taken
+            if filled == size:
+                yield buffer
+                filled = 0
+    if filled:
+        yield buffer[0][:filled], buffer[1][:filled]
 
 
 def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpec,
@@ -380,11 +384,13 @@ def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpe
              config.input_data_pattern, len(classes), source)
     started = time.perf_counter()
 
-    def write(out: TextIO) -> None:
+    def score_then_write(out: TextIO) -> float:
         scorer.run(loader)
+        scored = time.perf_counter()
         scorer.write(out)
+        return scored
 
-    write_file_atomically(config.output_file, write)
+    scored = write_file_atomically(config.output_file, score_then_write)
     seconds = time.perf_counter() - started
     log.info("wrote the best %d of %d segments (%d videos) for %d classes to %s in %.1f s", config.segment_max_pred,
              scorer.scored, scorer.videos.count, len(classes), config.output_file, seconds)
@@ -392,5 +398,5 @@ def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpe
         if config.skip_corrupt else {}
     return {"output_file": config.output_file, "output_format": "segments", "videos": scorer.videos.count,
             "segments": scorer.scored, "classes": len(classes), "segment_max_pred": config.segment_max_pred,
-            **source, **skipped, "seconds": round(seconds, 3),
-            "segments_per_sec": round(scorer.scored / max(seconds, 1e-9), 1)}
+            **source, **skipped, "seconds": round(seconds, 3), "scoring_seconds": round(scored - started, 3),
+            "segments_per_sec": round(scorer.scored / max(scored - started, 1e-9), 1)}
