@@ -298,3 +298,8 @@ def test_a_video_level_model_is_refused(tmp_path, capsys):
     code, _, err = predict_cli(capsys, data["test"][0], tmp_path / "out.csv", "--train_dir",
                                str(tmp_path / "video_run"))
     assert code == 1 and "the model must be frame-level" in err
+
+
+def test_the_2019_segment_vocabulary_reads_as_is_and_lists_the_packaged_classes(realdata_dir):
+    listed = read_segment_label_ids(str(realdata_dir / "segment_vocabulary.csv"), 3862)
+    assert listed.tolist() == read_segment_label_ids("", 3862).tolist()
