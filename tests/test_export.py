@@ -29,7 +29,7 @@ MODEL_CASES = [(name, {}) for name in list_models()] + [
     ("DbofModel", dict(sample_random_frames=False, dbof_add_batch_norm=False, dbof_pooling_method="average")),
     ("LstmModel", dict(video_level_classifier_model="LogisticModel", lstm_layers=1)),
 ]
-SHAPES = [(1, 1), (2, 9), (7, 40)]  # (batch, frames): neither is fixed in the graph
+SHAPES = [(1, 1), (2, 9), (7, 40), (6, 5)]  # (batch, frames): neither is fixed in the graph; 5: 2019 segments
 
 
 def random_inputs(model, batch: int, frames: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:

@@ -207,13 +207,18 @@ def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any
 
 
 def run_predict(config: PredictConfig) -> dict[str, Any]:
-    """Predict with an ONNX export or the train dir's latest checkpoint; returns a summary of what was written."""
+    """Predict with an ONNX export or the train dir's latest checkpoint; returns a summary of what was written.
+    With --segment_labels: the 2019 segment CSV (yt8m.segment_predict)."""
     from yt8m.data.dataset import YT8MDataset, make_loader
 
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid predict config", problems)
     predict, spec, source = load_predictor(config)
+    if config.segment_labels:
+        from yt8m.segment_predict import predict_segments
+
+        return predict_segments(config, predict, spec, source)
     dataset = YT8MDataset(config.input_data_pattern, spec, config.batch_size, skip_corrupt=config.skip_corrupt)
     pin_memory = not config.model and resolve_device(config.device).type == "cuda"
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),

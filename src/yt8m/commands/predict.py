@@ -1,5 +1,6 @@
-"""`yt8m predict` (the starter kit's inference.py flags): each video's top-k classes as a Kaggle CSV or JSON lines,
-from a train dir's newest readable checkpoint or an ONNX export; prints one JSON summary line."""
+"""`yt8m predict` (the starter kit's inference.py flags): each video's top-k classes as a Kaggle CSV or JSON lines, or
+with --segment_labels each class's best 2019 segments (Class,Segments), from a train dir's newest readable checkpoint
+or an ONNX export; prints one JSON summary line."""
 
 from __future__ import annotations
 
