@@ -51,7 +51,7 @@ _MAX_POOLED = 2 ** 32 - 1  # positions fill the key's low 32 bits
 _PAIRWISE_BLOCK = 128
 
 
-def _descending_key(scores: np.ndarray) -> np.ndarray:
+def descending_key(scores: np.ndarray) -> np.ndarray:
     """uint32 keys whose ascending order is the float32 scores' descending order."""
     bits = (scores + np.float32(0.0)).view(np.int32)  # + 0.0 folds -0.0 into 0.0
     ascending = bits ^ ((bits >> 31) | np.int32(-0x80000000))  # flip negatives, set positives' sign bit
@@ -109,7 +109,7 @@ def _in_tie_order(scores: np.ndarray, flat: np.ndarray) -> np.ndarray:
     class_bits = _class_bits(cols)
     flat_rows = flat // cols
     keys = flat_rows.astype(np.uint64) << np.uint64(_SCORE_BITS + class_bits)
-    keys |= _descending_key(scores.ravel()[flat]).astype(np.uint64) << np.uint64(class_bits)
+    keys |= descending_key(scores.ravel()[flat]).astype(np.uint64) << np.uint64(class_bits)
     keys |= (flat - flat_rows * cols).astype(np.uint64)
     keys.sort()
     ordered_rows = (keys >> np.uint64(_SCORE_BITS + class_bits)).view(np.int64)
@@ -343,7 +343,7 @@ class EvaluationMetrics:
         if not self._in_memory:
             return records
         first = self._pooled - self._in_memory
-        keys = _with_position(_descending_key(np.concatenate(self._scores)), first)
+        keys = _with_position(descending_key(np.concatenate(self._scores)), first)
         keys.sort()
         records["key"] = keys
         order = _low_half(keys) - first

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from yt8m.metrics import _descending_key
+from yt8m.metrics import descending_key
 
 _CLASS_SHIFT = np.uint64(32)
 
@@ -103,7 +103,7 @@ class SegmentMetrics:
         scores = np.concatenate(self._scores)
         labels = np.concatenate(self._labels)
         classes = np.concatenate(self._classes)
-        score_keys = _descending_key(scores)
+        score_keys = descending_key(scores)
         ranked_labels = labels[np.argsort(score_keys, kind="stable")]
         num_positives = np.bincount(classes[labels], minlength=self.num_classes)
         by_class = np.argsort((classes.astype(np.uint64) << _CLASS_SHIFT) | score_keys, kind="stable")
