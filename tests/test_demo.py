@@ -15,10 +15,10 @@ pytestmark = pytest.mark.integration
 def test_demo_runs_every_stage_and_reports(tmp_path, capsys):
     output = tmp_path / "demo"
     assert main(["--output_dir", str(output), "--num_classes", "20", "--train_videos", "512",
-                 "--num_epochs", "2", "--tune_trials", "2"]) == 0
+                 "--num_epochs", "2", "--tune_trials", "2", "--segment_videos", "200"]) == 0
     report = capsys.readouterr().out
     train_dir = output / "train_dir"
-    for text in ("validate       GAP", "tune           best validate GAP", "test (scored)  GAP", f"tensorboard --logdir {train_dir}",
+    for text in ("validate       GAP", "segments       validate segment mAP", "tune           best validate GAP", "test (scored)  GAP", f"tensorboard --logdir {train_dir}",
                  str(output / "predictions.csv")):
         assert text in report
     assert os.path.exists(train_dir / "checkpoints" / "final")
@@ -28,3 +28,5 @@ def test_demo_runs_every_stage_and_reports(tmp_path, capsys):
         assert json.load(fh)["num_videos"] == 128
     with open(output / "predictions.csv") as fh:
         assert sum(1 for _ in fh) == 1 + 128
+    with open(output / "segments_fine_tuned.csv") as fh:
+        assert next(fh) == "Class,Segments\n" and sum(1 for _ in fh) == 20

@@ -1,4 +1,5 @@
-"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate, tune, predict, score.
+"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate, tune, predict, score; then the
+2019 segment task: a frame model fine-tuned on rated segments, its segment predictions scored.
 
 Each stage calls the same public function as its own command, so the demo runs the real workflow in minutes.
 """
@@ -19,7 +20,7 @@ log = logging.getLogger("yt8m.demo")
 
 
 def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 8000, num_epochs: int = 5,
-             tune_trials: int = 6, seed: int = 0) -> dict[str, Any]:
+             tune_trials: int = 6, segment_videos: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Every stage of the workflow on fresh synthetic data in `output_dir`; returns what the report shows."""
     from yt8m.data.synthetic import write_synthetic
     from yt8m.evaluate import evaluate_checkpoints
@@ -30,12 +31,12 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     started = time.perf_counter()
     data_dir = os.path.join(output_dir, "data")
     train_dir = os.path.join(output_dir, "train_dir")
-    log.info("1/6 synthesizing %d training videos with %d classes in %s", train_videos, num_classes, data_dir)
+    log.info("1/7 synthesizing %d training videos with %d classes in %s", train_videos, num_classes, data_dir)
     data = write_synthetic(data_dir, kind="video", num_classes=num_classes, train_videos=train_videos,
                            validate_videos=train_videos // 4, test_videos=train_videos // 4, seed=seed)
     pattern = os.path.join(data_dir, "video", "{}-*.tfrecord")
 
-    log.info("2/6 training a MoeModel for %d epochs in %s", num_epochs, train_dir)
+    log.info("2/7 training a MoeModel for %d epochs in %s", num_epochs, train_dir)
     summary = train(TrainConfig(
         train_data_pattern=pattern.format("train"), train_dir=train_dir, model="MoeModel",
         feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=num_classes,
@@ -43,23 +44,55 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
         batch_size=256, base_learning_rate=0.05, num_epochs=num_epochs, export_model_steps=train_videos // 256,
         num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10))
 
-    log.info("3/6 evaluating the final checkpoint on the validate split")
+    log.info("3/7 evaluating the final checkpoint on the validate split")
     metrics = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=pattern.format("validate"),
                                                    train_dir=train_dir, run_once=True, num_readers=1),
                                         given={"num_readers"}))
 
     study = _tune(output_dir, pattern, num_classes, num_epochs, tune_trials, seed) if tune_trials else None
 
-    log.info("5/6 predicting the test split")
+    log.info("5/7 predicting the test split")
     predictions = os.path.join(output_dir, "predictions.csv")
     run_predict(PredictConfig(input_data_pattern=pattern.format("test"), train_dir=train_dir,
                               output_file=predictions))
 
-    log.info("6/6 scoring the predictions against the test labels")
+    log.info("6/7 scoring the predictions against the test labels")
     score = score_files(predictions, data["test_labels"], num_classes=num_classes)
-    return {"train": summary, "validate": metrics, "tune": study, "test": score, "train_dir": train_dir,
-            "predictions": predictions, "test_labels": data["test_labels"],
+    segments = _segment_task(output_dir, num_classes, segment_videos, seed) if segment_videos else None
+    return {"train": summary, "validate": metrics, "tune": study, "test": score, "segments": segments,
+            "train_dir": train_dir, "predictions": predictions, "test_labels": data["test_labels"],
             "seconds": time.perf_counter() - started}
+
+
+def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> dict[str, Any]:
+    """The 2019 segment task on segment-rated synthetic data: a FrameLevelLogisticModel trained on video labels,
+    then fine-tuned on the rated segments (--init_from); both predict every segment of the validate videos (whose
+    ratings score them)."""
+    from yt8m.data.synthetic import write_synthetic
+    from yt8m.predict import run_predict
+    from yt8m.segment_score import score_segment_files
+    from yt8m.training import train
+
+    data_dir = os.path.join(output_dir, "data")
+    log.info("7/7 the 2019 segment task: %d segment-rated videos, a frame model fine-tuned on segments", videos)
+    write_synthetic(data_dir, kind="segment", num_classes=num_classes, train_videos=videos,
+                    validate_videos=videos // 4, test_videos=0, seed=seed)
+    pattern = os.path.join(data_dir, "segment", "{}-*.tfrecord")
+    classes_file = os.path.join(output_dir, "segment_classes.csv")
+    write_file_atomically(classes_file, lambda out: out.write("Index\n" + "".join(f"{i}\n" for i in range(num_classes))))
+    runs = {"video_labels": {}, "fine_tuned": {"segment_labels": True, "init_from": os.path.join(output_dir, "frame_dir")}}
+    scores = {}
+    for name, task in runs.items():
+        train_dir = os.path.join(output_dir, "frame_dir" if name == "video_labels" else "segment_dir")
+        train(TrainConfig(train_data_pattern=pattern.format("train"), train_dir=train_dir,
+                          model="FrameLevelLogisticModel", frame_features=True, feature_names="rgb,audio",
+                          feature_sizes="1024,128", num_classes=num_classes, batch_size=64, base_learning_rate=0.05,
+                          num_epochs=2, num_readers=0, start_new_model=True, seed=seed, log_every_steps=20, **task))
+        submission = os.path.join(output_dir, f"segments_{name}.csv")
+        run_predict(PredictConfig(input_data_pattern=pattern.format("validate"), train_dir=train_dir,
+                                  output_file=submission, segment_labels=True, segment_label_ids_file=classes_file))
+        scores[name] = score_segment_files(submission, pattern.format("validate"), num_classes=num_classes)
+    return {"scores": scores, "submission": submission}
 
 
 def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_trials: int, seed: int) -> dict[str, Any]:
@@ -82,7 +115,7 @@ def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_tr
         "tune": {"study_dir": study_dir, "n_trials": n_trials, "n_startup_trials": 2, "seed": seed},
     }
     write_file_atomically(tune_file, lambda out: yaml.safe_dump(document, out, sort_keys=False))
-    log.info("4/6 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
+    log.info("4/7 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
              study_dir)
     _, summary = run_tune(load_tune_spec(tune_file))
     return {**summary, "tune_file": tune_file}
@@ -92,13 +125,15 @@ def format_report(result: dict[str, Any]) -> str:
     train, validate, test = result["train"], result["validate"], result["test"]
     return "\n".join([
         "",
-        "yt8m demo: synthetic data -> train MoeModel -> eval -> tune -> predict -> score",
+        "yt8m demo: synthetic data -> train MoeModel -> eval -> tune -> predict -> score"
+        + (" -> 2019 segments" if result["segments"] else ""),
         f"  trained        {train['global_step']} steps, {train['examples']} examples, "
         f"{train['examples_per_sec']:.0f} examples/s",
         f"  validate       GAP {validate['gap']:.4f}  mAP {validate['map']:.4f}  "
         f"Hit@1 {validate['hit_at_one']:.4f}  PERR {validate['perr']:.4f}  ({validate['num_videos']} videos)",
         *_tune_lines(result["tune"]),
         f"  test (scored)  GAP {test['gap']:.4f}",
+        *_segment_lines(result["segments"]),
         f"  train dir      {result['train_dir']}  (checkpoints/, config.yaml, eval/metrics-*.json)",
         f"  predictions    {result['predictions']}",
         f"  TensorBoard    tensorboard --logdir {result['train_dir']}",
@@ -116,6 +151,15 @@ def _tune_lines(study: Any) -> list[str]:
             f"yt8m tune --config {study['tune_file']} resumes it)"]
 
 
+def _segment_lines(segments: Any) -> list[str]:
+    if not segments:
+        return []
+    before, after = (segments["scores"][name] for name in ("video_labels", "fine_tuned"))
+    return [f"  segments       validate segment mAP {before['segment_map']:.4f} (frame model, video labels) -> "
+            f"{after['segment_map']:.4f} fine-tuned on segments ({after['num_rated_pairs']} rated pairs)",
+            f"  submission     {segments['submission']}  (Class,Segments)"]
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="yt8m demo", description=__doc__)
     parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
@@ -123,10 +167,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")
     parser.add_argument("--num_epochs", type=int, default=5, help="Training epochs.")
     parser.add_argument("--tune_trials", type=int, default=6, help="Trials of the short tuning study (0: skip).")
+    parser.add_argument("--segment_videos", type=int, default=1000,
+                        help="Segment-rated training videos of the 2019 segment stage (validate: a quarter; 0: skip).")
     parser.add_argument("--seed", type=int, default=0, help="Seed for the data and the training.")
     args = parser.parse_args(argv)
     setup_logging()
     result = run_demo(args.output_dir, num_classes=args.num_classes, train_videos=args.train_videos,
-                      num_epochs=args.num_epochs, tune_trials=args.tune_trials, seed=args.seed)
+                      num_epochs=args.num_epochs, tune_trials=args.tune_trials, segment_videos=args.segment_videos,
+                      seed=args.seed)
     print(format_report(result), flush=True)
     return 0
