@@ -80,14 +80,17 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     pattern = os.path.join(data_dir, "segment", "{}-*.tfrecord")
     classes_file = os.path.join(output_dir, "segment_classes.csv")
     write_file_atomically(classes_file, lambda out: out.write("Index\n" + "".join(f"{i}\n" for i in range(num_classes))))
-    runs = {"video_labels": {}, "fine_tuned": {"segment_labels": True, "init_from": os.path.join(output_dir, "frame_dir")}}
+    frame_dir = os.path.join(output_dir, "frame_dir")
+    # Fine-tuning takes the starter kit's smaller step: at 0.05 it undid more than it learnt (segment mAP 0.98 -> 0.94).
+    runs = [("video_labels", frame_dir, {"base_learning_rate": 0.05}),
+            ("fine_tuned", os.path.join(output_dir, "segment_dir"),
+             {"base_learning_rate": 0.01, "segment_labels": True, "init_from": frame_dir})]
     scores = {}
-    for name, task in runs.items():
-        train_dir = os.path.join(output_dir, "frame_dir" if name == "video_labels" else "segment_dir")
+    for name, train_dir, settings in runs:
         train(TrainConfig(train_data_pattern=pattern.format("train"), train_dir=train_dir,
                           model="FrameLevelLogisticModel", frame_features=True, feature_names="rgb,audio",
-                          feature_sizes="1024,128", num_classes=num_classes, batch_size=64, base_learning_rate=0.05,
-                          num_epochs=2, num_readers=0, start_new_model=True, seed=seed, log_every_steps=20, **task))
+                          feature_sizes="1024,128", num_classes=num_classes, batch_size=64, num_epochs=2,
+                          num_readers=0, start_new_model=True, seed=seed, log_every_steps=20, **settings))
         submission = os.path.join(output_dir, f"segments_{name}.csv")
         run_predict(PredictConfig(input_data_pattern=pattern.format("validate"), train_dir=train_dir,
                                   output_file=submission, segment_labels=True, segment_label_ids_file=classes_file))
