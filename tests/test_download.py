@@ -272,6 +272,7 @@ def test_a_rerun_after_a_kill_fetches_only_the_rest(mirror, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["files"] == 2 and summary["remaining"] == 0
+    assert "B/s" not in result.stderr  # no progress bar where stderr is not a terminal
     assert mirror.gets()[len(fetched_before):] == ["trainb0.tfrecord", "trainc9.tfrecord"]
     assert_downloaded(tmp_path, mirror.files, mirror.files)
     assert ".train0114.tfrecord.tmp-" not in " ".join(files_under(tmp_path))  # the killed run's part was removed
