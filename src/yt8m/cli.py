@@ -12,6 +12,7 @@ import traceback
 from typing import Optional, Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "download": ("yt8m.commands.download:main", "Download YouTube-8M shards (official plan, mirrors, --shard I,N): resumable, MD5-verified."),
     "synth": ("yt8m.commands.synth:main", "Write learnable synthetic YT8M data (video, frame, segment)."),
     "inspect": ("yt8m.commands.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
     "bench": ("yt8m.commands.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
