@@ -13,7 +13,7 @@ from yt8m.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m download", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="yt8m download", description=" ".join(__doc__.split()),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--partition", required=True,
                         help="VERSION/KIND/SPLIT as the official downloader takes it, e.g. 2/video/train, "
