@@ -31,13 +31,15 @@ def free_port() -> int:
 
 
 def start_node(values: dict, node_rank: int, port: int, *torchrun_flags: str) -> subprocess.Popen:
-    """One node of a 2-node job: its own torchrun agent with one worker; node 0's agent hosts the rendezvous store."""
+    """One node of a 2-node job: its own torchrun agent with one worker; node 0's agent hosts the rendezvous store.
+    c10d rendezvous deals out the ranks itself (torchrun ignores --node_rank with it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-               "--node_rank", str(node_rank), "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-               "--rdzv_id", "yt8m-loopback", "--rdzv_conf", f"is_host={node_rank == 0}", *torchrun_flags,
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "yt8m-loopback",
+               "--rdzv_conf", f"is_host={node_rank == 0}", *torchrun_flags,
                "-m", "yt8m", "train", *as_flags(values)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 def start_two_nodes(values: dict, *torchrun_flags: str) -> list[subprocess.Popen]:
@@ -47,7 +49,12 @@ def start_two_nodes(values: dict, *torchrun_flags: str) -> list[subprocess.Popen
 
 def finish_nodes(nodes: list[subprocess.Popen], timeout: float = 150) -> tuple[dict, str]:
     """(the summary that rank 0 printed, on whichever node it ran; both nodes' stderr)."""
-    outputs = [node.communicate(timeout=timeout) for node in nodes]
+    try:
+        outputs = [node.communicate(timeout=timeout) for node in nodes]
+    finally:  # a hung job must not outlive the test: each agent leads a process group with its worker
+        for node in nodes:
+            if node.poll() is None:
+                os.killpg(node.pid, signal.SIGKILL)
     errors = "\n".join(err for _, err in outputs)
     assert [node.returncode for node in nodes] == [0, 0], errors[-4000:]
     printed = [out for out, _ in outputs if out]
@@ -85,7 +92,7 @@ def test_a_killed_worker_restarts_both_nodes_from_the_last_checkpoint(uneven_dat
 
     sizes = uneven_data["shard_sizes"]
     steps_per_epoch = math.ceil((sizes[0] + sizes[2]) / 8)
-    assert "resuming from" in err
+    assert "resuming from" in err and err.count("process 0 of 2 joined") == 2, err[-4000:]  # a new 2-process group
     assert summary["global_step"] == 20 * steps_per_epoch and summary["examples"] == 20 * TRAIN_VIDEOS
     assert final_checkpoint(str(train_dir)).endswith(f"ckpt-{summary['global_step']:08d}.pt")
     assert [step for step, _ in list_checkpoints(str(train_dir))][-1] == summary["global_step"]

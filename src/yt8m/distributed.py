@@ -10,6 +10,8 @@ import logging
 import os
 import shlex
 import sys
+import time
+import uuid
 from typing import Iterator, NoReturn, Sequence
 
 import torch
@@ -62,10 +64,7 @@ def process_group(device: torch.device) -> Iterator[None]:
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     store, rank, world_size = next(dist.rendezvous("env://", timeout=COLLECTIVE_TIMEOUT))
-    # After a worker failure torchrun restarts every process against the same store, where the previous
-    # attempt's connection addresses would still be found: each attempt gets keys of its own.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"yt8m/attempt-{attempt}", store), rank=rank,
+    dist.init_process_group(backend, store=attempt_store(store, rank, world_size), rank=rank,
                             world_size=world_size, timeout=COLLECTIVE_TIMEOUT,
                             device_id=device if device.type == "cuda" else None)
     log.info("process %d of %d joined the %s process group", dist.get_rank(), dist.get_world_size(), backend)
@@ -73,6 +72,37 @@ def process_group(device: torch.device) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def attempt_store(store: dist.Store, rank: int, world_size: int) -> dist.Store:
+    """`store` under keys of this attempt alone, named by rank 0.
+
+    After a worker failure torchrun restarts every process against the same store, where the previous attempt's
+    connection addresses would still be found. TORCHELASTIC_RESTART_COUNT cannot name the attempt: each node's
+    agent counts only its own workers' failures, so after a kill on one node the nodes' counts differ and the
+    processes would wait under different keys. Each process asks under a fresh random key instead, which no earlier
+    attempt can have answered.
+    """
+    if rank == 0:
+        name = uuid.uuid4().hex
+        answer_until_acknowledged(store, name, world_size)
+    else:
+        question = uuid.uuid4().hex
+        store.set(f"yt8m/question-{rank}", question)
+        name = store.get(f"yt8m/answer-{question}").decode()
+        store.set(f"yt8m/attempt-{name}/acknowledged-{rank}", "1")
+    return dist.PrefixStore(f"yt8m/attempt-{name}", store)
+
+
+def answer_until_acknowledged(store: dist.Store, name: str, world_size: int) -> None:
+    """Rank 0: answer every other process's latest question with `name` until each acknowledges it; a question
+    read before its process asked again is an earlier attempt's, and its answer goes unread."""
+    waiting = set(range(1, world_size))
+    while waiting:
+        for peer in waiting:
+            store.set(f"yt8m/answer-{store.get(f'yt8m/question-{peer}').decode()}", name)
+        time.sleep(0.01)
+        waiting = {peer for peer in waiting if not store.check([f"yt8m/attempt-{name}/acknowledged-{peer}"])}
 
 
 def all_reduce_sum(value: int, device: torch.device) -> int:
