@@ -19,6 +19,7 @@ import yaml
 
 from yt8m.fields import closest, parse_bool, parse_list, setting
 from yt8m.files import write_file_atomically
+from yt8m.segment_metrics import DEFAULT_TOP_N
 
 T = TypeVar("T")
 def _loss_names() -> list[str]:
@@ -175,7 +176,7 @@ class TrainConfig(ModelConfig, DataConfig):
     best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
                                  "hit_at_one, perr, segment_map (--segment_labels; higher is better) or loss (lower "
                                  "is better).", choices=_metric_names)
-    top_n: int = setting(100000, TOP_N_HELP, at_least=1)
+    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
     keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).", at_least=0)
     keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)
     early_stopping_patience: int = setting(0, "Stop after this many evaluations in a row without improving "
@@ -216,7 +217,7 @@ class EvalConfig(ModelConfig, DataConfig):
     label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.", choices=_loss_names)
     run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
-    top_n: int = setting(100000, TOP_N_HELP, at_least=1)
+    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
@@ -251,7 +252,7 @@ class PredictConfig:
     segment_label_ids_file: str = setting("", "With --segment_labels: the classes to write, one class index per line "
                                               "(a header line and further columns allowed, e.g. the 2019 "
                                               "segment_vocabulary.csv); default: the 1,000 classes rated in 2019.")
-    segment_max_pred: int = setting(100000, "With --segment_labels: segments written per class, best first.",
+    segment_max_pred: int = setting(DEFAULT_TOP_N, "With --segment_labels: segments written per class, best first.",
                                     at_least=1)
 
     def __post_init__(self) -> None:

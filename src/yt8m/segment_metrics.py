@@ -23,6 +23,8 @@ import numpy as np
 from yt8m.metrics import descending_key
 
 _CLASS_SHIFT = np.uint64(32)
+# K of the 2019 competition's mAP@K: the segments a submission lists per class (its --segment_max_pred too).
+DEFAULT_TOP_N = 100_000
 
 
 def average_precisions(classes: np.ndarray, labels: np.ndarray, num_positives: np.ndarray,
@@ -55,7 +57,7 @@ def mean_over_positive_classes(class_ap: np.ndarray, num_positives: np.ndarray) 
 class SegmentMetrics:
     """Segment-level metrics over rated (segment, class) pairs, accumulated batch by batch."""
 
-    def __init__(self, num_classes: int, top_n: int = 100000):
+    def __init__(self, num_classes: int, top_n: int = DEFAULT_TOP_N):
         if int(num_classes) < 1 or int(top_n) < 1:
             raise ValueError(f"num_classes ({num_classes}) and top_n ({top_n}) must be positive")
         self.num_classes = int(num_classes)

@@ -19,13 +19,12 @@ from yt8m.data.decode import RecordError, decode_segment_ratings
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.files import write_file_atomically
 from yt8m.score import CsvFormatError
-from yt8m.segment_metrics import average_precisions, mean_over_positive_classes
+from yt8m.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
 
 log = logging.getLogger("yt8m.score")
 
 SUBMISSION_HEADER = "Class,Segments"
 LABELS_CSV_HEADER = "segment_id,class,score"
-DEFAULT_TOP_N = 100_000
 # VIDEOID:START, START a frame number written as `%d` writes it (the starter kit's ids; 05 would never match 5).
 _SEGMENT_ID = r"[^\s,:]+:(?:0|[1-9][0-9]*)"
 _SEGMENT_ID_RE = re.compile(_SEGMENT_ID)
