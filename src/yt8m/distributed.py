@@ -1,18 +1,19 @@
-"""torch.distributed for `yt8m train`: the process group from torchrun's environment (gloo on CPU, NCCL on
-CUDA), the few collectives the training loop needs, and the torchrun command line behind --num_gpu.
+"""torch.distributed for `yt8m train`, `eval` and `predict`: the process group from torchrun's environment (gloo on
+CPU, NCCL on CUDA), the few collectives they need, and the torchrun command line behind --num_gpu.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import logging
 import os
 import shlex
 import sys
 import time
 import uuid
-from typing import Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -121,6 +122,49 @@ def broadcast_from_rank0(values: Sequence[float], device: torch.device) -> list[
     tensor = torch.tensor(list(values), dtype=torch.float64, device=device)
     dist.broadcast(tensor, src=0)
     return tensor.tolist()
+
+
+class _EndOfStream:
+    """What `send_stream` sends last."""
+
+
+def send_stream(objects: Iterable[Any]) -> None:
+    """Send `objects` to rank 0 one at a time (pickled), then an end mark: rank 0 reads them with receive_stream."""
+    for item in itertools.chain(objects, [_EndOfStream()]):
+        dist.send_object_list([item], dst=0)
+
+
+def receive_stream(source: int) -> Iterator[Any]:
+    """Rank 0: the objects `source` sends with send_stream, as they come; the stream must be read to its end."""
+    while True:
+        box: list[Any] = [None]
+        dist.recv_object_list(box, src=source)
+        if isinstance(box[0], _EndOfStream):
+            return
+        yield box[0]
+
+
+def decided_by_rank0(decide: Callable[[], Any]) -> Any:
+    """`decide()` run on rank 0 and its value (picklable) handed to every process. An exception it raises is
+    raised on rank 0, and the others stop with a RuntimeError quoting it rather than wait for a value. Called by
+    all; without a process group, just `decide()`."""
+    if rank_and_world_size()[1] == 1:
+        return decide()
+    box: list[Any] = [None]
+    error: Optional[Exception] = None
+    if dist.get_rank() == 0:
+        try:
+            box[0] = (decide(), None)
+        except Exception as raised:
+            error = raised
+            box[0] = (None, f"{type(raised).__name__}: {raised}")  # text: not every exception can be pickled
+    dist.broadcast_object_list(box, src=0)
+    value, failure = box[0]
+    if error is not None:
+        raise error
+    if failure is not None:
+        raise RuntimeError(f"process 0 failed: {failure}")
+    return value
 
 
 def barrier() -> None:

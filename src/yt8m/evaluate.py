@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,7 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from yt8m.checkpoint import (build_model_from_payload, differing_fields, final_checkpoint, latest_checkpoint,
-                             load_latest_checkpoint)
+                             load_checkpoint, load_latest_checkpoint)
 from yt8m.config import (
     MODEL_IDENTITY_FIELDS,
     DataConfig,
@@ -28,43 +29,62 @@ from yt8m.config import (
     load_config,
     shown,
 )
+from yt8m.distributed import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
+                               rank_and_world_size, training_device)
 from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, to_device
 from yt8m.tasks import Task, task_from_config
 from yt8m.training.summaries import summary_writer, write_scalars
 
 log = logging.getLogger("yt8m.eval")
+# Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
+CPU = torch.device("cpu")
 
 
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
-                   device: str | torch.device = "cpu") -> dict[str, Any]:
+                   device: str | torch.device = "cpu", across_ranks: bool = False,
+                   source: Optional[str] = None) -> dict[str, Any]:
     """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
     segment ratings: segment mAP, GAP and loss over the rated pairs); restores the model's mode.
 
     Batches without a single example or without a single label (test shards) are a ValueError, not metrics of 0.
+    `across_ranks`: every process of the process group calls this on its own part of the data, and each gets the
+    metrics of all parts, merged exactly at rank 0 (yt8m.across_ranks). `source` names the data in errors.
     """
+    from yt8m.across_ranks import merge_metrics_at_rank0, together
+
     device = torch.device(device)
-    source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
+    if source is None:
+        source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
     was_training = model.training
     model.eval()
     videos, started = 0, time.perf_counter()
     try:
         with torch.no_grad(), task.metrics() as metrics, \
                 tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
-            for index, batch in enumerate(dataset_or_loader, start=1):
-                batch = to_device(batch, device)
-                output = model(batch["features"], batch.get("num_frames"))
-                loss = task.loss(output, batch).item()
-                task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
-                videos += batch["labels"].shape[0]
-                bar.update(batch["labels"].shape[0])
-                log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
-                         videos / max(time.perf_counter() - started, 1e-9))
-            if not videos:
-                raise ValueError(f"no videos in {source}: nothing to evaluate")
-            return task.results(metrics, source)
+            with together() if across_ranks else contextlib.nullcontext():
+                for index, batch in enumerate(dataset_or_loader, start=1):
+                    batch = to_device(batch, device)
+                    output = model(batch["features"], batch.get("num_frames"))
+                    loss = task.loss(output, batch).item()
+                    task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
+                    videos += batch["labels"].shape[0]
+                    bar.update(batch["labels"].shape[0])
+                    log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
+                             videos / max(time.perf_counter() - started, 1e-9))
+            if not across_ranks:
+                return _results(task, metrics, source, videos)
+            videos = all_reduce_sum(videos, CPU)
+            merge_metrics_at_rank0(metrics)
+            return decided_by_rank0(lambda: _results(task, metrics, source, videos))
     finally:
         model.train(was_training)
+
+
+def _results(task: Task, metrics: Any, source: str, videos: int) -> dict[str, Any]:
+    if not videos:
+        raise ValueError(f"no videos in {source}: nothing to evaluate")
+    return task.results(metrics, source)
 
 
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
@@ -98,45 +118,61 @@ def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequenc
 
 
 def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> Iterator[dict[str, Any]]:
-    """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final."""
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final.
 
+    Under torchrun each process evaluates its block of the shards (yt8m.across_ranks) and all yield the merged
+    metrics; rank 0 picks each checkpoint and alone writes the metrics files.
+    """
     if not config.eval_data_pattern:
         raise ValueError("--eval_data_pattern is required")
+    if not launched_by_torchrun():
+        yield from _evaluate_checkpoints(config, given, resolve_device(config.device))
+        return
+    with process_group(CPU):
+        yield from _evaluate_checkpoints(config, given, training_device(config.device))
+
+
+def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.device) -> Iterator[dict[str, Any]]:
+    from yt8m.across_ranks import this_rank_shards
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+
     if not config.run_once:
         wait_for(lambda: os.path.exists(os.path.join(config.train_dir, "config.yaml")), config)
     config = resolve_eval_config(config, given)
-    device = resolve_device(config.device)
+    rank, world_size = rank_and_world_size()
+    # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
     dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                          skip_corrupt=config.skip_corrupt)
+                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1)
+    dataset.paths = this_rank_shards(dataset.paths)
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
-                         pin_memory=device.type == "cuda")
+                         pin_memory=device.type == "cuda") if dataset.paths else []
     task = task_from_config(config, top_k=config.top_k)
-    writer = summary_writer(os.path.join(config.train_dir, "eval"))
+    writer = summary_writer(os.path.join(config.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
     said = ""
     try:
         while True:
-            latest = latest_checkpoint(config.train_dir)
+            latest = decided_by_rank0(lambda: latest_checkpoint(config.train_dir))
             if latest is None and config.run_once:
                 raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
             if latest is not None and latest != looked_at:
                 looked_at = latest
-                found = load_latest_checkpoint(config.train_dir, map_location=device)  # past unreadable ones
+                found = load_agreed_checkpoint(config.train_dir, device)  # past unreadable ones
                 if found is not None and found[0] != evaluated:
                     skipped_before = (dataset.skipped_files, dataset.skipped_records)
-                    result = evaluate_payload(*found, loader, task, config, device)
+                    result = evaluate_payload(*found, loader, task, config, device, across_ranks=world_size > 1)
                     if config.skip_corrupt:
-                        result.update(skipped_files=dataset.skipped_files - skipped_before[0],
-                                      skipped_records=dataset.skipped_records - skipped_before[1])
-                    write_metrics(config.train_dir, result, writer, task.metric_names)
+                        result.update(skipped_files=all_reduce_sum(dataset.skipped_files - skipped_before[0], CPU),
+                                      skipped_records=all_reduce_sum(dataset.skipped_records - skipped_before[1], CPU))
+                    if rank == 0:
+                        write_metrics(config.train_dir, result, writer, task.metric_names)
                     yield result
                     evaluated = found[0]
                     if config.run_once:
                         return
                 continue
-            final = final_checkpoint(config.train_dir)
+            final = decided_by_rank0(lambda: final_checkpoint(config.train_dir))
             if final is not None and final == looked_at:
                 if final != evaluated:
                     log.warning("the final checkpoint %s is unreadable; the newest readable one, %s, was evaluated",
@@ -153,12 +189,20 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
             writer.close()
 
 
+def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tuple[str, dict[str, Any]]]:
+    """The latest readable checkpoint (path, payload); under torchrun the one rank 0 found, loaded by every process."""
+    if rank_and_world_size()[1] == 1:
+        return load_latest_checkpoint(train_dir, map_location=device)
+    path = decided_by_rank0(lambda: (load_latest_checkpoint(train_dir, map_location="cpu") or [None])[0])
+    return None if path is None else (path, load_checkpoint(path, map_location=device))
+
+
 def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], task: Task,
-                     config: EvalConfig, device: torch.device) -> dict[str, Any]:
-    """The task's metrics of a loaded checkpoint (from `path`)."""
+                     config: EvalConfig, device: torch.device, across_ranks: bool = False) -> dict[str, Any]:
+    """The task's metrics of a loaded checkpoint (from `path`); `across_ranks`: see evaluate_model."""
     model, _, step = build_model_from_payload(payload, path, device)
     log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
-    metrics = evaluate_model(model, loader, task, device)
+    metrics = evaluate_model(model, loader, task, device, across_ranks, source=config.eval_data_pattern)
     result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))

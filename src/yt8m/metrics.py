@@ -25,7 +25,7 @@ Scores are compared as float32; NaN scores are an error.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -352,6 +352,38 @@ class EvaluationMetrics:
         records["item"] = items
         return records
 
+    def totals(self) -> dict:
+        """What was accumulated besides the pooled entries: counts and sums (for `extend`)."""
+        return {"class_positives": self._class_positives.copy(), "sum_hit": self._sum_hit, "sum_perr": self._sum_perr,
+                "sum_loss": self._sum_loss, "num_videos": self._num_videos, "pooled": self._pooled,
+                "pooled_positives": self._pooled_positives}
+
+    def pooled_blocks(self) -> Iterator[np.ndarray]:
+        """The pooled entries as run records in rank order, a block at a time (for `extend`)."""
+        return self._runs.merged(self._sorted_in_memory())
+
+    def extend(self, totals: dict, pooled_blocks: Iterable[np.ndarray]) -> None:
+        """Add another accumulator's videos (its `totals()` and `pooled_blocks()`) as if its batches were accumulated
+        now: its entries rank after this one's among equal scores, and `get()` gives what one accumulator fed both
+        inputs in turn gives (the same floats, bar the order in which hit@1, PERR and loss sums are added)."""
+        if self._pooled + totals["pooled"] > _MAX_POOLED:
+            raise ValueError(f"{self._pooled + totals['pooled']} pooled predictions: "
+                             f"at most {_MAX_POOLED} are supported")
+        if self._in_memory:  # its positions are counted back from _pooled, which grows below
+            self._runs.add(self._sorted_in_memory())
+            self._scores, self._labels, self._classes = [], [], []
+            self._in_memory = 0
+        offset = np.uint64(self._pooled)
+        if totals["pooled"]:
+            self._runs.add_blocks(_shifted(block, offset) for block in pooled_blocks)
+        self._pooled += totals["pooled"]
+        self._pooled_positives += totals["pooled_positives"]
+        self._class_positives += totals["class_positives"]
+        self._sum_hit += totals["sum_hit"]
+        self._sum_perr += totals["sum_perr"]
+        self._sum_loss += totals["sum_loss"]
+        self._num_videos += totals["num_videos"]
+
     def get(self) -> dict:
         """gap, map, map_all_classes, hit_at_one, perr, loss (means over videos) and num_videos."""
         if self._num_videos == 0:
@@ -373,6 +405,13 @@ class EvaluationMetrics:
             "loss": self._sum_loss / self._num_videos,
             "num_videos": self._num_videos,
         }
+
+
+def _shifted(block: np.ndarray, offset: np.uint64) -> np.ndarray:
+    """Run records with their positions (the key's low 32 bits) moved `offset` later."""
+    block = block.copy()
+    block["key"] += offset
+    return block
 
 
 def _one_batch(predictions: np.ndarray, labels: np.ndarray, top_k: int) -> dict:

@@ -9,6 +9,7 @@ is an error, and no output is left.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -21,6 +22,8 @@ from torch import nn
 
 from yt8m.checkpoint import build_model_from_payload, load_latest_checkpoint
 from yt8m.config import ConfigError, PredictConfig, config_problems
+from yt8m.distributed import (all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream,
+                               training_device)
 from yt8m.files import write_file_atomically
 from yt8m.runtime import reader_workers, resolve_device, to_device
 from yt8m.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
@@ -68,23 +71,43 @@ def write_predictions(predict: Predictor, batches: Iterable[dict], out: TextIO, 
     cannot hold: empty, already written, or for CSV holding a comma, quote or line break or spaces at its ends.
     `locate` names where the input holds a video, for these errors.
     """
+    rows = predicted_rows(predict, batches, top_k, output_format, output_file, locate)
+    return write_rows(rows, out, output_format, output_file, locate)
+
+
+# Each batch's video ids and their rows as text.
+Rows = tuple[list[str], str]
+
+
+def predicted_rows(predict: Predictor, batches: Iterable[dict], top_k: int, output_format: str, output_file: str,
+                   locate: Optional[Locator] = None) -> Iterator[Rows]:
+    """Each batch's video ids and rows, checked (see write_predictions) but for duplicates: write_rows finds those."""
+    videos, started = 0, time.perf_counter()
+    for batch in batches:
+        video_ids, predictions = list(batch["video_ids"]), predict(batch)
+        check_video_ids(video_ids, output_format, output_file, locate)
+        check_finite(predictions, video_ids, output_file, locate)
+        yield video_ids, format_rows(video_ids, predictions, top_k, output_format)
+        videos += len(video_ids)
+        log.info("predicted %d videos, %.0f videos/s", videos, videos / max(time.perf_counter() - started, 1e-9))
+
+
+def write_rows(rows: Iterable[Rows], out: TextIO, output_format: str, output_file: str,
+               locate: Optional[Locator] = None) -> int:
+    """(For CSV, the header and) the rows, each video once: a duplicate id is a ValueError naming both lines."""
     first_line = 1
     if output_format == "csv":
         out.write(CSV_HEADER)
         first_line = 2
-    videos, started = 0, time.perf_counter()
+    videos = 0
     with TemporaryDatabase() as database:
         written = KeyedTable(database, "videos")
-        for batch in batches:
-            video_ids, predictions = batch["video_ids"], predict(batch)
-            check_video_ids(video_ids, output_format, output_file, locate)
-            check_finite(predictions, video_ids, output_file, locate)
+        for video_ids, text in rows:
             duplicate = written.add_many(video_ids, first_line + videos)
             if duplicate is not None:
                 raise ValueError(_duplicate_message(duplicate, output_file, locate))
-            out.write(format_rows(video_ids, predictions, top_k, output_format))
+            out.write(text)
             videos += len(video_ids)
-            log.info("predicted %d videos, %.0f videos/s", videos, videos / max(time.perf_counter() - started, 1e-9))
     return videos
 
 
@@ -205,7 +228,7 @@ def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[
     found = load_latest_checkpoint(train_dir)  # past unreadable ones, with a warning
     if found is None:
         raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
-    device = resolve_device(device_name)
+    device = training_device(device_name)  # under torchrun: cuda:LOCAL_RANK
     path, payload = found
     model, trained, step = build_model_from_payload(payload, path, device)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
@@ -213,32 +236,75 @@ def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[
 
 def run_predict(config: PredictConfig) -> dict[str, Any]:
     """Predict with an ONNX export or the train dir's latest checkpoint; returns a summary of what was written.
-    With --segment_labels: the 2019 segment CSV (yt8m.segment_predict)."""
-    from yt8m.data.dataset import YT8MDataset, make_loader
-
+    With --segment_labels: the 2019 segment CSV (yt8m.segment_predict). Under torchrun the processes split the
+    shards (yt8m.across_ranks) and rank 0 writes every process's rows, in shard order, to the one output file."""
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid predict config", problems)
+    if not launched_by_torchrun():
+        return _run_predict(config)
+    with process_group(torch.device("cpu")):  # gloo: the rows travel as pickled text, whatever the model's device
+        return _run_predict(config)
+
+
+def _run_predict(config: PredictConfig) -> dict[str, Any]:
+    from yt8m.across_ranks import this_rank_shards
+    from yt8m.data.dataset import YT8MDataset, make_loader
+
+    rank, world_size = rank_and_world_size()
+    if config.segment_labels and world_size > 1:
+        raise ConfigError("invalid predict config", ["--segment_labels ranks each class's segments over every "
+                                                     "video: run it as one process, not under torchrun"])
     predict, spec, source = load_predictor(config)
     if config.segment_labels:
         from yt8m.segment_predict import predict_segments
 
         return predict_segments(config, predict, spec, source)
-    dataset = YT8MDataset(config.input_data_pattern, spec, config.batch_size, skip_corrupt=config.skip_corrupt)
+    # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
+    dataset = YT8MDataset(config.input_data_pattern, spec, config.batch_size, skip_corrupt=config.skip_corrupt,
+                          rank=0, world_size=1)
+    all_paths, dataset.paths = dataset.paths, this_rank_shards(dataset.paths)
     pin_memory = not config.model and resolve_device(config.device).type == "cuda"
     loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
-                         pin_memory=pin_memory)
+                         pin_memory=pin_memory) if dataset.paths else []
     log.info("predicting %s with %s", config.input_data_pattern, source)
     started = time.perf_counter()
-    videos = write_file_atomically(config.output_file, lambda out: write_predictions(
-        predict, loader, out, config.top_k, config.output_format, config.output_file,
-        lambda video_id: find_video(dataset.paths, video_id)))
+    locate = functools.partial(find_video, all_paths)
+    if world_size == 1:
+        videos = write_file_atomically(config.output_file, lambda out: write_predictions(
+            predict, loader, out, config.top_k, config.output_format, config.output_file, locate))
+    else:
+        videos = _write_across_ranks(config, predict, loader, locate)
     seconds = time.perf_counter() - started
-    log.info("wrote %d videos to %s in %.1f s", videos, config.output_file, seconds)
-    skipped = {"skipped_files": dataset.skipped_files, "skipped_records": dataset.skipped_records} \
+    if rank == 0:
+        log.info("wrote %d videos to %s in %.1f s", videos, config.output_file, seconds)
+    skipped = {"skipped_files": all_reduce_sum(dataset.skipped_files, torch.device("cpu")),
+               "skipped_records": all_reduce_sum(dataset.skipped_records, torch.device("cpu"))} \
         if config.skip_corrupt else {}
+    processes = {"processes": world_size} if world_size > 1 else {}
     return {"output_file": config.output_file, "output_format": config.output_format, "videos": videos,
-            **source, **skipped, "seconds": round(seconds, 3)}
+            **source, **skipped, **processes, "seconds": round(seconds, 3)}
+
+
+def _write_across_ranks(config: PredictConfig, predict: Predictor, batches: Iterable[dict], locate: Locator) -> int:
+    """Every process predicts its batches into a temporary file; once all have succeeded, rank 0 writes its own
+    rows and then each other process's, in rank order, to the output (checking ids for duplicates over all).
+    Returns the videos written (at rank 0; the others: 0)."""
+    from yt8m.across_ranks import SpilledPieces, from_every_rank, together
+
+    spilled = SpilledPieces()
+    try:
+        with together():  # a failed process fails all, before any output is begun
+            for rows in predicted_rows(predict, batches, config.top_k, config.output_format, config.output_file,
+                                       locate):
+                spilled.add(rows)
+        if rank_and_world_size()[0] != 0:
+            send_stream(spilled)
+            return 0
+        return write_file_atomically(config.output_file, lambda out: write_rows(
+            from_every_rank(spilled), out, config.output_format, config.output_file, locate))
+    finally:
+        spilled.close()
 
 
 def read_jsonl_predictions(path: str) -> Iterator[tuple[str, list[int], list[float]]]:

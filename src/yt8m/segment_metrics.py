@@ -18,6 +18,8 @@ Memory is O(rated pairs): 9 bytes per pair.
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 import numpy as np
 
 from yt8m.metrics import descending_key
@@ -96,6 +98,24 @@ class SegmentMetrics:
         self._classes.append(classes.astype(np.int32))
         self._sum_loss += float(loss) * shape[0]
         self._num_segments += shape[0]
+
+    def totals(self) -> dict:
+        """What was accumulated besides the rated pairs (for `extend`)."""
+        return {"sum_loss": self._sum_loss, "num_segments": self._num_segments}
+
+    def pooled_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The rated pairs in arrival order as (scores, labels, classes), a batch at a time (for `extend`)."""
+        return zip(self._scores, self._labels, self._classes)
+
+    def extend(self, totals: dict, pooled_blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Add another accumulator's segments (its `totals()` and `pooled_blocks()`) as if its batches were
+        accumulated now: `get()` then gives what one accumulator fed both inputs in turn gives."""
+        for scores, labels, classes in pooled_blocks:
+            self._scores.append(scores)
+            self._labels.append(labels)
+            self._classes.append(classes)
+        self._sum_loss += totals["sum_loss"]
+        self._num_segments += totals["num_segments"]
 
     def get(self) -> dict:
         """segment_map, gap, loss (mean over segments), num_segments, num_rated_pairs, num_positive_pairs and

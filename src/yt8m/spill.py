@@ -36,10 +36,16 @@ class SortedRuns:
 
     def add(self, records: np.ndarray) -> None:
         """Write one run: `records` must be sorted by key."""
+        self.add_blocks([records])
+
+    def add_blocks(self, blocks: Iterable[np.ndarray]) -> None:
+        """Write one run given a block at a time (in memory one block at a time): together sorted by key."""
         if self._folder is None:
             self._folder = tempfile.TemporaryDirectory(prefix=self._prefix)
         path = os.path.join(self._folder.name, f"run-{len(self._paths):06d}.bin")
-        records.astype(self.dtype, copy=False).tofile(path)
+        with open(path, "wb") as out:
+            for records in blocks:
+                records.astype(self.dtype, copy=False).tofile(out)
         self._paths.append(path)
 
     def merged(self, in_memory: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:

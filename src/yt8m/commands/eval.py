@@ -1,13 +1,16 @@
 """`yt8m eval` (the starter kit's eval.py flags): a train dir's newest checkpoint evaluated once (`--run_once`), or
-each new checkpoint as it comes until the run's final one; one JSON line of metrics each."""
+each new checkpoint as it comes until the run's final one; one JSON line of metrics each. Under torchrun
+(`torchrun --nproc_per_node N -m yt8m eval ...`) the processes split the shards and rank 0 prints the merged metrics."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import Sequence
 
 from yt8m.config import EvalConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.distributed import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.evaluate import evaluate_checkpoints
 from yt8m.runtime import setup_logging
 
@@ -17,7 +20,10 @@ def main(argv: Sequence[str]) -> int:
     add_config_file_argument(parser)
     add_config_arguments(parser, EvalConfig)
     config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False)
-    setup_logging()
+    setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
     for result in evaluate_checkpoints(config, given):
-        print(json.dumps(result), flush=True)
+        if env_rank() == 0:
+            print(json.dumps(result), flush=True)
+    if launched_by_torchrun():
+        exit_without_teardown(0)
     return 0
