@@ -3,12 +3,15 @@ formulas, per-modality sizes, batch norm over real frames only, and a forward pa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.models import create_model
+from yt8m.commands.train import parse_args
+from yt8m.models import create_model, create_model_from_config
 from yt8m.models.learnable_pooling import NetFv, NetVlad, SoftBagOfFrames
 from yt8m.models.nextvlad import NeXtVlad
 from yt8m.models.pooling_layers import FrameBatchNorm
@@ -149,3 +152,16 @@ def test_forward_on_a_real_frame_level_video(name, real_video):
         batched = model(padded, num_frames.expand(4))["predictions"]
     assert alone.shape == (1, 3862) and torch.isfinite(alone).all()
     torch.testing.assert_close(batched, alone.expand(4, -1), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", ["nextvlad", "netvlad", "netfv", "softdbof"])
+def test_published_recipes_parse_and_build(recipe):
+    """configs/<recipe>.yaml is a whole `yt8m train` config whose model builds at the 2018 sizes (on the meta device:
+    no memory for the weights)."""
+    path = Path(__file__).resolve().parents[2] / "configs" / f"{recipe}.yaml"
+    config = parse_args(["--config", str(path)])
+    assert config.frame_features and config.feature_sizes == [1024, 128] and config.num_classes == 3862
+    with torch.device("meta"):
+        model = create_model_from_config(config)
+    assert type(model).__name__.lower().startswith(recipe)
+    assert sum(p.numel() for p in model.parameters()) > 30_000_000
