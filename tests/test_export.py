@@ -24,7 +24,9 @@ from yt8m.score import read_predictions_csv, score_files
 from yt8m.training import train
 
 FEATURE_SIZE = 24
-TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2)
+TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2,
+            netvlad_cluster_size=4, fv_cluster_size=4, softdbof_cluster_size=16, willow_hidden_size=16,
+            nextvlad_cluster_size=4, nextvlad_hidden_size=16, nextvlad_groups=4)
 MODEL_CASES = [(name, {}) for name in list_models()] + [
     ("DbofModel", dict(sample_random_frames=False, dbof_add_batch_norm=False, dbof_pooling_method="average")),
     ("LstmModel", dict(video_level_classifier_model="LogisticModel", lstm_layers=1)),

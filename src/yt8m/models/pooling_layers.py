@@ -1,0 +1,88 @@
+"""Layers the learnable-pooling frame models share: batch norm over real frames only, the per-modality pooling head
+(pool each feature, concatenate, hidden layer, gating, classifier), and the real-frame mask."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from yt8m.models.base import BaseModel
+from yt8m.models.frame import _frame_counts
+from yt8m.models.gating import gated_logits
+
+
+def real_frames(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+    """[batch, frames, 1]: 1.0 on each video's real frames, 0.0 on its padding (a video without frames reads its
+    one zero padding frame, as BaseModel gives it)."""
+    counts = _frame_counts(features, num_frames)
+    real = torch.arange(features.shape[1], device=features.device) < counts[:, None]
+    return real.unsqueeze(-1).to(features.dtype)
+
+
+class FrameBatchNorm(nn.BatchNorm1d):
+    """Batch norm of [batch, frames, channels] whose statistics cover the real frames only, so that padding never
+    changes the output. slim's epsilon (1e-3) and a moving-average decay of 0.99, as DbofModel's batch norm."""
+
+    def __init__(self, channels: int):
+        super().__init__(channels, eps=1e-3, momentum=0.01)
+
+    def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        values = frames.float()  # statistics in float32, also under autocast
+        if self.training:
+            count = mask.sum()
+            mean = (values * mask).sum(dim=(0, 1)) / count
+            var = ((values - mean).square() * mask).sum(dim=(0, 1)) / count
+            with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)
+                self.running_mean.lerp_(mean, self.momentum)
+                self.running_var.lerp_(var * count / (count - 1).clamp(min=1), self.momentum)
+                self.num_batches_tracked.add_(1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        normalized = (values - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        return normalized.to(frames.dtype)
+
+
+def modality_split(sizes: Sequence[int], first: int, others: int) -> list[int]:
+    """A per-modality count: `first` for the first feature (rgb), `others` for the rest (audio), as both papers
+    give the audio stream a fraction of the visual one's clusters."""
+    return [first] + [others] * (len(sizes) - 1)
+
+
+class PooledModalitiesModel(BaseModel):
+    """Frame-level model that pools each modality (each part of --feature_sizes) apart over its real frames,
+    concatenates the pooled vectors, and classifies them through `head` (hidden layer and context gating) and a
+    video-level `classifier`, optionally with context gating on its probabilities (WILLOW's gated MoE).
+
+    Subclasses build `poolings` (one per modality: (frames [B, T, D], mask [B, T, 1]) -> [B, out]) and the rest.
+    """
+
+    frame_level = True
+    splits_modalities = True
+
+    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float, modality_sizes: Sequence[int]):
+        super().__init__(feature_size, num_classes, l2_penalty)
+        self.modality_sizes = [int(size) for size in modality_sizes] or [feature_size]
+        if sum(self.modality_sizes) != feature_size or min(self.modality_sizes) < 1:
+            raise ValueError(f"{type(self).__name__}: modality sizes {self.modality_sizes} must be positive and add "
+                             f"up to feature_size {feature_size}")
+        self.input_norm: Optional[FrameBatchNorm] = None
+        self.poolings = nn.ModuleList()
+        self.head: nn.Module = nn.Identity()
+        self.classifier: Optional[BaseModel] = None
+        self.probability_gating: Optional[nn.Module] = None
+
+    def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        mask = real_frames(features, num_frames)
+        if self.input_norm is not None:
+            features = self.input_norm(features, mask)
+        parts = features.split(self.modality_sizes, dim=-1)
+        pooled = torch.cat([pool(part, mask) for pool, part in zip(self.poolings, parts)], dim=-1)
+        logits = self.classifier.compute_logits(self.head(pooled), None)
+        if self.probability_gating is None:
+            return logits
+        return gated_logits(logits, self.probability_gating.gate_logits(torch.sigmoid(logits)))
+
+    def penalized_weights(self) -> list[torch.Tensor]:
+        return self.probability_gating.weights() if self.probability_gating is not None else []
