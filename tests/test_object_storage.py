@@ -169,3 +169,8 @@ def test_a_missing_object_store_package_names_the_extra(monkeypatch):
                         {"class": "no_such_module.GCSFileSystem", "err": "Please install gcsfs to access gs://"})
     with pytest.raises(ValueError, match=r"cannot reach gs://b/x: .*pip install 'yt8m\[gcs\]'"):
         storage.exists("gs://b/x")
+
+
+def test_an_onnx_export_to_object_storage_is_refused_naming_the_flag(capsys):
+    assert cli.main(["export", "--train_dir", "unused", "--output", f"s3://{BUCKET}/model.onnx"]) == 1
+    assert "--output s3://yt8m-test/model.onnx: an ONNX export is written to a local path" in capsys.readouterr().err
