@@ -14,7 +14,7 @@ import pytest
 from fsspec.registry import _registry, known_implementations
 import torch
 
-from s3_server import loopback_s3_server, s3_environment, s3_environment_set
+from s3_server import loopback_s3_server, s3_environment_set
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, as_flags, tiny_data  # noqa: F401 (a fixture)
 from yt8m import cli, storage
 from yt8m.data.tfrecord import expand_pattern
@@ -132,7 +132,7 @@ def test_fsspec_configuration_reaches_s3fs_through_the_cli(s3):
     """The endpoint given as fsspec configuration (FSSPEC_S3_ENDPOINT_URL) instead of AWS_ENDPOINT_URL_S3: the
     route every s3fs or gcsfs option takes (FSSPEC_GS_TOKEN=anon for public gs:// buckets)."""
     env = {name: value for name, value in os.environ.items() if name != "AWS_ENDPOINT_URL_S3"}
-    env["FSSPEC_S3_ENDPOINT_URL"] = s3_environment(os.environ["AWS_ENDPOINT_URL_S3"])["AWS_ENDPOINT_URL_S3"]
+    env["FSSPEC_S3_ENDPOINT_URL"] = os.environ["AWS_ENDPOINT_URL_S3"]
     synth = subprocess.run([sys.executable, "-m", "yt8m", "synth", "--output_dir", f"s3://{BUCKET}/synth",
                             "--num_classes", "5", "--train_videos", "20", "--validate_videos", "0",
                             "--test_videos", "0", "--shards", "2", "--feature_sizes", "4,2"],

@@ -19,9 +19,8 @@ _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
 def is_local(path: str) -> bool:
-    """A plain path or a file:// URL; anything else (s3://, gs://, memory://) goes through fsspec."""
-    match = _URL.match(path)
-    return match is None or match.group(1) == "file"
+    """A plain path; a URL (s3://, gs://, memory://, file:// too) goes through fsspec."""
+    return _URL.match(path) is None
 
 
 def filesystem(path: str) -> tuple[Any, str]:
@@ -30,7 +29,7 @@ def filesystem(path: str) -> tuple[Any, str]:
     try:
         return fsspec.core.url_to_fs(path)
     except ImportError as err:
-        protocol = _URL.match(path).group(1) if _URL.match(path) else "file"
+        protocol = _URL.match(path).group(1)
         extra = f" (pip install 'yt8m[{_EXTRAS[protocol]}]')" if protocol in _EXTRAS else ""
         raise ValueError(f"cannot reach {path}: {err}{extra}") from err
 
