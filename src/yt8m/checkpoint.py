@@ -5,6 +5,7 @@ Everything stored is loadable with `torch.load(weights_only=True)`: tensors, num
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import random
@@ -15,6 +16,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from yt8m import storage
 from yt8m.config import TrainConfig, config_from_dict
 from yt8m.files import atomic_writer, write_file_atomically
 from yt8m.models import create_model_from_config
@@ -37,10 +39,8 @@ def checkpoint_path(train_dir: str, step: int) -> str:
 def list_checkpoints(train_dir: str) -> list[tuple[int, str]]:
     """(step, path) of every checkpoint in the train dir, oldest first."""
     directory = checkpoint_dir(train_dir)
-    if not os.path.isdir(directory):
-        return []
     found = []
-    for name in os.listdir(directory):
+    for name in storage.listdir(directory):
         match = _NAME.match(name)
         if match:
             found.append((int(match.group(1)), os.path.join(directory, name)))
@@ -55,23 +55,21 @@ def latest_checkpoint(train_dir: str) -> Optional[str]:
 def final_checkpoint(train_dir: str) -> Optional[str]:
     """The checkpoint a finished run marked as its last, or None while training goes on."""
     marker = os.path.join(checkpoint_dir(train_dir), FINAL_MARKER)
-    if not os.path.exists(marker):
+    if not storage.exists(marker):
         return None
-    with open(marker) as fh:
+    with storage.open_file(marker, "r") as fh:
         return os.path.join(checkpoint_dir(train_dir), fh.read().strip())
 
 
 def clear_final_marker(train_dir: str) -> None:
-    marker = os.path.join(checkpoint_dir(train_dir), FINAL_MARKER)
-    if os.path.exists(marker):
-        os.remove(marker)
+    storage.remove(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER))
 
 
 def save_checkpoint(train_dir: str, payload: dict[str, Any], step: int, keep: int, final: bool = False) -> str:
     """Write ckpt-<step>.pt atomically and durably, mark it final when asked, then keep the newest `keep`.
 
     Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary name
-    in the same directory, fsynced and renamed into place. A failure (a full disk) raises WriteError naming
+    in the same directory, fsynced and renamed into place (on object storage: uploaded whole). A failure (a full disk) raises WriteError naming
     the checkpoint, removes the temporary file and leaves every earlier checkpoint as it was.
     """
     path = checkpoint_path(train_dir, step)
@@ -91,17 +89,15 @@ def prune_checkpoints(train_dir: str, step: int, keep: int) -> None:
     """
     older = [path for saved, path in list_checkpoints(train_dir) if saved < step]
     for path in older[:max(len(older) - (max(keep, 1) - 1), 0)]:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+        storage.remove(path)
 
 
 def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        source = path if storage.is_local(path) else io.BytesIO(storage.read_bytes(path))
+        payload = torch.load(source, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise FileNotFoundError(f"checkpoint not found: {path}") from None
     except Exception as err:  # torch raises several types for truncated or foreign files
@@ -179,7 +175,7 @@ class InitReport:
 def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
     """Copy into `model` the checkpoint tensors whose names and shapes match; `source` is a checkpoint file
     or a train dir (its latest checkpoint)."""
-    found = load_latest_checkpoint(source) if os.path.isdir(source) else (source, load_checkpoint(source))
+    found = load_latest_checkpoint(source) if storage.isdir(source) else (source, load_checkpoint(source))
     if found is None:
         raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
     path, saved = found[0], found[1]["model"]

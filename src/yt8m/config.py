@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import types
 import typing
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Optional, TypeVar
 
 import yaml
 
+from yt8m import storage
 from yt8m.fields import closest, parse_bool, parse_list, setting
 from yt8m.files import write_file_atomically
 from yt8m.segment_metrics import DEFAULT_TOP_N
@@ -412,9 +412,9 @@ def _value_problem(rules: Any, value: Any) -> Optional[str]:
 
 def load_yaml(path: str) -> dict[str, Any]:
     """A YAML file's mapping; plain YAML only (no `!!python` tags), errors as one line naming the file and line."""
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise FileNotFoundError(f"config file not found: {path}")
-    with open(path) as fh:
+    with storage.open_file(path, "r") as fh:
         try:
             data = yaml.safe_load(fh) or {}
         except yaml.YAMLError as err:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from yt8m import storage
 from yt8m.checkpoint import (build_model_from_payload, differing_fields, final_checkpoint, latest_checkpoint,
                              load_checkpoint, load_latest_checkpoint)
 from yt8m.config import (
@@ -91,7 +92,7 @@ def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
     """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree, and the
     whole config must be valid: every problem in one error."""
     path = os.path.join(config.train_dir, "config.yaml")
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = load_config(TrainConfig, path)
     identity = [name for name in dict.fromkeys([*MODEL_IDENTITY_FIELDS, *field_names(ModelConfig)]) if name in given]
@@ -137,7 +138,7 @@ def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.dev
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 
     if not config.run_once:
-        wait_for(lambda: os.path.exists(os.path.join(config.train_dir, "config.yaml")), config)
+        wait_for(lambda: storage.exists(os.path.join(config.train_dir, "config.yaml")), config)
     config = resolve_eval_config(config, given)
     rank, world_size = rank_and_world_size()
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
@@ -214,9 +215,10 @@ def waiting_message(train_dir: str, evaluated: Optional[str]) -> str:
     from yt8m.lock import describe_holder, train_dir_holder
 
     done = f"evaluated {evaluated}" if evaluated else "no checkpoint yet"
-    holder = train_dir_holder(train_dir)
+    holder = train_dir_holder(train_dir) if storage.is_local(train_dir) else None
     trainer = (f"a trainer runs there ({describe_holder(holder)})" if holder else
-               "no trainer runs there now: the run stopped before its last checkpoint, waiting until one resumes it")
+               "no trainer runs there now: the run stopped before its last checkpoint, waiting until one resumes it"
+               if storage.is_local(train_dir) else "whether a trainer runs there cannot be told on object storage")
     return (f"watching {train_dir}: {done}; {trainer}. Waiting for a newer checkpoint, until the run marks its last "
             f"one final (checkpoints/final). Ctrl+C stops; --run_once evaluates the latest and exits")
 

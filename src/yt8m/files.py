@@ -1,6 +1,8 @@
 """File helpers shared by the commands: files that appear only once completely written, and durably.
 
 A watching reader (`yt8m eval`, `tune-report`, a serving job) never sees half a file, and a full disk leaves none.
+On object storage (s3://, gs://) a file is written locally first, then uploaded in one PUT (or one completed
+multipart upload): the object appears under its name only whole.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 from contextlib import contextmanager
 from typing import IO, Callable, Iterator, Optional, TextIO, TypeVar
+
+from yt8m import storage
 
 T = TypeVar("T")
 
@@ -91,29 +96,63 @@ class _RawFile(io.RawIOBase):
 @contextmanager
 def atomic_writer(path: str, binary: bool = False) -> Iterator[IO]:
     """A file object that becomes `path` when the block ends: written under a temporary name beside it,
-    flushed to the disk (fsync), renamed into place, then the directory synced.
+    flushed to the disk (fsync), renamed into place, then the directory synced. A URL (s3://, gs://) is
+    written to a local temporary file, then uploaded whole.
 
     If anything fails the temporary file is removed and `path` is left as it was; a failure to write
     raises WriteError naming `path`.
     """
+    if not storage.is_local(path):
+        with _uploading_writer(path, binary) as out:
+            yield out
+        return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = temporary_path(path)
-    raw = _RawFile(tmp, path)
+    with _file_writer(tmp, path, binary, durable=True) as out:
+        yield out
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    sync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+@contextmanager
+def _uploading_writer(url: str, binary: bool) -> Iterator[IO]:
+    """atomic_writer for object storage: an upload is atomic there (the object appears only complete), a rename
+    is not (it is a copy, then a delete), so the file is staged locally and put under its final name once."""
+    fs, remote = storage.filesystem(url)
+    with tempfile.TemporaryDirectory(prefix="yt8m-upload-") as folder:
+        staged = os.path.join(folder, "staged")
+        with _file_writer(staged, url, binary, durable=False) as out:
+            yield out
+        try:
+            fs.put_file(staged, remote)
+        except Exception as err:  # s3fs and gcsfs raise OSErrors, their HTTP clients errors of their own
+            cause = err if isinstance(err, OSError) else OSError(errno.EIO, f"{type(err).__name__}: {err}")
+            raise WriteError(url, cause) from err
+
+
+@contextmanager
+def _file_writer(path: str, reported_path: str, binary: bool, durable: bool) -> Iterator[IO]:
+    """A new buffered file at `path` whose write failures raise WriteError naming `reported_path`; flushed (and
+    fsynced when `durable`) and closed when the block ends. On any failure it is closed and removed."""
+    raw = _RawFile(path, reported_path)
     buffered = io.BufferedWriter(raw, _BUFFER_BYTES)
     out = buffered if binary else io.TextIOWrapper(buffered, encoding="utf-8", newline="")
     try:
         yield out
         out.flush()
-        raw.sync()
+        if durable:
+            raw.sync()
         out.close()
-        os.replace(tmp, path)
     except BaseException as err:
         _discard(raw, out)
-        _remove_quietly(tmp)
+        _remove_quietly(path)
         if raw.error is not None and err is not raw.error:
             raise raw.error from err
         raise
-    sync_directory(os.path.dirname(os.path.abspath(path)))
 
 
 def write_file_atomically(path: str, write: Callable[[TextIO], T]) -> T:
@@ -123,7 +162,8 @@ def write_file_atomically(path: str, write: Callable[[TextIO], T]) -> T:
 
 
 def copy_file_atomically(source: str, destination: str) -> None:
-    with open(source, "rb") as src, atomic_writer(destination, binary=True) as out:
+    """Copy a file, either of them local or a URL; `destination` appears only whole (atomic_writer)."""
+    with storage.open_file(source, "rb") as src, atomic_writer(destination, binary=True) as out:
         shutil.copyfileobj(src, out, _BUFFER_BYTES)
 
 
@@ -144,8 +184,9 @@ def sync_directory(directory: str) -> None:
 
 def remove_temporaries(directory: str) -> list[str]:
     """Remove what writers killed mid-write left in `directory` (files and folders named by
-    `temporary_path`); only safe where no other writer can be at work. Returns the removed paths."""
-    if not os.path.isdir(directory):
+    `temporary_path`); only safe where no other writer can be at work. Returns the removed paths. Object storage
+    has none: uploads leave no temporary objects."""
+    if not storage.is_local(directory) or not os.path.isdir(directory):
         return []
     removed = []
     for name in sorted(os.listdir(directory)):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m import __version__
+from yt8m import __version__, storage
 from yt8m.checkpoint import build_model_from_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
 from yt8m.extras import require
@@ -147,7 +147,7 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
         "model": config.model, "model_config": {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig)},
         "feature_names": config.feature_names, "feature_sizes": config.feature_sizes, "frame_features": config.frame_features,
         "max_frames": config.max_frames, "num_classes": config.num_classes, "global_step": step,
-        "source_checkpoint": os.path.abspath(checkpoint), "opset": opset,
+        "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint, "opset": opset,
         "inputs": [_describe(value) for value in graph.input], "outputs": [_describe(value) for value in graph.output],
     }
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from typing import Optional, Sequence
 
+from yt8m import storage
 from yt8m.checkpoint import load_latest_checkpoint
 from yt8m.onnx_export import GRAPH_NOTES, export_checkpoint
 from yt8m.runtime import setup_logging
@@ -18,7 +18,7 @@ log = logging.getLogger("yt8m.export")
 
 def resolve_checkpoint(train_dir: Optional[str], checkpoint: Optional[str]) -> str:
     if checkpoint:
-        if not os.path.exists(checkpoint):
+        if not storage.exists(checkpoint):
             raise FileNotFoundError(f"checkpoint not found: {checkpoint}")
         return checkpoint
     if not train_dir:
@@ -37,6 +37,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--output", required=True,
                         help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json).")
     args = parser.parse_args(argv)
+    if not storage.is_local(args.output):
+        raise ValueError(f"--output {args.output}: an ONNX export is written to a local path (onnx and onnxruntime "
+                         f"write and check files there); copy it to object storage afterwards")
     setup_logging()
     for chatty in ("onnxscript", "onnx_ir"):  # their INFO lines narrate every optimizer pass
         logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -1,7 +1,8 @@
 """Model exports of a train-and-evaluate run: <train_dir>/export/best/<step>/, export/latest/<step>/, export/final/.
 
 Each export is a small train dir (checkpoints/ckpt-<step>.pt, config.yaml, metrics.json), so `yt8m eval`,
-`yt8m predict --train_dir` and `yt8m export --train_dir` read it as they read the run itself.
+`yt8m predict --train_dir` and `yt8m export --train_dir` read it as they read the run itself. An export is listed
+once its metrics.json, written last, is there.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from yt8m.checkpoint import checkpoint_path
+from yt8m import storage
+from yt8m.checkpoint import checkpoint_dir, checkpoint_path
 from yt8m.files import copy_file_atomically, sync_directory, temporary_path, write_file_atomically
 
 EXPORT_DIR = "export"
@@ -34,11 +36,10 @@ def exported_checkpoint(train_dir: str, kind: str, step: int) -> str:
 
 
 def list_exports(train_dir: str, kind: str) -> list[tuple[int, str]]:
-    """(step, folder) of the exports of one kind, oldest first."""
+    """(step, folder) of the complete exports of one kind, oldest first."""
     root = export_root(train_dir, kind)
-    if not os.path.isdir(root):
-        return []
-    return sorted((int(name), os.path.join(root, name)) for name in os.listdir(root) if name.isdigit())
+    return sorted((int(name), os.path.join(root, name)) for name in storage.listdir(root)
+                  if name.isdigit() and storage.exists(os.path.join(root, name, METRICS_FILE)))
 
 
 def write_export(train_dir: str, kind: str, checkpoint: str, result: dict[str, Any]) -> str:
@@ -46,9 +47,13 @@ def write_export(train_dir: str, kind: str, checkpoint: str, result: dict[str, A
 
     The export is staged in a folder of its own beside the target, every file fsynced, then renamed into
     place. A failure (a full disk) raises WriteError naming the file, and removes the staging folder.
+    On object storage, which cannot rename a folder, see `_write_objects`.
     """
     step = int(result["global_step"])
     target = export_path(train_dir, kind, step)
+    if not storage.is_local(target):
+        _write_objects(target, train_dir, checkpoint, step, result)
+        return target
     staging = temporary_path(target)
     try:
         _stage_export(staging, train_dir, checkpoint, step, result)
@@ -66,6 +71,19 @@ def _stage_export(staging: str, train_dir: str, checkpoint: str, step: int, resu
     copy_file_atomically(os.path.join(train_dir, "config.yaml"), os.path.join(staging, "config.yaml"))
     write_file_atomically(os.path.join(staging, METRICS_FILE), lambda out: json.dump(result, out, indent=1))
     sync_directory(os.path.dirname(staged_checkpoint))
+
+
+def _write_objects(target: str, train_dir: str, checkpoint: str, step: int, result: dict[str, Any]) -> None:
+    """An export on object storage, each file uploaded whole, in the order that keeps it readable: config.yaml
+    (so a reader finding the checkpoint finds its config), the checkpoint, then metrics.json, which makes the
+    export complete (`list_exports`); then the checkpoints of the export it replaced (final/) go."""
+    copy_file_atomically(os.path.join(train_dir, "config.yaml"), os.path.join(target, "config.yaml"))
+    copy_file_atomically(checkpoint, checkpoint_path(target, step))
+    write_file_atomically(os.path.join(target, METRICS_FILE), lambda out: json.dump(result, out, indent=1))
+    kept = os.path.basename(checkpoint_path(target, step))
+    for name in storage.listdir(checkpoint_dir(target)):
+        if name != kept:
+            storage.remove(os.path.join(checkpoint_dir(target), name))
 
 
 def _replace_folder(staging: str, target: str) -> None:
@@ -94,7 +112,7 @@ def link_or_copy(source: str, destination: str) -> None:
 
 
 def read_export_metrics(folder: str) -> dict[str, Any]:
-    with open(os.path.join(folder, METRICS_FILE)) as fh:
+    with storage.open_file(os.path.join(folder, METRICS_FILE), "r") as fh:
         return json.load(fh)
 
 
@@ -121,5 +139,5 @@ class Exporters:
             return None
         folder = write_export(self.train_dir, kind, checkpoint, result)
         for _, old in list_exports(self.train_dir, kind)[:-keep]:
-            shutil.rmtree(old)
+            storage.remove_tree(old)
         return folder

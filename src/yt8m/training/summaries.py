@@ -3,9 +3,11 @@ TensorBoard scalars in the train dir."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Sequence
 
+from yt8m import storage
 from yt8m.extras import available
 from yt8m.training.meter import ThroughputMeter
 
@@ -34,10 +36,18 @@ def summary_writer(directory: str, step: int = 0):
     curves are not written, said once)."""
     if not available("tensorboard", "TensorBoard curves are not written"):
         return None
+    if not storage.is_local(directory):
+        _say_once(f"TensorBoard curves are written to a local train dir only, not to {directory}")
+        return None
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step drops events a crashed run wrote after its last checkpoint, so curves do not fold back.
     return SummaryWriter(directory, purge_step=step + 1 if step else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(message: str) -> None:
+    log.info("%s", message)
 
 
 def write_scalars(writer, scalars: dict[str, float], step: int) -> None:

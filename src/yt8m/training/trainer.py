@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 from typing import Any, ContextManager, Iterable, Optional, Sequence
 
 from torch import nn
+
+from yt8m import storage
 
 from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
                              init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
@@ -56,11 +57,10 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
 def remove_previous_run(train_dir: str) -> None:
     """--start_new_model: drop the checkpoints, evaluations, exports and summaries a previous run left."""
     for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval"), os.path.join(train_dir, EXPORT_DIR)):
-        shutil.rmtree(path, ignore_errors=True)
-    if os.path.isdir(train_dir):
-        for name in os.listdir(train_dir):
-            if name.startswith("events.out.tfevents."):
-                os.remove(os.path.join(train_dir, name))
+        storage.remove_tree(path)
+    for name in storage.listdir(train_dir):
+        if name.startswith("events.out.tfevents."):
+            storage.remove(os.path.join(train_dir, name))
     log.info("--start_new_model: removed the previous checkpoints and summaries in %s", train_dir)
 
 
@@ -144,7 +144,17 @@ def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> 
 
 
 def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
-    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once, naming this one."""
+    """Rank 0 holds the train dir's lock for the whole run: a second trainer on it fails at once, naming this one.
+
+    Object storage has no lock that its holder's death releases (a lock object a killed run left would block every
+    resume), so a train dir there is not locked: one trainer at a time is the user's to ensure (said in the log).
+    """
     from yt8m.lock import TrainDirLock
 
-    return TrainDirLock(train_dir) if rank == 0 else contextlib.nullcontext()
+    if rank != 0:
+        return contextlib.nullcontext()
+    if not storage.is_local(train_dir):
+        log.warning("--train_dir %s is on object storage, which has no lock: nothing stops a second `yt8m train` "
+                    "from writing there at the same time; run one at a time", train_dir)
+        return contextlib.nullcontext()
+    return TrainDirLock(train_dir)

@@ -1,0 +1,104 @@
+"""Paths on the local disk or on object storage (s3://, gs://, any fsspec URL): what train dirs, checkpoints,
+exports and predictions need of them (exist, list, read, remove), one call for both.
+
+Listings are never cached: a watching `yt8m eval` must see the checkpoints another process wrote since.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import IO, Any
+
+import fsspec
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+# The extra that installs each object store's fsspec implementation.
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+def is_local(path: str) -> bool:
+    """A plain path; a URL (s3://, gs://, memory://, file:// too) goes through fsspec."""
+    return _URL.match(path) is None
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path within it) of a URL; ValueError naming the extra to install when its package is
+    missing (s3:// needs s3fs, gs:// gcsfs)."""
+    try:
+        return fsspec.core.url_to_fs(path)
+    except ImportError as err:
+        protocol = _URL.match(path).group(1)
+        extra = f" (pip install 'yt8m[{_EXTRAS[protocol]}]')" if protocol in _EXTRAS else ""
+        raise ValueError(f"cannot reach {path}: {err}{extra}") from err
+
+
+def _uncached(path: str) -> tuple[Any, str]:
+    fs, inner = filesystem(path)
+    fs.invalidate_cache(inner)
+    return fs, inner
+
+
+def exists(path: str) -> bool:
+    if is_local(path):
+        return os.path.exists(path)
+    fs, inner = _uncached(path)
+    return fs.exists(inner)
+
+
+def isdir(path: str) -> bool:
+    """A folder; on object storage, a prefix that holds at least one object."""
+    if is_local(path):
+        return os.path.isdir(path)
+    fs, inner = _uncached(path)
+    return fs.isdir(inner)
+
+
+def listdir(path: str) -> list[str]:
+    """The names in a folder (files and subfolders); [] when it does not exist."""
+    if is_local(path):
+        return os.listdir(path) if os.path.isdir(path) else []
+    fs, inner = _uncached(path)
+    try:
+        entries = fs.ls(inner, detail=False)
+    except FileNotFoundError:
+        return []
+    return [name for name in (entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries) if name]
+
+
+def open_file(path: str, mode: str = "rb") -> IO:
+    """A file opened for reading (text modes in UTF-8); use as a context manager."""
+    if is_local(path):
+        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    fs, inner = filesystem(path)
+    return fs.open(inner, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as fh:
+        return fh.read()
+
+
+def remove(path: str) -> None:
+    """Remove a file; one already gone is no error."""
+    try:
+        if is_local(path):
+            os.remove(path)
+        else:
+            fs, inner = filesystem(path)
+            fs.rm_file(inner)
+    except FileNotFoundError:
+        pass
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder and everything in it; one already gone is no error."""
+    if is_local(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    fs, inner = _uncached(path)
+    try:
+        fs.rm(inner, recursive=True)
+    except FileNotFoundError:
+        pass

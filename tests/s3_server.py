@@ -1,0 +1,76 @@
+"""An S3-compatible server on loopback for the object-storage tests and bench/bench_s3.py: moto's server in a
+process of its own, reached through s3fs with the standard AWS environment (AWS_ENDPOINT_URL_S3 and keys)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+_START_SECS = 30
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def s3_environment(endpoint: str) -> dict[str, str]:
+    """What points s3fs (through botocore) at `endpoint`: moto takes any key pair."""
+    return {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@contextmanager
+def loopback_s3_server() -> Iterator[str]:
+    """Run `moto_server` on 127.0.0.1 and a free port until the block ends; yields its endpoint URL."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_until_serving(server, endpoint)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _wait_until_serving(server: subprocess.Popen, endpoint: str) -> None:
+    deadline = time.monotonic() + _START_SECS
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"moto_server exited with status {server.returncode} before serving {endpoint}")
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.1)
+    raise RuntimeError(f"moto_server did not answer on {endpoint} within {_START_SECS} s")
+
+
+@contextmanager
+def s3_environment_set(endpoint: str) -> Iterator[None]:
+    """The process's environment pointing s3fs at `endpoint` (restored after), with no s3fs instance made before
+    (fsspec caches them, with their clients) reused."""
+    import s3fs
+
+    saved = {name: os.environ.get(name) for name in s3_environment(endpoint)}
+    os.environ.update(s3_environment(endpoint))
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
