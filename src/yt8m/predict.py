@@ -202,7 +202,7 @@ def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any
         raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
     device = resolve_device(config.device)
     path, payload = found
-    model, trained, step = build_model_from_payload(payload, path, device)
+    model, trained, step = build_model_from_payload(payload, path, device, config.task)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
 
 
