@@ -219,3 +219,32 @@ def test_predict_and_export_serve_one_tasks_head(tiny_data, vocabulary, tmp_path
     assert main(["predict", "--train_dir", str(tmp_path / "run"), "--input_data_pattern", tiny_data["test_pattern"],
                  "--output_file", str(predictions), "--task", "nosuch"]) != 0
     assert "--task nosuch" in capsys.readouterr().err
+
+
+def test_tasks_train_with_gradient_accumulation_and_mixed_precision(tiny_data, vocabulary, tmp_path):
+    config = tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1, batch_size=32, numbatches_to_aggregate=2,
+                               mixed_precision=True, aux_vertical_weight=0.5, vocabulary_file=vocabulary)
+    summary = train(config)
+    assert summary["global_step"] == 4 and np.isfinite(summary["loss"])
+
+
+@pytest.mark.integration
+def test_two_processes_train_tasks_whose_batches_reach_different_heads(tiny_data, other_release, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    values = {**vars(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1, batch_size=32)),
+              "task_sampling": "round_robin", "trunk_hidden_sizes": [16],
+              "tasks": [{"name": "main"}, {"name": "other", "train_data_pattern": other_release["train"],
+                                           "num_classes": 10, "validate": False}]}
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(values))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "yt8m",
+               "train", "--config", str(path)]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["processes"] == 2 and np.isfinite(summary["loss"])
