@@ -24,10 +24,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from yt8m.checkpoint import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.distributed import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
-from yt8m.optim import apply_update, l2_terms
-from yt8m.runtime import amp_dtype, autocast, to_device
 from yt8m.multitask.model import MultiTaskModel
 from yt8m.multitask.training import MultiTask
+from yt8m.optim import apply_update, l2_terms
+from yt8m.runtime import amp_dtype, autocast, to_device
 from yt8m.tasks import Task, task_from_config
 from yt8m.training.evaluation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
