@@ -185,6 +185,9 @@ def test_resuming_with_another_task_set_is_refused_naming_what_differs(tiny_data
                                   "loss": "HingeLoss"}]
     with pytest.raises(ValueError, match="task vertical: loss 'CrossEntropyLoss' in the checkpoint, 'HingeLoss' here"):
         train(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=2, tasks=changed))
+    resumed = train(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=2, aux_vertical_weight=0.5,
+                                      vocabulary_file=vocabulary))
+    assert resumed["global_step"] == 8 and resumed["examples"] == 480
 
 
 def test_best_metric_of_one_task_drives_early_stopping(tiny_data, vocabulary, tmp_path):
