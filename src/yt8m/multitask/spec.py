@@ -19,15 +19,13 @@ DEFAULT_VOCABULARY_COLUMN = "Vertical1"
 def _loss_names() -> list[str]:
     from yt8m.losses import LOSSES
 
-    return ["", *LOSSES]
+    return list(LOSSES)
 
 
-def _metric_name(name: str) -> Optional[str]:
+def _metric_names() -> list[str]:
     from yt8m.training.evaluation import HIGHER_IS_BETTER
 
-    if name in ("", *HIGHER_IS_BETTER):
-        return None
-    return f"must be one of {', '.join(HIGHER_IS_BETTER)}, got {name!r}"
+    return list(HIGHER_IS_BETTER)
 
 
 @dataclass
@@ -54,7 +52,7 @@ class TaskConfig:
     loss: str = setting("", "The task's loss (default: --label_loss).", choices=_loss_names)
     weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
     metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
-                          check=_metric_name)
+                          choices=_metric_names)
     validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
 
     def _own_problems(self) -> list[str]:
@@ -188,14 +186,14 @@ def task_problems(config: Any) -> list[str]:
 
 
 def best_metric_problems(best_metric: str, specs: list[TaskSpec]) -> list[str]:
+    from yt8m.tasks import task_problems as single_task_problems
+
     task, _, metric = best_metric.rpartition("/")
     names = [spec.name for spec in specs]
     if task and task not in names:
         return [f"--best_metric {best_metric}: no task is named {task!r} (tasks: {', '.join(names)})"]
     spec = specs[names.index(task)] if task else specs[0]
-    from yt8m.tasks import task_problems as single_task_problems
-
-    return [f"--best_metric {best_metric}: task {spec.name}: " + problem.split(": ", 1)[-1]
+    return [f"--best_metric {best_metric}: task {spec.name}: " + problem.removeprefix("--best_metric ")
             for problem in single_task_problems(spec.segments, spec.loss, metric) if "best_metric" in problem]
 
 
