@@ -135,17 +135,26 @@ def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
     return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)", check_values=False)
 
 
-def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, TrainConfig, int]:
-    """The checkpoint's model with its weights, in eval mode, plus its training config and step."""
-    return build_model_from_payload(load_checkpoint(path, map_location=device), path, device)
+def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu", task: str = ""
+                                ) -> tuple[torch.nn.Module, TrainConfig, int]:
+    """The checkpoint's model with its weights, in eval mode, plus its training config and step; of a multi-task
+    checkpoint the head of `task` (default: its first), the config that task's."""
+    return build_model_from_payload(load_checkpoint(path, map_location=device), path, device, task)
 
 
-def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu"
+def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu", task: str = ""
                              ) -> tuple[torch.nn.Module, TrainConfig, int]:
     """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
     config = checkpoint_config(payload, path)
-    model = create_model_from_config(config)
-    model.load_state_dict(payload["model"])
+    if payload.get("tasks"):
+        from yt8m.multitask.model import task_head_model
+
+        model, config, _ = task_head_model(payload, config, task, path)
+    elif task:
+        raise ValueError(f"--task {task}: {path} was trained on a single task (no tasks)")
+    else:
+        model = create_model_from_config(config)
+        model.load_state_dict(payload["model"])
     model.to(device).eval()
     return model, config, int(payload["progress"]["step"])
 

@@ -34,6 +34,14 @@ def _metric_names() -> list[str]:
     return list(HIGHER_IS_BETTER)
 
 
+def _best_metric_name(name: str) -> Optional[str]:
+    metric = name.rpartition("/")[2]
+    if metric in _metric_names():
+        return None
+    form = "TASK/METRIC with METRIC" if "/" in name else ""
+    return f"must be {form} one of {', '.join(_metric_names())}, got {name!r}".replace("  ", " ")
+
+
 def _known_optimizer(name: str) -> Optional[str]:
     from yt8m.optim import optimizer_class
 
@@ -175,7 +183,8 @@ class TrainConfig(ModelConfig, DataConfig):
                                            "final one is always evaluated).", at_least=0)
     best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
                                  "hit_at_one, perr, segment_map (--segment_labels; higher is better) or loss (lower "
-                                 "is better).", choices=_metric_names)
+                                 "is better); with tasks TASK/METRIC (METRIC: the first task's).",
+                               check=_best_metric_name)
     top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
     keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).", at_least=0)
     keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)
@@ -185,12 +194,29 @@ class TrainConfig(ModelConfig, DataConfig):
                                      "improvement (0: never); the factor is kept in checkpoints.", at_least=0)
     revert_to_best: bool = setting(False, "With --lr_halving_patience: each halving also reloads the best export's "
                                      "weights and optimizer state.")
+    tasks: list[dict] = setting([], "Multi-task training: a list of tasks (YAML; README 'Multi-task training'), each "
+                                    "with its own labels, data, head, loss and weight.")
+    aux_vertical_weight: float = setting(0.0, "Add the auxiliary task 'vertical' with this loss weight: the entity "
+                                              "labels mapped to the Vertical1 column of --vocabulary_file (0: none).",
+                                         at_least=0)
+    vocabulary_file: str = setting("", "The label vocabulary CSV (Index plus columns such as Vertical1) that "
+                                       "vocabulary tasks map labels through.")
+    task_sampling: str = setting("proportional", "Multi-task: which task's data the next batch comes from: "
+                                                 "'proportional' (to each data set's size), 'weights' (to its tasks' "
+                                                 "weights) or 'round_robin'; seeded.",
+                                 choices=lambda: ("proportional", "weights", "round_robin"))
+    trunk_hidden_sizes: list[int] = setting([], "Multi-task: fully connected ReLU layers shared by every task's head, "
+                                                "on the model's shared features (video-level models: the input).")
 
     def _own_problems(self) -> list[str]:
         from yt8m.models import is_frame_level, known_model
+        from yt8m.multitask.spec import is_multitask, task_problems as multitask_problems
         from yt8m.tasks import task_problems
 
-        problems = task_problems(self.segment_labels, self.label_loss, self.best_metric)
+        if is_multitask(self):
+            problems = multitask_problems(self)
+        else:
+            problems = task_problems(self.segment_labels, self.label_loss, self.best_metric)
         if known_model(self.model) is None and is_frame_level(self.model) != self.frame_features:
             kind = "frame-level" if is_frame_level(self.model) else "video-level"
             problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")
@@ -254,6 +280,7 @@ class PredictConfig:
                                               "segment_vocabulary.csv); default: the 1,000 classes rated in 2019.")
     segment_max_pred: int = setting(DEFAULT_TOP_N, "With --segment_labels: segments written per class, best first.",
                                     at_least=1)
+    task: str = setting("", "A multi-task train dir: the task whose head predicts (default: its first task).")
 
     def __post_init__(self) -> None:
         self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
@@ -261,6 +288,8 @@ class PredictConfig:
     def _own_problems(self) -> list[str]:
         if bool(self.model) == bool(self.train_dir):
             return ["give exactly one of --train_dir (a checkpoint) and --model (an ONNX export)"]
+        if self.task and self.model:
+            return ["--task picks a head of a multi-task train dir: an ONNX export has one (`yt8m export --task`)"]
         return []
 
 
@@ -328,6 +357,8 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
             return float(value)
         if kind is str:
             return str(value)
+        if kind == list[dict]:
+            return _mapping_list(value)
         if typing.get_origin(kind) is list:
             return parse_list(value, typing.get_args(kind)[0])
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
@@ -335,7 +366,21 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
     return value
 
 
+def _mapping_list(value: Any) -> list:
+    """The tasks: YAML's list of mappings, or the same as YAML text from a flag (each entry is checked later)."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(value) from err
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(value)
+    return list(value)
+
+
 def _type_name(kind: Any) -> str:
+    if kind == list[dict]:
+        return "a list of mappings (YAML)"
     if typing.get_origin(kind) is list:
         return f"a comma-separated list of {typing.get_args(kind)[0].__name__}"
     return kind.__name__

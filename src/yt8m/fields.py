@@ -19,7 +19,8 @@ def setting(default: Any, help: str, *, at_least: Optional[float] = None, above:
     `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
     rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
              "required": required}
-    default_kind = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    mutable = isinstance(default, (list, dict))
+    default_kind = {"default_factory": lambda: type(default)(default)} if mutable else {"default": default}
     return field(**default_kind, metadata={"help": help, **{key: rule for key, rule in rules.items()
                                                             if rule is not None and rule is not False}})
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m import __version__, storage
-from yt8m.checkpoint import build_model_from_checkpoint
+from yt8m.checkpoint import build_model_from_payload, load_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
 from yt8m.extras import require
 from yt8m.files import write_file_atomically
@@ -161,17 +161,22 @@ def _describe(value: Any) -> dict[str, Any]:
     return {"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name, "shape": shape}
 
 
-def export_checkpoint(checkpoint: str, output: str) -> dict[str, Any]:
+def export_checkpoint(checkpoint: str, output: str, task: str = "") -> dict[str, Any]:
     """Export one checkpoint to OUT (see `artifact_paths`); the metadata is written last, atomically, so a
-    model without its metadata is an unfinished export that `load_exported` refuses."""
+    model without its metadata is an unfinished export that `load_exported` refuses. Of a multi-task checkpoint
+    the head of `task` (default: the first task) is exported, its metadata naming the task and its id key."""
     require("onnx", "ONNX export")
-    model, config, step = build_model_from_checkpoint(checkpoint)
+    payload = load_checkpoint(checkpoint)
+    model, config, step = build_model_from_payload(payload, checkpoint, "cpu", task)
     model_path, metadata_path = artifact_paths(output)
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
     started = time.perf_counter()
     exported = export_onnx(model, model_path)
     metadata = build_metadata(config, step, checkpoint, model_path, exported["opset"])
+    for spec in payload.get("tasks", []):
+        if spec["name"] == (task or payload["tasks"][0]["name"]):
+            metadata.update(task=spec["name"], id_key=spec["id_key"])
     write_file_atomically(metadata_path, lambda out: json.dump(metadata, out, indent=1))
     return {"model_file": model_path, "metadata_file": metadata_path, "model": config.model, "global_step": step,
             "source_checkpoint": checkpoint, "bytes": _exported_bytes(model_path), "seconds": round(time.perf_counter() - started, 3),

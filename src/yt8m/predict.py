@@ -230,7 +230,7 @@ def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[
         raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
     device = training_device(device_name)  # under torchrun: cuda:LOCAL_RANK
     path, payload = found
-    model, trained, step = build_model_from_payload(payload, path, device)
+    model, trained, step = build_model_from_payload(payload, path, device, config.task)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
 
 

@@ -36,6 +36,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--checkpoint", default="", help="Export this checkpoint file instead of the latest.")
     parser.add_argument("--output", required=True,
                         help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json).")
+    parser.add_argument("--task", default="", help="A multi-task run: export this task's head (default: the first).")
     args = parser.parse_args(argv)
     if not storage.is_local(args.output):
         raise ValueError(f"--output {args.output}: an ONNX export is written to a local path (onnx and onnxruntime "
@@ -45,5 +46,5 @@ def main(argv: Sequence[str]) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     checkpoint = resolve_checkpoint(args.train_dir, args.checkpoint)
     log.info("exporting %s to %s", checkpoint, args.output)
-    print(json.dumps(export_checkpoint(checkpoint, args.output)), flush=True)
+    print(json.dumps(export_checkpoint(checkpoint, args.output, args.task)), flush=True)
     return 0

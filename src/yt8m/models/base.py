@@ -42,6 +42,9 @@ class BaseModel(nn.Module):
     # True for a model that treats each feature of --feature_names apart (learnable pooling per modality): it is
     # built with `modality_sizes`, the sizes of the concatenated input's parts, in order.
     splits_modalities: ClassVar[bool] = False
+    # Frame models: the attribute holding the video-level classifier on `shared_features` (a multi-task trunk is the
+    # model without it: yt8m.multitask.model). None: the model is one classifier on its input (video-level models).
+    classifier_name: ClassVar[Optional[str]] = None
 
     def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):
         super().__init__()
@@ -53,6 +56,10 @@ class BaseModel(nn.Module):
         self.l2_penalty = l2_penalty
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        return self.compute_output(self.prepare_input(features), num_frames)
+
+    def prepare_input(self, features: torch.Tensor) -> torch.Tensor:
+        """The input as `compute_logits` takes it: shape checked, L2-normalized (unless `normalizes_input`)."""
         self._check_shape(features)
         if self.frame_level and features.shape[1] == 0:
             # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
@@ -61,7 +68,7 @@ class BaseModel(nn.Module):
         # all-zero padding frames stay zero.
         if not self.normalizes_input:
             features = F.normalize(features, dim=-1)
-        return self.compute_output(features, num_frames)
+        return features
 
     def compute_output(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> dict[str, torch.Tensor]:
         """The output dict from what `compute_logits` takes; a model whose last step gives the probabilities
@@ -73,6 +80,15 @@ class BaseModel(nn.Module):
         """Logits [batch, classes] from normalized features, raw ones where `normalizes_input` (frame models:
         `num_frames` None = all)."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_logits")
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """What the classifier (`classifier_name`) reads, [batch, shared_size], from normalized features (raw ones
+        where `normalizes_input`); a model without a classifier of its own reads the features themselves."""
+        return features
+
+    @property
+    def shared_size(self) -> int:
+        return self.feature_size
 
     def penalized_weights(self) -> list[torch.Tensor]:
         """The weights this model's own `l2_penalty` applies to (not those of its sub-models)."""

@@ -63,11 +63,19 @@ class FrameLevelLogisticModel(BaseModel):
         super().__init__(feature_size, num_classes, l2_penalty)
         self.linear = starter_linear(feature_size, num_classes)
 
+    classifier_name = "linear"
+
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        return self.linear(self.shared_features(features, num_frames))
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         counts = _frame_counts(features, num_frames)
         real = torch.arange(features.shape[1], device=features.device) < counts[:, None]
-        average = (features * real.unsqueeze(-1)).sum(dim=1) / counts.unsqueeze(-1)
-        return self.linear(average)
+        return (features * real.unsqueeze(-1)).sum(dim=1) / counts.unsqueeze(-1)
+
+    @property
+    def shared_size(self) -> int:
+        return self.feature_size
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [self.linear.weight]
@@ -136,7 +144,12 @@ class DbofModel(BaseModel):
             start = last_start // 2
         return torch.minimum(start[:, None] + steps, counts[:, None] - 1)
 
+    classifier_name = "classifier"
+
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        return self.classifier.compute_logits(self.shared_features(features, num_frames), None)
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         batch, _, size = features.shape
         index = self.frame_indices(_frame_counts(features, num_frames))
         frames = F.normalize(features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size), dim=-1)
@@ -146,8 +159,11 @@ class DbofModel(BaseModel):
         else:
             clusters = self._activate(self.cluster_norm, activations, self.cluster_bias).view(batch, self.iterations, -1)
             pooled = clusters.amax(dim=1) if self.pooling == "max" else clusters.mean(dim=1)
-        hidden = self._activate(self.hidden_norm, pooled @ self.hidden_weights, self.hidden_bias)
-        return self.classifier.compute_logits(hidden, None)
+        return self._activate(self.hidden_norm, pooled @ self.hidden_weights, self.hidden_bias)
+
+    @property
+    def shared_size(self) -> int:
+        return self.hidden_weights.shape[1]
 
     def _fused_pooling_applies(self, activations: torch.Tensor) -> bool:
         """Training with batch norm and max pooling on float32 CPU tensors: one kernel each way instead of a dozen
@@ -201,8 +217,17 @@ class LstmModel(BaseModel):
                 if name.startswith("bias_ih"):
                     nn.init.ones_(parameter[cells:2 * cells])  # PyTorch gate order: input, forget, cell, output
 
+    classifier_name = "classifier"
+
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        return self.classifier.compute_logits(self.shared_features(features, num_frames), None)
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         lengths = _frame_counts(features, num_frames).cpu()
         packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
         _, (hidden, _) = self.lstm(packed)
-        return self.classifier.compute_logits(hidden[-1], None)
+        return hidden[-1]
+
+    @property
+    def shared_size(self) -> int:
+        return self.lstm.hidden_size

@@ -49,6 +49,8 @@ class ValidationState:
     last_step: int = -1  # the step of the last evaluation
     last_result: dict[str, Any] = field(default_factory=dict)
     stopped_early: bool = False
+    # Multi-task runs: each validated task's best {"metric": TASK/METRIC, "value", "step"}, by task name.
+    task_best: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def evaluation_problems(config: TrainConfig, evaluating: bool) -> list[str]:
@@ -86,9 +88,14 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
 class TrainEvaluator:
     """Evaluates checkpoints of the live model, exports them, and judges progress on --best_metric."""
 
-    def __init__(self, config: TrainConfig, evaluate: EvaluateFn):
+    def __init__(self, config: TrainConfig, evaluate: EvaluateFn, tasks: Optional[list] = None):
+        """`tasks`: a multi-task run's TaskSpecs, whose metrics `evaluate` returns as TASK/METRIC."""
+        from yt8m.multitask.spec import best_metric_key
+
         self.config = config
         self.evaluate = evaluate
+        self.tasks = tasks or []
+        self.best_metric = best_metric_key(config.best_metric, tasks) if tasks else config.best_metric
         self.exporters = Exporters(config.train_dir, config.keep_best_exports, config.keep_latest_exports)
         self.state = ValidationState()
         self.started = time.monotonic()
@@ -130,13 +137,13 @@ class TrainEvaluator:
 
     def judge(self, model: nn.Module, checkpoint: str, step: int) -> tuple[Verdict, dict[str, Any]]:
         result = self._evaluate(model, step)
-        state, config = self.state, self.config
-        value = float(result[config.best_metric])
+        state, metric = self.state, self.best_metric
+        value = float(result[metric])
         state.evaluations += 1
         state.last_step, state.last_result = step, result
         verdict = Verdict()
         if self._improves(value):
-            log.info("step %d: validation %s %.5f, the best so far", step, config.best_metric, value)
+            log.info("step %d: validation %s %.5f, the best so far", step, metric, value)
             state.best_value, state.best_step = value, step
             state.since_improvement = state.since_halving = 0
             self.exporters.export_best(checkpoint, result)
@@ -144,16 +151,28 @@ class TrainEvaluator:
             state.since_improvement += 1
             state.since_halving += 1
             log.info("step %d: validation %s %.5f, no better than %.5f at step %d (%d evaluation(s) in a row)",
-                     step, config.best_metric, value, state.best_value, state.best_step, state.since_improvement)
+                     step, metric, value, state.best_value, state.best_step, state.since_improvement)
             verdict = self._react_to_no_improvement()
+        self._track_task_best(result, step)
         self.exporters.export_latest(checkpoint, result)
         return verdict, result
 
+    def _track_task_best(self, result: dict[str, Any], step: int) -> None:
+        for spec in self.tasks:
+            if spec.metric_key not in result:
+                continue
+            value, best = float(result[spec.metric_key]), self.state.task_best.get(spec.name)
+            if best is None or better(spec.metric, value, best["value"]):
+                self.state.task_best[spec.name] = {"metric": spec.metric_key, "value": value, "step": step}
+
     def summary(self) -> dict[str, Any]:
         state = self.state
-        return {"best_metric": self.config.best_metric, "best_value": state.best_value,
-                "best_step": state.best_step, "evaluations": state.evaluations,
-                "stopped_early": state.stopped_early}
+        summary = {"best_metric": self.best_metric, "best_value": state.best_value,
+                   "best_step": state.best_step, "evaluations": state.evaluations,
+                   "stopped_early": state.stopped_early}
+        if self.tasks:
+            summary["task_best"] = state.task_best
+        return summary
 
     def _evaluate(self, model: nn.Module, step: int) -> dict[str, Any]:
         from yt8m.evaluate import write_metrics
@@ -165,15 +184,14 @@ class TrainEvaluator:
         with torch.random.fork_rng(devices=devices):
             metrics = self.evaluate(model, step)
         result = {"global_step": step, **metrics}
-        write_metrics(self.config.train_dir, result, self._summary_writer(),
-                      task_type(self.config.segment_labels).metric_names)
+        names = ([name for name in metrics if "/" in name] if self.tasks
+                 else task_type(self.config.segment_labels).metric_names)
+        write_metrics(self.config.train_dir, result, self._summary_writer(), names)
         return result
 
     def _improves(self, value: float) -> bool:
         best = self.state.best_value
-        if best is None:
-            return True
-        return value > best if HIGHER_IS_BETTER[self.config.best_metric] else value < best
+        return best is None or better(self.best_metric.rpartition("/")[2], value, best)
 
     def _react_to_no_improvement(self) -> Verdict:
         state, config = self.state, self.config
@@ -185,7 +203,7 @@ class TrainEvaluator:
                 verdict.revert_to_step = state.best_step
         if config.early_stopping_patience and state.since_improvement >= config.early_stopping_patience:
             log.info("early stopping: %d evaluations without improving %s", state.since_improvement,
-                     config.best_metric)
+                     self.best_metric)
             state.stopped_early = verdict.stop = True
         return verdict
 
@@ -195,6 +213,11 @@ class TrainEvaluator:
 
             self._writer = summary_writer(os.path.join(self.config.train_dir, "eval"))
         return self._writer
+
+
+def better(metric: str, value: float, best: float) -> bool:
+    """Whether `value` of `metric` improves on `best`."""
+    return value > best if HIGHER_IS_BETTER[metric] else value < best
 
 
 def best_export_checkpoint(train_dir: str, step: int) -> str:

@@ -24,6 +24,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from yt8m.checkpoint import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.distributed import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.multitask.model import MultiTaskModel
+from yt8m.multitask.training import MultiTask
 from yt8m.optim import apply_update, l2_terms
 from yt8m.runtime import amp_dtype, autocast, to_device
 from yt8m.tasks import Task, task_from_config
@@ -98,7 +100,8 @@ def process_seed(seed: int, rank: int, step: int) -> int:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
         epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, *,
         hooks: Sequence[TrainHook] = (), resume: Optional[dict] = None,
-        device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None) -> dict[str, Any]:
+        device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None,
+        task: Optional[Any] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
     The config's task (yt8m.tasks, with `loss_fn` as its loss) says which labels the batches carry and how the
@@ -106,9 +109,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
     batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an
     uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
-    rate, revert to the best weights or stop.
+    rate, revert to the best weights or stop. `task` replaces the config's (a multi-task run's MultiTask).
     """
-    return TrainingLoop(model, optimizer, loss_fn, epoch_batches, config, hooks, resume, device, evaluator).run()
+    return TrainingLoop(model, optimizer, loss_fn, epoch_batches, config, hooks, resume, device, evaluator,
+                        task).run()
 
 
 class TrainingLoop:
@@ -117,11 +121,12 @@ class TrainingLoop:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                  epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, hooks: Sequence[TrainHook],
-                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
+                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator],
+                 task: Optional[Any] = None):
         self.rank, self.world_size = rank_and_world_size()
         self.chief = self.rank == 0
         self.model, self.optimizer, self.config = model, optimizer, config
-        self.task = task_from_config(config, loss_fn)
+        self.task = task if task is not None else task_from_config(config, loss_fn)
         self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
         self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
         self.penalties = l2_terms(model, config.regularization_penalty)
@@ -260,8 +265,10 @@ class TrainingLoop:
         if metrics_now and last_output is not None:
             batch_scores = self.task.batch_metrics(last_output["predictions"], group[-1])
             scalars.update(batch_scores)
+        task_losses = self.task.pop_losses() if isinstance(self.task, MultiTask) else {}
+        scalars.update(task_losses)
         if metrics_now or progress.step % config.log_every_steps == 0:
-            log_step(progress, scalars, self.meter, list(batch_scores))
+            log_step(progress, scalars, self.meter, list(task_losses) + list(batch_scores))
             write_scalars(self.writer, scalars, progress.step)
 
     def _accumulate_gradients(self, group: list[dict], examples: int) -> Optional[dict]:
@@ -368,6 +375,8 @@ class TrainingLoop:
                    "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}
         if self.evaluator is not None:
             payload["validation"] = self.evaluator.state_dict()
+        if isinstance(self.task, MultiTask):
+            payload["tasks"] = [dataclasses.asdict(spec) for spec in self.task.plan.specs]
         return save_checkpoint(self.config.train_dir, payload, self.progress.step, self.config.keep_checkpoints,
                                final=final)
 
@@ -412,14 +421,19 @@ def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # A multi-task step reaches only the heads of its batches' tasks, which may differ between processes.
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                   find_unused_parameters=isinstance(model, MultiTaskModel))
 
 
 def model_loss(model: nn.Module, task: Task, batch: dict, example_weight: float = 1.0):
     """(model output, the task's label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
     The L2 penalties are not in it: the optimizer step adds their gradient (optim.apply_update)."""
-    output = model(batch["features"], batch.get("num_frames"))
+    if isinstance(task, MultiTask):  # only the heads of the batch's tasks: the others get no gradient from it
+        output = model(batch["features"], batch.get("num_frames"), task.heads_of(batch))
+    else:
+        output = model(batch["features"], batch.get("num_frames"))
     label_loss = task.loss(output, batch)
     return output, label_loss, label_loss * example_weight
 

@@ -12,6 +12,7 @@ import logging
 import os
 from typing import Any, ContextManager, Iterable, Optional, Sequence
 
+import torch
 from torch import nn
 
 from yt8m import storage
@@ -23,6 +24,10 @@ from yt8m.models import create_model_from_config
 from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.optim import build_optimizer
 from yt8m.runtime import reader_workers
+from yt8m.multitask.model import build_multitask_model
+from yt8m.multitask.spec import TaskSpec, is_multitask
+from yt8m.multitask.training import (MultiTask, MultiTaskData, MultiTaskPlan, multitask_evaluator, plan_tasks,
+                                     task_set_problem)
 from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
 from yt8m.training.exports import EXPORT_DIR
 from yt8m.training.loop import TrainHook, fit, seed_everything
@@ -54,6 +59,16 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
             f"and start over, or choose a new --train_dir.")
 
 
+def refuse_task_change(payload: dict, plan: Optional[MultiTaskPlan], checkpoint: str) -> None:
+    """Resuming trains the checkpoint's heads on the checkpoint's tasks: another task set is refused, named."""
+    saved = [TaskSpec(**spec) for spec in payload.get("tasks", [])]
+    differs = task_set_problem(saved, plan.specs if plan is not None else [])
+    if differs:
+        raise ValueError(f"{checkpoint} was trained on other tasks: {differs}. Resume with the checkpoint's tasks, "
+                         f"pass --start_new_model to delete its checkpoints and start over, or choose a new "
+                         f"--train_dir.")
+
+
 def remove_previous_run(train_dir: str) -> None:
     """--start_new_model: drop the checkpoints, evaluations, exports and summaries a previous run left."""
     for path in (checkpoint_dir(train_dir), os.path.join(train_dir, "eval"), os.path.join(train_dir, EXPORT_DIR)):
@@ -72,7 +87,6 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
     trains and evaluates.
     """
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
     from yt8m.losses import create_loss
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
@@ -80,39 +94,90 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     with process_group(device):
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
-        model = create_model_from_config(config).to(device)
+        plan = plan_tasks(config) if is_multitask(config) else None
+        model = (create_model_from_config(config) if plan is None else build_multitask_model(config, plan.specs))
+        model = model.to(device)
         optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
         loss_fn = create_loss(config.label_loss)
-        dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                              shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                              skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
-        dataset.check_first_record()
+        data = TrainingData(config, plan)
+        data.check_first_records()
         evaluator = None
         if rank == 0 and (config.eval_data_pattern or evaluate is not None):
-            evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
+            evaluator = TrainEvaluator(config, evaluate or data.validation_evaluator(device),
+                                       plan.specs if plan is not None else None)
         newest = latest_checkpoint(config.train_dir)
-        resume = checkpoint_to_resume(config, model)
+        resume = checkpoint_to_resume(config, model, plan)
         with train_dir_lock(config.train_dir, rank):
             prepare_train_dir(config, rank, newest)
-            loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
-                                 pin_memory=device.type == "cuda")
-
-            def epoch_batches(epoch: int) -> Iterable[dict]:
-                dataset.set_epoch(epoch)
-                return loader
-
+            data.open(device)
             log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
                      config.model, sum(p.numel() for p in model.parameters()), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
-            summary = fit(model, optimizer, loss_fn, epoch_batches, config,
-                          hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+            summary = fit(model, optimizer, loss_fn, data.epoch_batches, config, hooks=hooks, resume=resume,
+                          device=device, evaluator=evaluator, task=MultiTask(plan) if plan is not None else None)
             if config.skip_corrupt:
-                summary.update(skipped_files=all_reduce_sum(dataset.skipped_files, device),
-                               skipped_records=all_reduce_sum(dataset.skipped_records, device))
+                summary.update(skipped_files=all_reduce_sum(data.skipped_files, device),
+                               skipped_records=all_reduce_sum(data.skipped_records, device))
             return summary
 
 
-def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict]:
+class TrainingData:
+    """The training data of a run: one dataset (a single task), or the sources of a multi-task `plan`
+    (yt8m.multitask.training), with their validation."""
+
+    def __init__(self, config: TrainConfig, plan: Optional[MultiTaskPlan]):
+        from yt8m.data.dataset import FeatureSpec, YT8MDataset
+
+        self.config, self.plan = config, plan
+        if plan is not None:
+            self.sources = MultiTaskData(config, plan)
+            self.datasets = self.sources.datasets
+        else:
+            self.datasets = [YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config),
+                                         config.batch_size, shuffle=True, seed=config.seed,
+                                         shuffle_buffer=config.shuffle_buffer, skip_corrupt=config.skip_corrupt,
+                                         cache_in_memory=config.cache_in_memory)]
+        self.loader = None
+
+    def check_first_records(self) -> None:
+        if self.plan is not None:
+            self.sources.check_first_records()
+        else:
+            self.datasets[0].check_first_record()
+
+    def validation_evaluator(self, device: torch.device) -> EvaluateFn:
+        if self.plan is not None:
+            return multitask_evaluator(self.config, self.plan, device)
+        return validation_evaluator(self.config, device)
+
+    def open(self, device: torch.device) -> None:
+        """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here."""
+        from yt8m.data.dataset import make_loader
+
+        if self.plan is not None:
+            self.sources.open(device)
+        else:
+            dataset = self.datasets[0]
+            self.loader = make_loader(dataset, reader_workers(self.config.num_readers, dataset.spec.frame_features),
+                                      pin_memory=device.type == "cuda")
+
+    def epoch_batches(self, epoch: int) -> Iterable[dict]:
+        if self.plan is not None:
+            return self.sources.epoch_batches(epoch)
+        self.datasets[0].set_epoch(epoch)
+        return self.loader
+
+    @property
+    def skipped_files(self) -> int:
+        return sum(dataset.skipped_files for dataset in self.datasets)
+
+    @property
+    def skipped_records(self) -> int:
+        return sum(dataset.skipped_records for dataset in self.datasets)
+
+
+def checkpoint_to_resume(config: TrainConfig, model: nn.Module, plan: Optional[MultiTaskPlan] = None
+                         ) -> Optional[dict]:
     """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
     mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
     --init_from when given."""
@@ -120,6 +185,7 @@ def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict
     resume_path, resume = found or (None, None)
     if resume is not None:
         refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
+        refuse_task_change(resume, plan, resume_path)
         log.info("resuming from %s", resume_path)
         if config.init_from:
             log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
