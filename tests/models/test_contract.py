@@ -7,7 +7,7 @@ import torch
 
 from yt8m.models import is_frame_level, list_models
 
-from model_helpers import random_input, tiny_model
+from model_helpers import TINY, random_input, tiny_model
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -51,3 +51,26 @@ def test_regularization_loss_is_half_the_penalized_squared_weights():
     dbof = tiny_model("DbofModel", feature_size=3, num_classes=2, l2_penalty=0.5)
     classifier = dbof.classifier
     torch.testing.assert_close(dbof.regularization_loss(), classifier.regularization_loss())
+
+
+@pytest.mark.parametrize("name", [name for name in list_models() if is_frame_level(name)])
+def test_a_frame_models_trunk_is_all_but_its_classifier(name):
+    """Multi-task training shares `shared_features` and puts one head per task in place of the classifier."""
+    from yt8m.config import TrainConfig, config_from_dict
+    from yt8m.multitask.model import build_multitask_model
+    from yt8m.multitask.spec import resolve_tasks
+
+    torch.manual_seed(0)
+    model = tiny_model(name, feature_size=12, num_classes=7).eval()
+    features, num_frames = random_input(name, batch=3, feature_size=12)
+    normalized = model.prepare_input(features)
+    assert model.shared_features(normalized, num_frames).shape == (3, model.shared_size)
+    assert isinstance(getattr(model, model.classifier_name), torch.nn.Module)
+
+    hparams = {key: value for key, value in TINY.items() if key != "model"}
+    config = config_from_dict(TrainConfig, dict(
+        hparams, train_data_pattern="unused", model=name, frame_features=True, feature_names="rgb,audio",
+        feature_sizes="8,4", tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3}]))
+    trunk_and_heads = build_multitask_model(config, resolve_tasks(config))
+    output = trunk_and_heads(features, num_frames)
+    assert output["logits"]["a"].shape == (3, 5) and output["predictions"]["b"].shape == (3, 3)

@@ -159,6 +159,7 @@ class WillowModel(PooledModalitiesModel):
         nn.init.normal_(hidden.weight, std=1 / math.sqrt(cluster_size))  # as published; the pooled parts have norm 1
         nn.init.normal_(hidden.bias, std=0.01)
         self.head = nn.Sequential(hidden, ContextGating(willow_hidden_size) if context_gating else nn.Identity())
+        self.head_size = willow_hidden_size
         self.classifier = create_classifier(video_level_classifier_model, willow_hidden_size, num_classes,
                                             moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
         self.probability_gating = ContextGating(num_classes) if moe_prob_gating else None

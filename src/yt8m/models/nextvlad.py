@@ -102,5 +102,6 @@ class NeXtVLADModel(PooledModalitiesModel):
                                   _variance_scaled(nn.Linear(pooled, nextvlad_hidden_size, bias=False)),
                                   nn.BatchNorm1d(nextvlad_hidden_size, eps=1e-3, momentum=0.01),
                                   ContextGating(nextvlad_hidden_size, reduction=nextvlad_gating_reduction))
+        self.head_size = nextvlad_hidden_size
         self.classifier = create_classifier(video_level_classifier_model, nextvlad_hidden_size, num_classes,
                                             moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)

@@ -60,6 +60,7 @@ class PooledModalitiesModel(BaseModel):
 
     frame_level = True
     splits_modalities = True
+    classifier_name = "classifier"
 
     def __init__(self, feature_size: int, num_classes: int, l2_penalty: float, modality_sizes: Sequence[int]):
         super().__init__(feature_size, num_classes, l2_penalty)
@@ -70,19 +71,27 @@ class PooledModalitiesModel(BaseModel):
         self.input_norm: Optional[FrameBatchNorm] = None
         self.poolings = nn.ModuleList()
         self.head: nn.Module = nn.Identity()
+        self.head_size = feature_size  # what `head` outputs: subclasses with a hidden layer set its size
         self.classifier: Optional[BaseModel] = None
         self.probability_gating: Optional[nn.Module] = None
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        logits = self.classifier.compute_logits(self.shared_features(features, num_frames), None)
+        if self.probability_gating is None:
+            return logits
+        return gated_logits(logits, self.probability_gating.gate_logits(torch.sigmoid(logits)))
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """The pooled modalities through `head`: what the classifier reads, and a multi-task trunk's output."""
         mask = real_frames(features, num_frames)
         if self.input_norm is not None:
             features = self.input_norm(features, mask)
         parts = features.split(self.modality_sizes, dim=-1)
-        pooled = torch.cat([pool(part, mask) for pool, part in zip(self.poolings, parts)], dim=-1)
-        logits = self.classifier.compute_logits(self.head(pooled), None)
-        if self.probability_gating is None:
-            return logits
-        return gated_logits(logits, self.probability_gating.gate_logits(torch.sigmoid(logits)))
+        return self.head(torch.cat([pool(part, mask) for pool, part in zip(self.poolings, parts)], dim=-1))
+
+    @property
+    def shared_size(self) -> int:
+        return self.head_size
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return self.probability_gating.weights() if self.probability_gating is not None else []

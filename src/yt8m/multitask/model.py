@@ -100,7 +100,8 @@ def build_multitask_model(config: Any, specs: list[TaskSpec]) -> MultiTaskModel:
     feature_size = sum(config.feature_sizes)
     base = None
     if config.frame_features:
-        base = create_model(config.model, feature_size, 1, **model_hparams(config.model, config))
+        base = create_model(config.model, feature_size, 1, modality_sizes=config.feature_sizes,
+                            **model_hparams(config.model, config))
         setattr(base, base.classifier_name, None)  # the heads replace it
     trunk = Trunk(base, feature_size, config.trunk_hidden_sizes)
     default_head = config.video_level_classifier_model if config.frame_features else config.model
