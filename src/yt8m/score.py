@@ -123,6 +123,12 @@ def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str],
         pass
 
 
+def store_predictions_csv(table: KeyedTable, path: str, num_classes: int) -> None:
+    """Check every line of a Kaggle predictions CSV into `table` (payload columns: class ids as int32 bytes,
+    confidences as float32 bytes), naming the file and line of any problem."""
+    _load(table, path, PREDICTIONS_HEADER, lambda where, field: _stored_predictions(where, field, num_classes))
+
+
 def _stored_labels(where: str, field: str, num_classes: int) -> tuple[bytes]:
     return (_label_ids(where, field, num_classes).astype(np.int32).tobytes(),)
 
@@ -214,7 +220,6 @@ def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num
         if not len(labels):
             raise ValueError(f"{labels_path} lists no videos")
         predictions = KeyedTable(database, "predictions", ("classes", "confidences"))
-        _load(predictions, predictions_path, PREDICTIONS_HEADER,
-              lambda where, field: _stored_predictions(where, field, num_classes))
+        store_predictions_csv(predictions, predictions_path, num_classes)
         _check_coverage(database, predictions_path, labels_path, allow_missing)
         return _score_rows(_stored_rows(database), num_classes, top_k)

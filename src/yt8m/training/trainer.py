@@ -37,20 +37,23 @@ def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
 
 
 def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
-    """The starter kit's model-flags guard: never load weights into a differently defined model."""
+    """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
+    distilling from another teacher, or with other distillation settings)."""
+    from yt8m.distill import DISTILLATION_FIELDS
     from yt8m.models import model_hparams
 
     fields = list(MODEL_IDENTITY_FIELDS)
     for config in (saved, requested):
         fields += [name for name in model_hparams(config.model, config) if name not in fields]
-    differing = differing_fields(saved, requested, fields)
-    if differing:
-        lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
-                          for name, old, new in differing)
-        raise ValueError(
-            f"{checkpoint} was trained with different model settings:\n{lines}\n"
-            f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
-            f"and start over, or choose a new --train_dir.")
+    for fields, what in ((fields, "model"), (DISTILLATION_FIELDS, "distillation")):
+        differing = differing_fields(saved, requested, fields)
+        if differing:
+            lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
+                              for name, old, new in differing)
+            raise ValueError(
+                f"{checkpoint} was trained with different {what} settings:\n{lines}\n"
+                f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
+                f"and start over, or choose a new --train_dir.")
 
 
 def remove_previous_run(train_dir: str) -> None:
@@ -73,11 +76,13 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     trains and evaluates.
     """
     from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    from yt8m.distill import training_task
     from yt8m.losses import create_loss
+    from yt8m.predict import find_video
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
     device = training_device(config.device)
-    with process_group(device):
+    with process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
         model = create_model_from_config(config).to(device)
@@ -87,6 +92,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
                               shuffle=True, seed=config.seed, shuffle_buffer=config.shuffle_buffer,
                               skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
         dataset.check_first_record()
+        task = resources.enter_context(training_task(config, loss_fn, device,
+                                                     lambda video_id: find_video(dataset.paths, video_id)))
         evaluator = None
         if rank == 0 and (config.eval_data_pattern or evaluate is not None):
             evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, device))
@@ -105,7 +112,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
                      config.model, sum(p.numel() for p in model.parameters()), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
             summary = fit(model, optimizer, loss_fn, epoch_batches, config,
-                          hooks=hooks, resume=resume, device=device, evaluator=evaluator)
+                          hooks=hooks, resume=resume, device=device, evaluator=evaluator, task=task)
             if config.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(dataset.skipped_files, device),
                                skipped_records=all_reduce_sum(dataset.skipped_records, device))
