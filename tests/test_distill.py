@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,11 +17,11 @@ from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_confi
 from yt8m.checkpoint import final_checkpoint, latest_checkpoint, load_checkpoint
 from yt8m.cli import main as cli_main
 from yt8m.config import ConfigError, TrainConfig, config_from_dict
-from yt8m.distill import (DistillationTask, StoredTeacher, distillation_loss, locate_teacher, probability_logits,
-                          run_checkpoint)
+from yt8m.distill import (CheckpointTeacher, DistillationTask, OnnxTeacher, StoredTeacher, distillation_loss,
+                          locate_teacher, probability_logits, run_checkpoint)
 from yt8m.extras import available
-from yt8m.tasks import VideoTask
 from yt8m.losses import create_loss
+from yt8m.tasks import VideoTask
 from yt8m.training import train
 
 
@@ -113,10 +116,12 @@ def test_an_onnx_export_teaches_as_its_checkpoint(tiny_data, trained_dir, tmp_pa
     export = tmp_path / "teacher_onnx"
     assert cli_main(["export", "--train_dir", str(trained_dir), "--output", str(export)]) == 0, capsys.readouterr().err
     capsys.readouterr()
-    assert locate_teacher(str(export))[0] == "onnx"
-    from_onnx = train_cli(student_values(tiny_data, tmp_path / "onnx", teacher=str(export)), capsys)
-    from_run = train_cli(student_values(tiny_data, tmp_path / "run", teacher=str(trained_dir)), capsys)
-    assert from_onnx["loss"] == pytest.approx(from_run["loss"], rel=1e-4)
+    assert locate_teacher(str(export)) == ("onnx", str(export))
+    batch = {"features": torch.rand(5, 24), "video_ids": list("abcde")}
+    from_onnx = OnnxTeacher(str(export), "cpu").logits(batch)
+    from_checkpoint = CheckpointTeacher(latest_checkpoint(str(trained_dir)), torch.device("cpu")).logits(batch)
+    torch.testing.assert_close(from_onnx, from_checkpoint, rtol=1e-4, atol=1e-5)
+    assert train_cli(student_values(tiny_data, tmp_path / "onnx", teacher=str(export)), capsys)["global_step"] == 4
 
 
 def test_a_run_teaches_with_its_best_export_when_it_has_one(tiny_data, trained_dir, tmp_path):
@@ -141,6 +146,9 @@ def test_config_problems_are_listed_together(tiny_data, trained_dir, tmp_path):
     assert "predicts 12 classes, the student --num_classes 13" in problems
     assert "reads video-level mean_rgb,mean_audio (16,8), the student's batches carry video-level mean_rgb (16)" \
         in problems and "--output_format jsonl" in problems
+
+    with pytest.raises(ConfigError, match="--distill_temperature without --teacher: distillation needs a teacher"):
+        config_from_dict(TrainConfig, student_values(tiny_data, tmp_path, distill_temperature=2))
 
 
 def test_resuming_with_another_teacher_or_weight_is_refused(tiny_data, trained_dir, teacher_jsonl, tmp_path, capsys):
@@ -188,3 +196,16 @@ def test_the_task_mixes_the_losses_by_weight_and_keeps_the_label_metrics():
     scores = task.batch_metrics(output["predictions"], batch)
     assert scores["distill_loss"] == pytest.approx(distill.item()) and "gap" in scores
     assert probability_logits(torch.tensor([0.0, 0.5, 1.0])).tolist()[:2] == [float("-inf"), 0.0]
+
+
+@pytest.mark.integration
+def test_two_torchrun_processes_distill_from_a_run(tiny_data, trained_dir, tmp_path):
+    values = student_values(tiny_data, tmp_path / "run", teacher=str(trained_dir), batch_size=32)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "yt8m",
+               "train", *as_flags(values)]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["processes"] == 2 and summary["global_step"] == 4
+    assert "distilling from" in done.stderr

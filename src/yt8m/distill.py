@@ -31,7 +31,6 @@ log = logging.getLogger("yt8m.distill")
 DISTILL_LOSSES = ("binary", "softmax")
 # The settings that define what a distilled run learns: resuming it with other values is refused.
 DISTILLATION_FIELDS = ("teacher", "distill_weight", "distill_temperature", "distill_loss")
-PREDICTION_SUFFIXES = (".jsonl", ".csv")
 # Probabilities are capped below 1 so that every teacher logit but that of a class left out (probability 0,
 # logit -inf: a softmax or sigmoid at any temperature keeps it 0) is finite.
 _MAX_PROBABILITY = 1.0 - 1e-7
@@ -112,9 +111,12 @@ def teacher_inputs(kind: str, path: str) -> Optional[TeacherInputs]:
 
 def teacher_problems(config: Any) -> list[str]:
     """What is wrong with a train config's --teacher: a source that is not there or not a teacher, a model teacher
-    of other classes or other input features than the student's, the segment task."""
+    of other classes or other input features than the student's, the segment task; distillation settings given
+    without a teacher."""
     if not config.teacher:
-        return []
+        given = [f"--{field.name}" for field in dataclasses.fields(config)
+                 if field.name in DISTILLATION_FIELDS and getattr(config, field.name) != field.default]
+        return [f"{' and '.join(given)} without --teacher: distillation needs a teacher"] if given else []
     problems = []
     if config.segment_labels:
         problems.append("--teacher distills video-level predictions: it does not combine with --segment_labels")
