@@ -49,21 +49,26 @@ def teacher_jsonl(tiny_data, trained_dir, tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def plain_student(tiny_data, tmp_path_factory) -> tuple[str, dict]:
+    """The student trained without a teacher: (train dir, summary)."""
+    train_dir = str(tmp_path_factory.mktemp("plain") / "run")
+    return train_dir, train(TrainConfig(**student_values(tiny_data, train_dir)))
+
+
 def test_a_run_teaches_through_the_cli_streamed_and_the_loss_differs_from_plain_training(
-        tiny_data, trained_dir, tmp_path, capsys, caplog):
-    plain = train_cli(student_values(tiny_data, tmp_path / "plain"), capsys)
+        tiny_data, trained_dir, plain_student, tmp_path, capsys, caplog):
     with caplog.at_level(logging.INFO, logger="yt8m.distill"):
         distilled = train_cli(student_values(tiny_data, tmp_path / "student", teacher=str(trained_dir),
                                              distill_weight=0.7, distill_temperature=2), capsys)
     assert "(streamed: run on each batch)" in caplog.text and str(trained_dir) in caplog.text
-    assert distilled["global_step"] == plain["global_step"] == 4
-    assert distilled["loss"] != pytest.approx(plain["loss"], rel=1e-3)
+    assert distilled["global_step"] == plain_student[1]["global_step"] == 4
+    assert distilled["loss"] != pytest.approx(plain_student[1]["loss"], rel=1e-3)
 
 
-def test_weight_zero_trains_exactly_as_without_a_teacher(tiny_data, trained_dir, tmp_path):
-    train(TrainConfig(**student_values(tiny_data, tmp_path / "plain")))
+def test_weight_zero_trains_exactly_as_without_a_teacher(tiny_data, trained_dir, plain_student, tmp_path):
     train(TrainConfig(**student_values(tiny_data, tmp_path / "w0", teacher=str(trained_dir), distill_weight=0.0)))
-    plain = load_checkpoint(final_checkpoint(str(tmp_path / "plain")))["model"]
+    plain = load_checkpoint(final_checkpoint(plain_student[0]))["model"]
     zero = load_checkpoint(final_checkpoint(str(tmp_path / "w0")))["model"]
     assert all(torch.equal(plain[name], zero[name]) for name in plain)
 
