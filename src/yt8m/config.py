@@ -28,6 +28,12 @@ def _loss_names() -> list[str]:
     return list(LOSSES)
 
 
+def _distill_losses() -> list[str]:
+    from yt8m.distill import DISTILL_LOSSES
+
+    return list(DISTILL_LOSSES)
+
+
 def _metric_names() -> list[str]:
     from yt8m.training.evaluation import HIGHER_IS_BETTER
 
@@ -207,8 +213,18 @@ class TrainConfig(ModelConfig, DataConfig):
                                  choices=lambda: ("proportional", "weights", "round_robin"))
     trunk_hidden_sizes: list[int] = setting([], "Multi-task: fully connected ReLU layers shared by every task's head, "
                                                 "on the model's shared features (video-level models: the input).")
+    teacher: str = setting("", "Distillation: the student also learns this teacher's soft targets: a train dir (its "
+                           "best export, else newest checkpoint), an ONNX export, or a predictions file (.jsonl, .csv).")
+    distill_weight: float = setting(0.5, "With --teacher: the loss is (1 - W) x label loss + W x distillation loss.",
+                                    at_least=0, at_most=1)
+    distill_temperature: float = setting(1.0, "With --teacher: T dividing teacher and student logits (the "
+                                         "distillation loss is scaled by T^2).", above=0)
+    distill_loss: str = setting("binary", "With --teacher: 'binary' (sigmoid cross-entropy per class) or 'softmax' "
+                                "(KL divergence of softmaxes over the classes, NeXtVLAD's).",
+                                choices=_distill_losses)
 
     def _own_problems(self) -> list[str]:
+        from yt8m.distill import teacher_problems
         from yt8m.models import is_frame_level, known_model
         from yt8m.multitask.spec import is_multitask, task_problems as multitask_problems
         from yt8m.tasks import task_problems
@@ -217,6 +233,7 @@ class TrainConfig(ModelConfig, DataConfig):
             problems = multitask_problems(self)
         else:
             problems = task_problems(self.segment_labels, self.label_loss, self.best_metric)
+        problems += teacher_problems(self)
         if known_model(self.model) is None and is_frame_level(self.model) != self.frame_features:
             kind = "frame-level" if is_frame_level(self.model) else "video-level"
             problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")

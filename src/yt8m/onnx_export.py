@@ -204,12 +204,14 @@ class ExportedModel:
         return FeatureSpec(meta["feature_names"], meta["feature_sizes"], meta["frame_features"],
                            meta["max_frames"], meta["num_classes"])
 
-    def predict(self, features: np.ndarray, num_frames: Optional[np.ndarray] = None) -> np.ndarray:
-        """Probabilities [batch, classes] for raw (unnormalized) features, as the dataset yields them."""
+    def predict(self, features: np.ndarray, num_frames: Optional[np.ndarray] = None,
+                output: str = "predictions") -> np.ndarray:
+        """Probabilities [batch, classes] (or with output="logits", logits) for raw (unnormalized) features, as
+        the dataset yields them."""
         feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)}
         if self.metadata["frame_features"]:
             feeds["num_frames"] = np.ascontiguousarray(num_frames, dtype=np.int64)
-        return self.session.run(["predictions"], feeds)[0]
+        return self.session.run([output], feeds)[0]
 
 
 def load_exported(path: str, device: str = "auto") -> ExportedModel:

@@ -210,11 +210,13 @@ def onnx_predictor(exported: Any) -> Predictor:
 def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any]]:
     """The predictor for --model (ONNX) or --train_dir (latest checkpoint), the FeatureSpec its inputs
     are read with, and what the summary reports about the model."""
-    return load_model_predictor(config.train_dir, config.model, config.device)
+    return load_model_predictor(config.train_dir, config.model, config.device, config.task)
 
 
-def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[Predictor, Any, dict[str, Any]]:
-    """`load_predictor` for an ONNX export `model` (when given) or the latest checkpoint of `train_dir`."""
+def load_model_predictor(train_dir: str, model: str, device_name: str, task: str = ""
+                         ) -> tuple[Predictor, Any, dict[str, Any]]:
+    """`load_predictor` for an ONNX export `model` (when given) or the latest checkpoint of `train_dir` (of a
+    multi-task one, the head of `task`, default the first)."""
     from yt8m.data.dataset import FeatureSpec
 
     if model:
@@ -230,7 +232,7 @@ def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[
         raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
     device = training_device(device_name)  # under torchrun: cuda:LOCAL_RANK
     path, payload = found
-    model, trained, step = build_model_from_payload(payload, path, device, config.task)
+    model, trained, step = build_model_from_payload(payload, path, device, task)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
 
 

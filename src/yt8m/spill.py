@@ -16,6 +16,8 @@ import numpy as np
 # Records read from each run file per step of a merge.
 MERGE_BLOCK = 1 << 16
 _INSERT_BATCH = 10_000
+# Keys per SELECT ... IN (...): below SQLite's oldest bound-parameter limit, 999.
+_LOOKUP_BATCH = 900
 # SQLite's page cache per connection (negative: KiB); its memory does not grow with the table.
 _SQLITE_CACHE_KIB = 32 << 10
 T = TypeVar("T")
@@ -184,6 +186,16 @@ class KeyedTable:
                     return Duplicate(row[1], first, row[0])
                 self._db.execute(self._insert, row)
         return None
+
+    def rows_of(self, keys: Sequence[str]) -> dict[str, tuple]:
+        """The payload of each of `keys` the table holds (queued rows are flushed first); keys it lacks are absent."""
+        self.flush()
+        found: dict[str, tuple] = {}
+        for start in range(0, len(keys), _LOOKUP_BATCH):
+            chunk = list(keys[start:start + _LOOKUP_BATCH])
+            query = f"SELECT * FROM {self.name} WHERE key IN ({', '.join('?' * len(chunk))})"
+            found.update((row[1], row[2:]) for row in self._db.execute(query, chunk))
+        return found
 
     def line_of(self, key: str) -> Optional[int]:
         found = self._db.execute(f"SELECT line FROM {self.name} WHERE key = ?", (key,)).fetchone()

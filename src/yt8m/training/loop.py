@@ -104,29 +104,28 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
         task: Optional[Any] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
-    The config's task (yt8m.tasks, with `loss_fn` as its loss) says which labels the batches carry and how the
-    loss and the logged batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
+    The task (default: the config's, yt8m.tasks, with `loss_fn` as its loss; a distillation task, yt8m.distill; a
+    multi-task run's MultiTask, yt8m.multitask) says which labels the batches carry and how the loss and the logged
+    batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
     batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an
     uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
-    rate, revert to the best weights or stop. `task` replaces the config's (a multi-task run's MultiTask).
+    rate, revert to the best weights or stop.
     """
-    return TrainingLoop(model, optimizer, loss_fn, epoch_batches, config, hooks, resume, device, evaluator,
-                        task).run()
+    return TrainingLoop(model, optimizer, task or task_from_config(config, loss_fn), epoch_batches, config, hooks,
+                        resume, device, evaluator).run()
 
 
 class TrainingLoop:
     """One `fit` call: the model (in DistributedDataParallel across processes), its optimizer and progress,
     stepped on groups of --numbatches_to_aggregate batches, checkpointed, evaluated and shown to hooks."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, task: Any,
                  epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, hooks: Sequence[TrainHook],
-                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator],
-                 task: Optional[Any] = None):
+                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
         self.rank, self.world_size = rank_and_world_size()
         self.chief = self.rank == 0
-        self.model, self.optimizer, self.config = model, optimizer, config
-        self.task = task if task is not None else task_from_config(config, loss_fn)
+        self.model, self.optimizer, self.config, self.task = model, optimizer, config, task
         self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
         self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
         self.penalties = l2_terms(model, config.regularization_penalty)

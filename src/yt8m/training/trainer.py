@@ -43,20 +43,23 @@ def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
 
 
 def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
-    """The starter kit's model-flags guard: never load weights into a differently defined model."""
+    """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
+    distilling from another teacher, or with other distillation settings)."""
+    from yt8m.distill import DISTILLATION_FIELDS
     from yt8m.models import model_hparams
 
     fields = list(MODEL_IDENTITY_FIELDS)
     for config in (saved, requested):
         fields += [name for name in model_hparams(config.model, config) if name not in fields]
-    differing = differing_fields(saved, requested, fields)
-    if differing:
-        lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
-                          for name, old, new in differing)
-        raise ValueError(
-            f"{checkpoint} was trained with different model settings:\n{lines}\n"
-            f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
-            f"and start over, or choose a new --train_dir.")
+    for fields, what in ((fields, "model"), (DISTILLATION_FIELDS, "distillation")):
+        differing = differing_fields(saved, requested, fields)
+        if differing:
+            lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
+                              for name, old, new in differing)
+            raise ValueError(
+                f"{checkpoint} was trained with different {what} settings:\n{lines}\n"
+                f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
+                f"and start over, or choose a new --train_dir.")
 
 
 def refuse_task_change(payload: dict, plan: Optional[MultiTaskPlan], checkpoint: str) -> None:
@@ -87,11 +90,13 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
     trains and evaluates.
     """
+    from yt8m.distill import training_task
     from yt8m.losses import create_loss
+    from yt8m.predict import find_video
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
     device = training_device(config.device)
-    with process_group(device):
+    with process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
         plan = plan_tasks(config) if is_multitask(config) else None
@@ -101,6 +106,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         loss_fn = create_loss(config.label_loss)
         data = TrainingData(config, plan)
         data.check_first_records()
+        task = MultiTask(plan) if plan is not None else resources.enter_context(training_task(
+            config, loss_fn, device, lambda video_id: find_video(data.datasets[0].paths, video_id)))
         evaluator = None
         if rank == 0 and (config.eval_data_pattern or evaluate is not None):
             evaluator = TrainEvaluator(config, evaluate or data.validation_evaluator(device),
@@ -114,7 +121,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
                      config.model, sum(p.numel() for p in model.parameters()), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
             summary = fit(model, optimizer, loss_fn, data.epoch_batches, config, hooks=hooks, resume=resume,
-                          device=device, evaluator=evaluator, task=MultiTask(plan) if plan is not None else None)
+                          device=device, evaluator=evaluator, task=task)
             if config.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(data.skipped_files, device),
                                skipped_records=all_reduce_sum(data.skipped_records, device))
