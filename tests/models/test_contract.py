@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from yt8m.config import TrainConfig
 from yt8m.models import is_frame_level, list_models
+from yt8m.models.model_size import config_model_size, model_size
 
-from model_helpers import random_input, tiny_model
+from model_helpers import TINY, random_input, tiny_model
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -51,3 +53,14 @@ def test_regularization_loss_is_half_the_penalized_squared_weights():
     dbof = tiny_model("DbofModel", feature_size=3, num_classes=2, l2_penalty=0.5)
     classifier = dbof.classifier
     torch.testing.assert_close(dbof.regularization_loss(), classifier.regularization_loss())
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_the_meta_device_measures_the_model_as_built_drawing_no_random_numbers(name):
+    """`--max_model_size_mb` measures the model on the meta device, before anything is allocated."""
+    torch.manual_seed(0)
+    expected = model_size(tiny_model(name, feature_size=12, num_classes=7))
+    config = TrainConfig(**{**TINY, "model": name}, feature_sizes="8,4", num_classes=7, train_data_pattern="unused")
+    state = torch.random.get_rng_state()
+    assert config_model_size(config) == expected
+    assert torch.equal(torch.random.get_rng_state(), state)

@@ -8,6 +8,7 @@ factor); with --eval_data_pattern it evaluates and exports (training/evaluation.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -18,12 +19,14 @@ from torch import nn
 from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
                              init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
 from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, config_problems, save_config, shown
+from yt8m.files import write_file_atomically
 from yt8m.models import create_model_from_config
+from yt8m.models.model_size import ModelSize, check_model_size
 from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.optim import build_optimizer
 from yt8m.runtime import reader_workers
 from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
-from yt8m.training.exports import EXPORT_DIR
+from yt8m.training.exports import EXPORT_DIR, MODEL_SIZE_FILE
 from yt8m.training.loop import TrainHook, fit, seed_everything
 
 log = logging.getLogger("yt8m.train")
@@ -76,6 +79,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     from yt8m.losses import create_loss
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
+    size = check_model_size(config)
     device = training_device(config.device)
     with process_group(device):
         rank, world_size = rank_and_world_size()
@@ -93,7 +97,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         newest = latest_checkpoint(config.train_dir)
         resume = checkpoint_to_resume(config, model)
         with train_dir_lock(config.train_dir, rank):
-            prepare_train_dir(config, rank, newest)
+            prepare_train_dir(config, rank, newest, size)
             loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
                                  pin_memory=device.type == "cuda")
 
@@ -101,8 +105,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
                 dataset.set_epoch(epoch)
                 return loader
 
-            log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
-                     config.model, sum(p.numel() for p in model.parameters()), device, world_size,
+            log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
+                     config.model, size.describe(), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
             summary = fit(model, optimizer, loss_fn, epoch_batches, config,
                           hooks=hooks, resume=resume, device=device, evaluator=evaluator)
@@ -128,9 +132,10 @@ def checkpoint_to_resume(config: TrainConfig, model: nn.Module) -> Optional[dict
     return resume
 
 
-def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> None:
-    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config, once every process
-    has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen, must still be."""
+def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str], size: ModelSize) -> None:
+    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config and the model's size,
+    once every process has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen,
+    must still be."""
     barrier()
     if rank != 0:
         return
@@ -140,6 +145,8 @@ def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> 
     if config.start_new_model:
         remove_previous_run(config.train_dir)
     save_config(config, os.path.join(config.train_dir, "config.yaml"))
+    write_file_atomically(os.path.join(config.train_dir, MODEL_SIZE_FILE),
+                          lambda out: json.dump({"model": config.model, **size.as_dict()}, out, indent=1))
     clear_final_marker(config.train_dir)
 
 
