@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from yt8m import cli
-from yt8m.tune.space import TuneSettings, load_tune_spec
+from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tune.objective import TrialObjective
 from yt8m.tune.study import (
     FileLock,
@@ -253,6 +253,28 @@ def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shar
     assert "interrupted" in (study_dir / "leaderboard.txt").read_text()
 
 
+def test_an_interrupt_before_training_starts_requeues_the_trial(tmp_path, shards, capsys, monkeypatch):
+    """A killed run's jobs get their SIGTERM at any moment, also between sampling and training: the trial is
+    interrupted and re-queued, not FAILED (a rerun used to finish with one failed trial)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=1)
+
+    def interrupted_while_setting_up(*args, **kwargs):
+        raise KeyboardInterrupt("signal SIGTERM")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TuneSpec, "trial_config", interrupted_while_setting_up)
+        assert cli.main(["tune", "--config", path, "--n_trials", "1"]) == 130
+    stopped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stopped["interrupted"] and stopped["n_trials"]["fail"] == 0
+    assert stopped["n_trials"]["interrupted"] == 1 and stopped["n_trials"]["waiting"] == 1
+    resumed = tune_in_process(capsys, "--config", path, "--n_trials", "1")
+    assert resumed["n_trials"] == {"complete": 1, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(tmp_path / "study").trials
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+
+
 def test_two_jobs_share_one_study(tmp_path, shards):
     path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=3)
     result = finish(yt8m_process("tune", "--config", path, "--n_trials", "4", "--n_jobs", "2",
@@ -468,7 +490,7 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
         assert worker_pids(study) <= jobs
         process.kill()
         process.wait()
-        deadline = time.time() + 10
+        deadline = time.time() + 30  # each records its trial interrupted first: slow on a loaded machine
         while running(jobs) and time.time() < deadline:
             time.sleep(0.1)
         assert not running(jobs), "trial jobs outlived the killed `yt8m tune`"

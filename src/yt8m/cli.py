@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("yt8m.commands.eval:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
     "predict": ("yt8m.commands.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
     "export": ("yt8m.commands.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),
+    "ensemble": ("yt8m.commands.ensemble:main", "Combine runs, exports or prediction files by a weighted average (weights given or fitted)."),
     "convert-predictions": ("yt8m.commands.convert_predictions:main", "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
     "demo": ("yt8m.commands.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
     "tune": ("yt8m.commands.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
@@ -29,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands whose work is training get the process settings that speed it up, those that stream inputs of any size
 # the one that keeps their memory flat (yt8m.process_settings); none changes the values a command prints.
 TRAINING_COMMANDS = ("train", "tune")
-STREAMING_COMMANDS = ("eval", "predict", "score", "convert-predictions")
+STREAMING_COMMANDS = ("eval", "predict", "ensemble", "score", "convert-predictions")
 VERBOSE_FLAG = "--verbose"
 # Errors a user can act on, printed as one line: bad input or flags (ValueError), missing or unwritable files and a
 # full disk (OSError). Anything else is a bug and keeps its traceback.

@@ -267,6 +267,43 @@ class PredictConfig:
         return []
 
 
+@dataclass
+class EnsembleConfig:
+    """Everything `yt8m ensemble` needs; its output flags are `yt8m predict`'s."""
+
+    inputs: list[str] = setting([], "Train dirs (latest checkpoint), ONNX exports or predictions files (.csv, .jsonl) "
+                                    "to combine; also given as the command's arguments.", required=True)
+    input_data_pattern: str = setting("", "File glob(s) of the shards to predict; needed with a train dir or export "
+                                          "input; with prediction files only, the videos written (default: the first "
+                                          "file's).")
+    output_file: str = setting("", "The file to write: a Kaggle CSV (VideoId,LabelConfidencePairs) or JSON lines.", required=True)
+    output_format: str = setting("csv", "'csv' (Kaggle) or 'jsonl': one {video_id, class_indexes, predictions} per line.", choices=lambda: PREDICTION_FORMATS)
+    top_k: int = setting(20, "Predictions written per video.", at_least=1)
+    weights: list[float] = setting([], "One weight per input (comma-separated; normalized to sum 1); default: equal, "
+                                       "or fitted with --fit_weights_on.")
+    fit_weights_on: str = setting("", "File glob(s) of labelled shards: fit the weights for the most GAP there.")
+    fit_top_k: int = setting(100, "Fitting: the classes of each input's ranking kept per video (with its labels).",
+                             at_least=20)
+    num_classes: int = setting(3862, "Classes of the prediction files (train dirs and exports bring their own).", at_least=1)
+    batch_size: int = setting(1024, "Videos per batch (memory: one [batch, classes] matrix per input).", at_least=1)
+    num_readers: str = setting("auto", READERS_HELP, check=_reader_count)
+    device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+
+    def __post_init__(self) -> None:
+        self.inputs = parse_list(self.inputs, str)
+        self.weights = parse_list(self.weights, float)
+        self.num_readers = str(self.num_readers)
+
+    def _own_problems(self) -> list[str]:
+        if self.weights and self.fit_weights_on:
+            return ["give --weights or --fit_weights_on, not both"]
+        if self.weights and len(self.weights) != len(self.inputs):
+            return [f"--weights lists {len(self.weights)} weights for {len(self.inputs)} inputs"]
+        if self.weights and not (all(map(math.isfinite, self.weights)) and min(self.weights) >= 0 < sum(self.weights)):
+            return [f"--weights must be finite, non-negative and of a positive sum, got {shown(self.weights)}"]
+        return []
+
+
 def field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 

@@ -187,20 +187,25 @@ def onnx_predictor(exported: Any) -> Predictor:
 def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any]]:
     """The predictor for --model (ONNX) or --train_dir (latest checkpoint), the FeatureSpec its inputs
     are read with, and what the summary reports about the model."""
+    return load_model_predictor(config.train_dir, config.model, config.device)
+
+
+def load_model_predictor(train_dir: str, model: str, device_name: str) -> tuple[Predictor, Any, dict[str, Any]]:
+    """`load_predictor` for an ONNX export `model` (when given) or the latest checkpoint of `train_dir`."""
     from yt8m.data.dataset import FeatureSpec
 
-    if config.model:
+    if model:
         from yt8m.onnx_export import load_exported
 
-        exported = load_exported(config.model, config.device)
+        exported = load_exported(model, device_name)
         meta = exported.metadata
         return onnx_predictor(exported), exported.feature_spec(), {
             "model_file": exported.model_file, "global_step": meta.get("global_step"),
             "providers": exported.session.get_providers()}
-    found = load_latest_checkpoint(config.train_dir)  # past unreadable ones, with a warning
+    found = load_latest_checkpoint(train_dir)  # past unreadable ones, with a warning
     if found is None:
-        raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
-    device = resolve_device(config.device)
+        raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
+    device = resolve_device(device_name)
     path, payload = found
     model, trained, step = build_model_from_payload(payload, path, device)
     return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}

@@ -117,6 +117,12 @@ def read_predictions_csv(path: str, num_classes: int = 3862) -> dict[str, tuple[
     return _read_dict(path, PREDICTIONS_HEADER, parse)
 
 
+def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862) -> None:
+    """Check every line of a predictions CSV into `table` (payload columns classes, confidences: int32 and float32
+    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line."""
+    _load(table, path, PREDICTIONS_HEADER, lambda where, field: _stored_predictions(where, field, num_classes))
+
+
 def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], tuple]) -> None:
     """Check every line of a CSV into `table`: its video id, its line and the parsed second field's columns."""
     for _ in _checked(table, path, header, parse, payload=lambda columns: columns):
@@ -137,7 +143,7 @@ def _examples(video_ids: list[str], count: int) -> str:
     return ", ".join(video_ids[:_EXAMPLES_SHOWN]) + (", ..." if count > _EXAMPLES_SHOWN else "")
 
 
-def _unmatched(database: TemporaryDatabase, table: str, other: str) -> tuple[int, list[str]]:
+def unmatched(database: TemporaryDatabase, table: str, other: str) -> tuple[int, list[str]]:
     """How many videos of `table` `other` lacks, and the first few of them in file order."""
     absent = f"FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {other} AS o WHERE o.key = t.key)"
     count = database.connection.execute(f"SELECT COUNT(*) {absent}").fetchone()[0]
@@ -147,8 +153,8 @@ def _unmatched(database: TemporaryDatabase, table: str, other: str) -> tuple[int
 
 def _check_coverage(database: TemporaryDatabase, predictions_path: str, labels_path: str,
                     allow_missing: bool) -> None:
-    missing, missing_examples = _unmatched(database, "labels", "predictions")
-    unknown, unknown_examples = _unmatched(database, "predictions", "labels")
+    missing, missing_examples = unmatched(database, "labels", "predictions")
+    unknown, unknown_examples = unmatched(database, "predictions", "labels")
     problems = {}  # what --allow_missing does about it -> the problem
     if missing:
         problems["counted as predicting nothing"] = (f"{missing} videos of {labels_path} have no line in "
@@ -214,7 +220,6 @@ def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num
         if not len(labels):
             raise ValueError(f"{labels_path} lists no videos")
         predictions = KeyedTable(database, "predictions", ("classes", "confidences"))
-        _load(predictions, predictions_path, PREDICTIONS_HEADER,
-              lambda where, field: _stored_predictions(where, field, num_classes))
+        load_predictions_csv(predictions, predictions_path, num_classes)
         _check_coverage(database, predictions_path, labels_path, allow_missing)
         return _score_rows(_stored_rows(database), num_classes, top_k)

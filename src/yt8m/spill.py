@@ -186,6 +186,15 @@ class KeyedTable:
     def __len__(self) -> int:
         return self._db.execute(f"SELECT COUNT(*) FROM {self.name}").fetchone()[0]
 
+    def keys(self) -> Iterator[str]:
+        """The keys in line order."""
+        return (key for (key,) in self._db.execute(f"SELECT key FROM {self.name} ORDER BY line"))
+
+    def payload_of(self, key: str) -> Optional[tuple]:
+        """The payload columns stored with `key`, or None when the table lacks it (rows still queued are not seen)."""
+        row = self._db.execute(f"SELECT * FROM {self.name} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[2:]
+
 
 def add_unique(table: KeyedTable, items: Iterable[T], row: Callable[[T], tuple],
                duplicate_error: Callable[[Duplicate], Exception]) -> Iterator[T]:

@@ -1,5 +1,6 @@
 """`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its
-database; `--retrain_best` trains the best config again. Prints one JSON line."""
+database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints one
+JSON line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from typing import Sequence
 
 from yt8m.runtime import setup_logging
-from yt8m.tune.report import print_leaderboard, retrain_best, write_report
+from yt8m.tune.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
 from yt8m.tune.space import load_tune_spec
 from yt8m.tune.study import STUDY_FILE, load_existing_study
 
@@ -25,7 +26,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--train_on_validate", action="store_true",
                         help="With --retrain_best: train on the training and validation shards, into "
                              "DIR/best_train_validate (no validation score then).")
+    parser.add_argument("--ensemble_top", type=int, default=None, metavar="K",
+                        help="Ensemble the best K complete trials (weights fitted for GAP on the validation shards) "
+                             "and report its validation metrics next to the best single trial's.")
     args = parser.parse_args(argv)
+    if args.ensemble_top is not None and args.ensemble_top < 1:
+        parser.error(f"--ensemble_top must be at least 1, got {args.ensemble_top}")
     if args.train_on_validate and not args.retrain_best:
         parser.error("--train_on_validate goes with --retrain_best")
     setup_logging()
@@ -39,6 +45,9 @@ def main(argv: Sequence[str]) -> int:
     study = load_existing_study(spec.settings)
     summary = write_report(study, spec)
     print_leaderboard(study, spec, sys.stdout)
+    if args.ensemble_top is not None:
+        summary["ensemble"] = ensemble_of_best(spec, study, args.ensemble_top)
+        print_ensemble(summary["ensemble"], sys.stdout)
     if args.retrain_best:
         summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
     print(json.dumps(summary), flush=True)

@@ -514,6 +514,13 @@ def record_id_key(payload: bytes, sequence: bool) -> Optional[str]:
     return next((key.decode() for key in ID_KEYS if key in features), None)
 
 
+def decode_id_and_labels(payload: bytes, num_classes: int) -> tuple[str, list[int]]:
+    """A record's video id and labels as stored, without its features: an Example's features and a SequenceExample's
+    context are the same field, so either kind of record reads alike. Raises RecordError naming the field."""
+    features = _sequence_example(payload)[0]
+    return _video_id(features), _labels(features, num_classes)
+
+
 def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Sequence[int],
                  num_classes: int) -> tuple[str, np.ndarray, np.ndarray]:
     """(video id, int64 labels as stored, float32 features concatenated in `feature_names` order).

@@ -39,6 +39,9 @@ class BaseModel(nn.Module):
     # True for a model that reads only some of the frames (DbofModel): it normalizes those itself, the same values
     # without the work on the frames it skips.
     normalizes_input: ClassVar[bool] = False
+    # True for a model that treats each feature of --feature_names apart (learnable pooling per modality): it is
+    # built with `modality_sizes`, the sizes of the concatenated input's parts, in order.
+    splits_modalities: ClassVar[bool] = False
 
     def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):
         super().__init__()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from yt8m.fields import closest
 from yt8m.models.base import BaseModel
@@ -33,6 +33,8 @@ def register_model(hparams: type) -> Callable[[M], M]:
 
 def _check_constructor(cls: type, hparams: type) -> None:
     parameters = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self, feature_size, classes
+    if cls.splits_modalities:
+        parameters = [p for p in parameters if p.name != "modality_sizes"]
     declared = {f.name: f.default for f in dataclasses.fields(hparams)}
     taken = {p.name: p.default for p in parameters}
     if taken != declared:
@@ -80,15 +82,24 @@ def hparam_fields() -> list[tuple[dataclasses.Field, Any]]:
     return list(seen.values())
 
 
-def create_model(name: str, feature_size: int, num_classes: int, **hparams: Any) -> BaseModel:
-    """Build a model; hyper-parameters it does not take are ignored, so callers may pass all of them."""
+def create_model(name: str, feature_size: int, num_classes: int, modality_sizes: Optional[Sequence[int]] = None,
+                 **hparams: Any) -> BaseModel:
+    """Build a model; hyper-parameters it does not take are ignored, so callers may pass all of them.
+    `modality_sizes` (default: one modality of `feature_size`) reaches only the models that split modalities."""
     accepted = {key: value for key, value in hparams.items() if key in hparam_names(name)}
-    return model_class(name)(feature_size, num_classes, **accepted)
+    cls = model_class(name)
+    if cls.splits_modalities:
+        sizes = tuple(modality_sizes or (feature_size,))
+        if sum(sizes) != feature_size:
+            raise ValueError(f"{name}: modality sizes {list(sizes)} do not add up to feature_size {feature_size}")
+        accepted["modality_sizes"] = sizes
+    return cls(feature_size, num_classes, **accepted)
 
 
 def create_model_from_config(config: Any) -> BaseModel:
     """The model a ModelConfig (or a config holding its fields, and feature_sizes and num_classes) describes."""
-    return create_model(config.model, sum(config.feature_sizes), config.num_classes, **model_hparams(config.model, config))
+    return create_model(config.model, sum(config.feature_sizes), config.num_classes,
+                        modality_sizes=config.feature_sizes, **model_hparams(config.model, config))
 
 
 def is_frame_level(name: str) -> bool:

@@ -109,6 +109,18 @@ class TrialObjective:
     lock: FileLock  # the budget lock, held when a trial starts: released once the trial is RUNNING
 
     def __call__(self, trial: optuna.Trial) -> float:
+        """Train the trial. A Ctrl+C or SIGTERM at any point of it, sampling and set-up included (a killed tune
+        run's jobs get theirs at any moment), marks it interrupted and re-queues it; only its own error FAILs it."""
+        self._reporter: Optional[ValidationReporter] = None
+        try:
+            return self._train(trial)
+        except KeyboardInterrupt:
+            if self._reporter is not None:
+                self._record_progress(trial, self._reporter, None)
+            record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM")
+            raise
+
+    def _train(self, trial: optuna.Trial) -> float:
         # Identified before the other jobs of this machine may look for interrupted trials: a RUNNING trial
         # without a worker is one they cannot judge.
         trial.set_user_attr(WORKER_ATTR, worker_identity())
@@ -121,7 +133,7 @@ class TrialObjective:
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings))
         from yt8m.training import train
 
-        reporter = ValidationReporter(trial, self.spec, config)
+        reporter = self._reporter = ValidationReporter(trial, self.spec, config)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)
         try:
             summary = train(config, hooks=[reporter])
@@ -131,10 +143,6 @@ class TrialObjective:
             self._record_progress(trial, reporter, None)
             trial.set_user_attr(FAIL_REASON_ATTR, str(err))
             raise optuna.TrialPruned(str(err)) from err
-        except KeyboardInterrupt:
-            self._record_progress(trial, reporter, None)
-            record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM")
-            raise
         except Exception as err:
             self._record_progress(trial, reporter, None)
             trial.set_user_attr(FAIL_REASON_ATTR, f"{type(err).__name__}: {err}")

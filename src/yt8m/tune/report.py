@@ -224,3 +224,44 @@ def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     model, config, _ = build_model_from_payload(payload, path)
     batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
     return evaluate_model(model, batches, task_from_config(config))
+
+
+def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
+    """The ensemble of the best `count` complete trials (their latest checkpoints), its weights fitted for GAP on the
+    study's validation shards, and its validation metrics next to the best single trial's (measured alike)."""
+    from yt8m.checkpoint import checkpoint_dir
+    from yt8m.ensemble import fit_ensemble, opened_inputs
+    from yt8m.tune.objective import TRAIN_DIR_ATTR, trial_dir
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < count:
+        raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study_name}' has {len(complete)} complete "
+                         "trials")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    best = sorted(complete, key=lambda trial: (-trial.value if maximize else trial.value, trial.number))[:count]
+    train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study_dir, trial.number)
+                  for trial in best]
+    for trial, train_dir in zip(best, train_dirs):
+        if not os.path.isdir(checkpoint_dir(train_dir)):
+            raise ValueError(f"--ensemble_top {count}: trial {trial.number} kept no checkpoints in {train_dir} "
+                             f"(tune.keep_best is {spec.settings.keep_best}: only the best trials keep theirs)")
+    num_classes = spec.trial_config(best[0].params, train_dirs[0]).num_classes
+    with opened_inputs(train_dirs, num_classes) as inputs:
+        fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)
+    single = fitted["inputs"][0]
+    return {"trials": [trial.number for trial in best], "train_dirs": train_dirs, "weights": fitted["weights"],
+            "weights_fitted_on": spec.eval_data_pattern, "videos": fitted["videos"], **fitted["ensemble"],
+            "equal_weights_gap": fitted["equal_weights_gap"],
+            "best_single": {"trial": best[0].number, **{k: v for k, v in single.items() if k != "input"}},
+            "gap_gain": round(fitted["ensemble"]["gap"] - single["gap"], 6), "num_classes": num_classes}
+
+
+def print_ensemble(ensemble: dict[str, Any], stream: TextIO) -> None:
+    """The ensemble's line beside the best single trial's, and the command that predicts with it."""
+    single = ensemble["best_single"]
+    weights = ",".join(f"{weight:g}" for weight in ensemble["weights"])
+    print(f"ensemble of trials {','.join(map(str, ensemble['trials']))} (weights {weights}, fitted on the validation "
+          f"shards): validation gap {ensemble['gap']:.5f} (equal weights {ensemble['equal_weights_gap']:.5f}); best "
+          f"single trial {single['trial']}: {single['gap']:.5f} ({ensemble['gap_gain']:+.5f})", file=stream)
+    print(f"predict with it: yt8m ensemble {' '.join(ensemble['train_dirs'])} --weights {weights} --num_classes "
+          f"{ensemble['num_classes']} --input_data_pattern TEST_PATTERN --output_file predictions.csv", file=stream)
