@@ -12,11 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
+from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy,  # noqa: F401
+                               trained_dir)
 from yt8m.cli import main as cli_main
 from yt8m.config import TrainConfig
 from yt8m.models import create_model
-from yt8m.models.model_size import BYTES_PER_MB, ModelSize, ModelTooLargeError, check_model_size, config_model_size, model_size
+from yt8m.models.model_size import (BYTES_PER_MB, ModelSize, ModelTooLargeError, check_model_size,
+                                    config_model_size, model_size)
 
 
 def test_parameters_and_buffers_count_four_bytes_each_and_shared_tensors_once():
