@@ -89,6 +89,7 @@ def make_run(tmp_path, step: int = 4):
     train_dir = tmp_path / "run"
     path = save_checkpoint(str(train_dir), {"model": {"w": torch.arange(50_000.0)}}, step, keep=2)
     (train_dir / "config.yaml").write_text("model: MoeModel\n")
+    (train_dir / "model_size.json").write_text('{"model": "MoeModel", "parameters": 50000}\n')
     return train_dir, path
 
 
@@ -99,7 +100,8 @@ def test_an_export_is_staged_whole_and_replaces_an_older_one(tmp_path):
     assert read_export_metrics(folder)["gap"] == 0.6
     assert files_under(train_dir / "export") == ["best", "best/00000004", "best/00000004/checkpoints",
                                                  "best/00000004/checkpoints/ckpt-00000004.pt",
-                                                 "best/00000004/config.yaml", "best/00000004/metrics.json"]
+                                                 "best/00000004/config.yaml", "best/00000004/metrics.json",
+                                                 "best/00000004/model_size.json"]
 
 
 def refuse_hard_links(source, destination):

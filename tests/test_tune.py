@@ -382,6 +382,22 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, shards, cap
     assert result["best_params"] == enqueue[2]
 
 
+
+def test_a_trial_over_max_model_size_mb_is_pruned_before_it_trains_and_not_retried(tmp_path, shards, capsys):
+    # MoeModel over 24 features and 8 classes: 1 mixture is 584 parameters (0.0022 MB), 3 are 1,368 (0.0052 MB).
+    search = {"moe_num_mixtures": {"type": "int", "low": 1, "high": 3}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="MoeModel", num_epochs=1, max_model_size_mb=0.004,
+                     tune={"enqueue": [{"moe_num_mixtures": 3}, {"moe_num_mixtures": 1}], "pruner": "none"})
+    result = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert result["n_trials"] == {**result["n_trials"], "pruned": 1, "complete": 1, "fail": 0, "waiting": 0}
+    too_large, fitting = load_study(result["study_dir"]).trials
+    assert too_large.state.name == "PRUNED" and not too_large.intermediate_values
+    assert ("--model MoeModel has 1,368 parameters, 0.005 MB, over --max_model_size_mb 0.004"
+            in too_large.user_attrs["fail_reason"])
+    assert not os.path.exists(too_large.user_attrs["train_dir"])
+    assert fitting.state.name == "COMPLETE" and result["best_params"] == {"moe_num_mixtures": 1}
+    assert "over --max_model_size_mb 0.004" in (Path(result["study_dir"]) / "leaderboard.txt").read_text()
+
 # Resuming explores, interrupted points retry a bounded number of times -------------------------------------------
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])

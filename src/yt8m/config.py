@@ -178,6 +178,9 @@ class TrainConfig(ModelConfig, DataConfig):
     metrics_every_steps: int = setting(10, "Log and summarize the batch's Hit@1, PERR and GAP every this many steps.", at_least=1)
     init_from: str = setting("", "A new run starts from the parameters of this checkpoint (or train dir) that match "
                             "by name and shape; the log lists what was not loaded.")
+    max_model_size_mb: float = setting(0.0, "Refuse, before training starts, a model whose parameters and buffers "
+                                       "take more than this many MB as float32 (0: no limit; the Kaggle 2018 "
+                                       "limit was 1 GB, --max_model_size_mb 1024).", at_least=0)
     num_gpu: int = setting(1, "GPUs to train on, one process each: above 1, `yt8m train` relaunches itself under "
                          "torchrun (--nproc_per_node N); under torchrun it is informational.", at_least=1)
     eval_data_pattern: str = setting("", "Train and evaluate: evaluate on these shards after each checkpoint, export "

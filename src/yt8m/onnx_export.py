@@ -20,6 +20,7 @@ from yt8m.checkpoint import build_model_from_payload, load_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
 from yt8m.extras import require
 from yt8m.files import write_file_atomically
+from yt8m.models.model_size import ModelSize, model_size
 
 log = logging.getLogger("yt8m.export")
 
@@ -137,8 +138,10 @@ def artifact_paths(output: str) -> tuple[str, str]:
     return output, f"{output}.json"
 
 
-def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: str, opset: int) -> dict[str, Any]:
-    """Everything a server needs besides the graph: how to read and feed the inputs, and where the model came from."""
+def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: str, opset: int,
+                   size: ModelSize) -> dict[str, Any]:
+    """Everything a server needs besides the graph: how to read and feed the inputs, where the model came from, and
+    its size."""
     import onnx
 
     graph = onnx.load(model_path, load_external_data=False).graph
@@ -148,6 +151,7 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
         "feature_names": config.feature_names, "feature_sizes": config.feature_sizes, "frame_features": config.frame_features,
         "max_frames": config.max_frames, "num_classes": config.num_classes, "global_step": step,
         "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint, "opset": opset,
+        "model_size": size.as_dict(),
         "inputs": [_describe(value) for value in graph.input], "outputs": [_describe(value) for value in graph.output],
     }
 
@@ -173,7 +177,7 @@ def export_checkpoint(checkpoint: str, output: str, task: str = "") -> dict[str,
         os.remove(metadata_path)
     started = time.perf_counter()
     exported = export_onnx(model, model_path)
-    metadata = build_metadata(config, step, checkpoint, model_path, exported["opset"])
+    metadata = build_metadata(config, step, checkpoint, model_path, exported["opset"], model_size(model))
     for spec in payload.get("tasks", []):
         if spec["name"] == (task or payload["tasks"][0]["name"]):
             metadata.update(task=spec["name"], id_key=spec["id_key"])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from yt8m.config import TrainConfig
 from yt8m.models import is_frame_level, list_models
+from yt8m.models.model_size import config_model_size, model_size
 
 from model_helpers import TINY, random_input, tiny_model
 
@@ -74,3 +76,14 @@ def test_a_frame_models_trunk_is_all_but_its_classifier(name):
     trunk_and_heads = build_multitask_model(config, resolve_tasks(config))
     output = trunk_and_heads(features, num_frames)
     assert output["logits"]["a"].shape == (3, 5) and output["predictions"]["b"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_the_meta_device_measures_the_model_as_built_drawing_no_random_numbers(name):
+    """`--max_model_size_mb` measures the model on the meta device, before anything is allocated."""
+    torch.manual_seed(0)
+    expected = model_size(tiny_model(name, feature_size=12, num_classes=7))
+    config = TrainConfig(**{**TINY, "model": name}, feature_sizes="12", num_classes=7, train_data_pattern="unused")
+    state = torch.random.get_rng_state()
+    assert config_model_size(config) == expected
+    assert torch.equal(torch.random.get_rng_state(), state)

@@ -32,7 +32,8 @@ def _frame_counts(features: torch.Tensor, num_frames: Optional[torch.Tensor]) ->
 class FrameClassifierHParams(MoeHParams):
     """A frame model's video-level classifier on its pooled frames (with a MoE's hyper-parameters, its default)."""
 
-    video_level_classifier_model: str = setting("MoeModel", "Frame models: the video-level classifier on top.",
+    video_level_classifier_model: str = setting("MoeModel", "Frame models and DeepClassifierModel: the video-level "
+                                                "classifier on top.",
                                                 check=video_level_model)
 
 

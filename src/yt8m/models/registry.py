@@ -118,17 +118,30 @@ def known_model(name: str) -> Optional[str]:
     return None
 
 
+# What a model passes on to its --video_level_classifier_model: a classifier with other hyper-parameters would
+# silently build with their defaults instead of the flags (or, DeepClassifierModel on itself, never end).
+CLASSIFIER_HPARAMS = ("moe_num_mixtures", "l2_penalty")
+
+
 def video_level_model(name: str) -> Optional[str]:
     """The `check` of --video_level_classifier_model."""
-    problem = known_model(name)
-    if problem is None and is_frame_level(name):
-        return f"{name!r} is a frame-level model: the classifier on pooled frames must be video-level"
-    return problem
+    return known_model(name) or _classifier_problem(name)
+
+
+def _classifier_problem(name: str) -> Optional[str]:
+    if is_frame_level(name):
+        return f"{name!r} is a frame-level model: the classifier must be a video-level model"
+    own = [field for field in hparam_names(name) if field not in CLASSIFIER_HPARAMS]
+    if own:
+        return (f"{name!r} has hyper-parameters a classifier is not given ({', '.join(own)}): choose a model with "
+                f"only {' and '.join(CLASSIFIER_HPARAMS)}, e.g. MoeModel, LogisticModel or GatedMoeModel")
+    return None
 
 
 def create_classifier(name: str, feature_size: int, num_classes: int, **hparams: Any) -> BaseModel:
-    """The video-level model a frame-level model puts on its pooled features
+    """The video-level model a frame-level model (or DeepClassifierModel) puts on its features
     (`--video_level_classifier_model`)."""
-    if is_frame_level(name):
-        raise ValueError(f"video_level_classifier_model must be a video-level model, got {name!r}")
+    problem = _classifier_problem(name)
+    if problem:
+        raise ValueError(f"video_level_classifier_model: {problem}")
     return create_model(name, feature_size, num_classes, **hparams)

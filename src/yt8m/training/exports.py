@@ -1,8 +1,8 @@
 """Model exports of a train-and-evaluate run: <train_dir>/export/best/<step>/, export/latest/<step>/, export/final/.
 
-Each export is a small train dir (checkpoints/ckpt-<step>.pt, config.yaml, metrics.json), so `yt8m eval`,
-`yt8m predict --train_dir` and `yt8m export --train_dir` read it as they read the run itself. An export is listed
-once its metrics.json, written last, is there.
+Each export is a small train dir (checkpoints/ckpt-<step>.pt, config.yaml, model_size.json, metrics.json), so
+`yt8m eval`, `yt8m predict --train_dir` and `yt8m export --train_dir` read it as they read the run itself. An
+export is listed once its metrics.json, written last, is there.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from yt8m.files import copy_file_atomically, sync_directory, temporary_path, wri
 
 EXPORT_DIR = "export"
 METRICS_FILE = "metrics.json"
+MODEL_SIZE_FILE = "model_size.json"  # the model's parameters and MB (yt8m.models.model_size), written by `yt8m train`
+RUN_FILES = ("config.yaml", MODEL_SIZE_FILE)  # what an export copies from its train dir
 
 
 def export_root(train_dir: str, kind: str) -> str:
@@ -68,7 +70,8 @@ def _stage_export(staging: str, train_dir: str, checkpoint: str, step: int, resu
     staged_checkpoint = checkpoint_path(staging, step)
     os.makedirs(os.path.dirname(staged_checkpoint))
     link_or_copy(checkpoint, staged_checkpoint)
-    copy_file_atomically(os.path.join(train_dir, "config.yaml"), os.path.join(staging, "config.yaml"))
+    for name in RUN_FILES:
+        copy_file_atomically(os.path.join(train_dir, name), os.path.join(staging, name))
     write_file_atomically(os.path.join(staging, METRICS_FILE), lambda out: json.dump(result, out, indent=1))
     sync_directory(os.path.dirname(staged_checkpoint))
 

@@ -8,6 +8,7 @@ factor); with --eval_data_pattern it evaluates and exports (training/evaluation.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from typing import Any, ContextManager, Iterable, Optional, Sequence
@@ -20,7 +21,9 @@ from yt8m import storage
 from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
                              init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
 from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, config_problems, save_config, shown
+from yt8m.files import write_file_atomically
 from yt8m.models import create_model_from_config
+from yt8m.models.model_size import ModelSize, check_model_size
 from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.optim import build_optimizer
 from yt8m.runtime import reader_workers
@@ -29,7 +32,7 @@ from yt8m.multitask.spec import TaskSpec, is_multitask
 from yt8m.multitask.training import (MultiTask, MultiTaskData, MultiTaskPlan, multitask_evaluator, plan_tasks,
                                      task_set_problem)
 from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
-from yt8m.training.exports import EXPORT_DIR
+from yt8m.training.exports import EXPORT_DIR, MODEL_SIZE_FILE
 from yt8m.training.loop import TrainHook, fit, seed_everything
 
 log = logging.getLogger("yt8m.train")
@@ -95,12 +98,17 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     from yt8m.predict import find_video
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
+    size = check_model_size(config)
     device = training_device(config.device)
     with process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
         plan = plan_tasks(config) if is_multitask(config) else None
-        model = (create_model_from_config(config) if plan is None else build_multitask_model(config, plan.specs))
+        if plan is None:
+            model = create_model_from_config(config)
+        else:
+            model = build_multitask_model(config, plan.specs)
+            size = check_model_size(config, model)  # the heads' sizes are known now
         model = model.to(device)
         optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
         loss_fn = create_loss(config.label_loss)
@@ -115,10 +123,10 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         newest = latest_checkpoint(config.train_dir)
         resume = checkpoint_to_resume(config, model, plan)
         with train_dir_lock(config.train_dir, rank):
-            prepare_train_dir(config, rank, newest)
+            prepare_train_dir(config, rank, newest, size)
             data.open(device)
-            log.info("training %s (%d parameters) on %s, %d process(es), %d examples per optimizer step",
-                     config.model, sum(p.numel() for p in model.parameters()), device, world_size,
+            log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
+                     config.model, size.describe(), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
             summary = fit(model, optimizer, loss_fn, data.epoch_batches, config, hooks=hooks, resume=resume,
                           device=device, evaluator=evaluator, task=task)
@@ -201,9 +209,10 @@ def checkpoint_to_resume(config: TrainConfig, model: nn.Module, plan: Optional[M
     return resume
 
 
-def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> None:
-    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config, once every process
-    has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen, must still be."""
+def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str], size: ModelSize) -> None:
+    """Rank 0, holding the lock: start over (--start_new_model) and write the resolved config and the model's size,
+    once every process has read the checkpoint it resumes from; `newest`, the newest checkpoint when it was chosen,
+    must still be."""
     barrier()
     if rank != 0:
         return
@@ -213,6 +222,8 @@ def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str]) -> 
     if config.start_new_model:
         remove_previous_run(config.train_dir)
     save_config(config, os.path.join(config.train_dir, "config.yaml"))
+    write_file_atomically(os.path.join(config.train_dir, MODEL_SIZE_FILE),
+                          lambda out: json.dump({"model": config.model, **size.as_dict()}, out, indent=1))
     clear_final_marker(config.train_dir)
 
 

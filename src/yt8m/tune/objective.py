@@ -1,5 +1,6 @@
 """One `yt8m tune` trial: train the sampled config in its own directory, evaluating on the validation set
-at each epoch end (or every N steps) so the pruner can stop it early; NaN losses and errors fail it with a reason.
+at each epoch end (or every N steps) so the pruner can stop it early; NaN losses and errors fail it with a reason,
+and a model over --max_model_size_mb is pruned before it trains.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import optuna
 from yt8m.checkpoint import checkpoint_dir
 from yt8m.training.exports import EXPORT_DIR
 from yt8m.config import TrainConfig
+from yt8m.models.model_size import ModelTooLargeError
 from yt8m.tune.space import TuneSpec, report_schedule
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
@@ -135,6 +137,12 @@ class TrialObjective:
         log.info("trial %d: %s in %s", trial.number, params, train_dir)
         try:
             summary = train(config, hooks=[reporter])
+        except ModelTooLargeError as err:
+            # Pruned, not failed: TPE ranks a pruned trial without reports below every other, so it learns to
+            # avoid the region; a failed trial would be left out of its model and the region sampled again.
+            self._record_progress(trial, reporter, None)
+            trial.set_user_attr(FAIL_REASON_ATTR, str(err))
+            raise optuna.TrialPruned(str(err)) from err
         except Exception as err:
             self._record_progress(trial, reporter, None)
             trial.set_user_attr(FAIL_REASON_ATTR, f"{type(err).__name__}: {err}")

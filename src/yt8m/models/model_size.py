@@ -1,0 +1,65 @@
+"""How big a model is (parameters, and megabytes as float32 checkpoints store it) and `--max_model_size_mb`, the
+limit `yt8m train` checks before it touches the train dir (the Kaggle 2018 competition allowed 1 GB)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from yt8m.models.registry import create_model_from_config
+
+BYTES_PER_VALUE = 4  # float32, as checkpoints hold every parameter and buffer
+BYTES_PER_MB = 1024 * 1024
+COUNTED = "parameters and buffers (e.g. batch-norm statistics) at 4 bytes (float32) a value; MB = 2^20 bytes"
+
+
+class ModelTooLargeError(ValueError):
+    """The model is larger than --max_model_size_mb: refused before training starts."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A model's values: `parameters` (what training learns) and `buffer_values` (e.g. running statistics)."""
+
+    parameters: int
+    buffer_values: int
+
+    @property
+    def megabytes(self) -> float:
+        return (self.parameters + self.buffer_values) * BYTES_PER_VALUE / BYTES_PER_MB
+
+    def as_dict(self) -> dict[str, Any]:
+        """What logs and export metadata record."""
+        return {"parameters": self.parameters, "buffer_values": self.buffer_values,
+                "size_mb": round(self.megabytes, 6), "counted": COUNTED}
+
+    def describe(self) -> str:
+        return f"{self.parameters:,} parameters, {self.megabytes:.3f} MB"
+
+
+def model_size(model: nn.Module) -> ModelSize:
+    """The size of `model`; a tensor shared by several modules counts once."""
+    return ModelSize(parameters=sum(parameter.numel() for parameter in model.parameters()),
+                     buffer_values=sum(buffer.numel() for buffer in model.buffers()))
+
+
+def config_model_size(config: Any) -> ModelSize:
+    """The size of the model a config describes, built on the meta device: no memory is allocated and no random
+    numbers are drawn, so a model too large to build is measured as cheaply as a small one."""
+    with torch.device("meta"):
+        return model_size(create_model_from_config(config))
+
+
+def check_model_size(config: Any, model: Optional[nn.Module] = None) -> ModelSize:
+    """The size of the config's model (of `model` when given: a multi-task model, built once its tasks' data is
+    known); ModelTooLargeError when it exceeds config.max_model_size_mb (0: no limit)."""
+    size = config_model_size(config) if model is None else model_size(model)
+    limit = config.max_model_size_mb
+    if limit and size.megabytes > limit:
+        raise ModelTooLargeError(
+            f"--model {config.model} has {size.describe()}, over --max_model_size_mb {limit:g}, counting {COUNTED}: "
+            f"choose smaller hyper-parameters or raise the limit")
+    return size
