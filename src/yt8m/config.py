@@ -387,12 +387,15 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
 
 
 def _mapping_list(value: Any) -> list:
-    """The tasks: YAML's list of mappings, or the same as YAML text from a flag (each entry is checked later)."""
+    """The tasks: YAML's list of mappings, or the same as YAML text from a flag, empty text for none (each entry is
+    checked later)."""
     if isinstance(value, str):
         try:
             value = yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ValueError(value) from err
+    if value is None:
+        return []
     if not isinstance(value, (list, tuple)):
         raise ValueError(value)
     return list(value)
