@@ -24,10 +24,12 @@ from yt8m.score import read_predictions_csv, score_files
 from yt8m.training import train
 
 FEATURE_SIZE = 24
-TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2)
+TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2,
+            transformer_hidden_size=16, transformer_heads=2, transformer_max_frames=6)
 MODEL_CASES = [(name, {}) for name in list_models()] + [
     ("DbofModel", dict(sample_random_frames=False, dbof_add_batch_norm=False, dbof_pooling_method="average")),
     ("LstmModel", dict(video_level_classifier_model="LogisticModel", lstm_layers=1)),
+    ("TransformerModel", dict(transformer_pooling="first")),
 ]
 SHAPES = [(1, 1), (2, 9), (7, 40), (6, 5)]  # (batch, frames): neither is fixed in the graph; 5: 2019 segments
 
