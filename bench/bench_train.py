@@ -1,10 +1,12 @@
 """Training examples/s of `yt8m train` against the dense-matmul ceiling of the same step, measured in one run; with
 several --kernels settings, each fused CPU kernel's gain: the same run on and off.
 
-The ceiling times only the matmuls a forward+backward step performs (shapes recorded by the profiler); the
-bare loop runs the same model, loss and optimizer step without input pipeline, logging or checkpoints.
+The ceiling times only the matmuls a forward+backward step performs (shapes recorded by the profiler; fused
+attention counts as the batched matmuls it stands for); the bare loop runs the same model, loss and optimizer step
+without input pipeline, logging or checkpoints. Any registered model can be named; frame-level ones train on frames.
 Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,DbofModel] [--steps 20]
        .venv/bin/python bench/bench_train.py --models MoeModel --kernels all --kernels none --kernels=-moe
+       .venv/bin/python bench/bench_train.py --models TransformerModel --set transformer_max_frames=32 --steps 3
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import tempfile
 import time
 
+import yaml
+
 from yt8m.process_settings import configure_training_process
 
 configure_training_process()  # as `yt8m train` does, before torch loads; the ceiling, timed here, gains from it too
@@ -27,7 +31,7 @@ from yt8m.config import TrainConfig  # noqa: E402
 from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.losses import create_loss  # noqa: E402
-from yt8m.models import create_model_from_config  # noqa: E402
+from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
 from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, setup_logging  # noqa: E402
 from yt8m.tasks import task_from_config  # noqa: E402
@@ -46,6 +50,7 @@ def backward_and_update(loss: torch.Tensor, model: torch.nn.Module, optimizer: t
 
 # Each matmul op's operands, in order; a recorded `out=` tensor after them is not one.
 MATMUL_OPERANDS = {"aten::mm": 2, "aten::addmm": 3, "aten::addmm_": 3, "aten::bmm": 2, "aten::baddbmm": 3}
+ATTENTION = "aten::scaled_dot_product_attention"  # its kernel's backward: a "...scaled_dot_product..._backward" op
 # The starter kit under TF 2.x on this machine (issue 4), for scale.
 STARTER_KIT = {"LogisticModel": 2600, "MoeModel": 370}
 
@@ -59,12 +64,33 @@ def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple
     for event in prof.events():
         parent, nested = event.cpu_parent, False
         while parent is not None:
-            nested = nested or parent.name in MATMUL_OPERANDS
+            nested = nested or parent.name in MATMUL_OPERANDS or _is_attention(parent.name)
             parent = parent.cpu_parent
-        if event.name in MATMUL_OPERANDS and not nested:
+        if nested:
+            continue
+        if event.name in MATMUL_OPERANDS:
             operands = event.input_shapes[:MATMUL_OPERANDS[event.name]]
             found.append((event.name, [list(shape) for shape in operands]))
+        elif _is_attention(event.name):
+            query, key, value = event.input_shapes[1:4] if "backward" in event.name else event.input_shapes[:3]
+            found.extend(attention_matmuls(query, key, value, backward="backward" in event.name))
     return found
+
+
+def _is_attention(name: str) -> bool:
+    return name == ATTENTION or ("scaled_dot_product" in name and name.endswith("_backward"))
+
+
+def attention_matmuls(query: list[int], key: list[int], value: list[int], backward: bool) -> list:
+    """The batched matmuls fused attention of these [batch, heads, length, size] operands stands for: scores
+    Q K^T and output P V forward; dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q backward."""
+    batch = query[0] * query[1]
+    (lq, d), lk, dv = query[2:], key[2], value[3]
+    scores = [batch, lq, lk]
+    if not backward:
+        return [("aten::bmm", [[batch, lq, d], [batch, d, lk]]), ("aten::bmm", [scores, [batch, lk, dv]])]
+    return [("aten::bmm", [[batch, lk, lq], [batch, lq, dv]]), ("aten::bmm", [[batch, lq, dv], [batch, dv, lk]]),
+            ("aten::bmm", [scores, [batch, lk, d]]), ("aten::bmm", [[batch, lk, lq], [batch, lq, d]])]
 
 
 def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5,
@@ -159,14 +185,14 @@ def interleaved_step_ms(config: TrainConfig, settings: list[str], steps: int) ->
 
 
 def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
-    frame = model == "DbofModel"
-    config = TrainConfig(
+    frame = is_frame_level(model)
+    config = TrainConfig(**{**dict(
         train_data_pattern=pattern, train_dir=os.path.join(work_dir, model), model=model,
         feature_names="rgb,audio" if frame else "mean_rgb,mean_audio", feature_sizes="1024,128",
         frame_features=frame, batch_size=args.frame_batch_size if frame else args.batch_size,
         num_epochs=1000, max_steps=WARMUP_STEPS + args.steps, export_model_steps=10 ** 9,
         num_readers=args.num_readers, cache_in_memory=args.cache and not frame, start_new_model=True,
-        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5)
+        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5), **settings_given(args)})
     # The machine is shared and its load swings within seconds: the three measures alternate for a few
     # rounds and each keeps its best round (the least disturbed), as timeit does.
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
@@ -204,12 +230,20 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     return result
 
 
+def settings_given(args: argparse.Namespace) -> dict:
+    """--set NAME=VALUE pairs as `yt8m train` fields (values read as YAML scalars: 64, 0.1, true, mean)."""
+    pairs = [item.partition("=") for item in args.set]
+    return {name: yaml.safe_load(value) for name, _, value in pairs}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default="LogisticModel,MoeModel,DbofModel")
     parser.add_argument("--steps", type=int, default=20, help="Timed steps per model, after the warm-up steps.")
     parser.add_argument("--batch_size", type=int, default=1024, help="Video-level batch size.")
-    parser.add_argument("--frame_batch_size", type=int, default=64, help="DbofModel batch size.")
+    parser.add_argument("--frame_batch_size", type=int, default=64, help="Frame-level models' batch size.")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="A `yt8m train` field for every model benched, e.g. transformer_max_frames=32.")
     parser.add_argument("--videos", type=int, default=8192, help="Synthetic training videos per kind.")
     parser.add_argument("--num_readers", type=int, default=1)
     parser.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
@@ -231,7 +265,7 @@ def main() -> int:
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-bench-train-")
     results = []
     for model in args.models.split(","):
-        kind = "frame" if model == "DbofModel" else "video"
+        kind = "frame" if is_frame_level(model) else "video"
         videos = args.videos // 8 if kind == "frame" else args.videos
         data_dir = os.path.join(work_dir, "data")
         if not os.path.isdir(os.path.join(data_dir, kind)):

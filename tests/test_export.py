@@ -26,12 +26,14 @@ from yt8m.training import train
 FEATURE_SIZE = 24
 TINY = dict(dbof_cluster_size=32, dbof_hidden_size=16, iterations=5, lstm_cells=16, lstm_layers=2,
             netvlad_cluster_size=4, fv_cluster_size=4, softdbof_cluster_size=16, willow_hidden_size=16,
-            nextvlad_cluster_size=4, nextvlad_hidden_size=16, nextvlad_groups=4, deep_hidden_size=16)
+            nextvlad_cluster_size=4, nextvlad_hidden_size=16, nextvlad_groups=4, deep_hidden_size=16,
+            transformer_hidden_size=16, transformer_heads=2, transformer_max_frames=6)
 MODEL_CASES = [(name, {}) for name in list_models()] + [
     ("DbofModel", dict(sample_random_frames=False, dbof_add_batch_norm=False, dbof_pooling_method="average")),
     ("LstmModel", dict(video_level_classifier_model="LogisticModel", lstm_layers=1)),
     ("DeepClassifierModel", dict(video_level_classifier_model="GatedMoeModel", deep_hidden_layers=3)),
     ("DeepClassifierModel", dict(video_level_classifier_model="LogisticModel", deep_hidden_layers=0)),
+    ("TransformerModel", dict(transformer_pooling="first")),
 ]
 SHAPES = [(1, 1), (2, 9), (7, 40), (6, 5)]  # (batch, frames): neither is fixed in the graph; 5: 2019 segments
 
