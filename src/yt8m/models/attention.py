@@ -132,7 +132,13 @@ class TransformerModel(BaseModel):
         index = torch.where(counts[:, None] > self.max_frames, spaced, torch.minimum(slots, counts[:, None] - 1))
         return index, real
 
+    classifier_name = "classifier"
+
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        return self.classifier.compute_logits(self.shared_features(features, num_frames), None)
+
+    def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """The pooled encoder output through context gating: what the classifier reads, a multi-task trunk's."""
         batch, frames, size = features.shape
         index, real = self.frame_indices(_frame_counts(features, num_frames), frames)
         chosen = features.gather(1, index.unsqueeze(-1).expand(-1, -1, size))
@@ -149,7 +155,11 @@ class TransformerModel(BaseModel):
         else:
             weights = real.to(tokens.dtype).unsqueeze(-1)
             pooled = (tokens * weights).sum(dim=1) / weights.sum(dim=1)
-        return self.classifier.compute_logits(self.gating(pooled), None)
+        return self.gating(pooled)
+
+    @property
+    def shared_size(self) -> int:
+        return self.slot_embedding.shape[-1]
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return self.gating.weights()

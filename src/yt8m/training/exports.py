@@ -77,10 +77,11 @@ def _stage_export(staging: str, train_dir: str, checkpoint: str, step: int, resu
 
 
 def _write_objects(target: str, train_dir: str, checkpoint: str, step: int, result: dict[str, Any]) -> None:
-    """An export on object storage, each file uploaded whole, in the order that keeps it readable: config.yaml
+    """An export on object storage, each file uploaded whole, in the order that keeps it readable: the run files
     (so a reader finding the checkpoint finds its config), the checkpoint, then metrics.json, which makes the
     export complete (`list_exports`); then the checkpoints of the export it replaced (final/) go."""
-    copy_file_atomically(os.path.join(train_dir, "config.yaml"), os.path.join(target, "config.yaml"))
+    for name in RUN_FILES:
+        copy_file_atomically(os.path.join(train_dir, name), os.path.join(target, name))
     copy_file_atomically(checkpoint, checkpoint_path(target, step))
     write_file_atomically(os.path.join(target, METRICS_FILE), lambda out: json.dump(result, out, indent=1))
     kept = os.path.basename(checkpoint_path(target, step))
