@@ -530,7 +530,10 @@ def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shar
         deadline = time.time() + 120
         while time.time() < deadline:
             trials = load_study(study_dir).trials if (study_dir / "trials").exists() else []
-            if len(trials) == 3 and trials[2].intermediate_values:
+            # Optuna reads a trial's state and its reports in separate queries: a snapshot can show the reports of a
+            # trial whose state it read as WAITING just before the trial started, so both are waited for.
+            if len(trials) == 3 and trials[2].intermediate_values and \
+                    trials[2].state == optuna.trial.TrialState.RUNNING:
                 break
             time.sleep(0.1)
         assert process.poll() is None and trials[2].state == optuna.trial.TrialState.RUNNING
