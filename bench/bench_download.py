@@ -4,6 +4,7 @@ files from one loopback server (`python -m http.server`, in a process of its own
 Run on demand: `.venv/bin/python bench/bench_download.py` (16 files of 16 MB by default, best of 3 passes each).
 The plain clients read each response into a reused buffer and drop it: the server's raw throughput. yt8m download
 also hashes every byte (MD5), writes it to a temporary file, syncs it to the disk and renames it.
+`--connection_mb_per_s R` paces every response at R MB/s, as a remote mirror limits each connection.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import http.server
 import json
 import os
 import shutil
@@ -50,10 +52,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_server(folder: str) -> tuple[subprocess.Popen, str]:
+def _start_server(folder: str, connection_mb_per_s: float) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                               "--directory", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if connection_mb_per_s:
+        command = [sys.executable, __file__, "--serve", folder, "--port", str(port),
+                   "--connection_mb_per_s", str(connection_mb_per_s)]
+    else:
+        command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", folder]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -62,6 +68,27 @@ def _start_server(folder: str) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError("the loopback server did not start")
+
+
+def _serve_paced(folder: str, port: int, connection_mb_per_s: float) -> None:
+    """http.server's file server (a thread per connection), each response sent at `connection_mb_per_s`."""
+    bytes_per_second = connection_mb_per_s * 1e6
+
+    class PacedHandler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=folder, **kwargs)
+
+        def copyfile(self, source, outputfile) -> None:
+            started, sent = time.perf_counter(), 0
+            while chunk := source.read(256 << 10):
+                outputfile.write(chunk)
+                sent += len(chunk)
+                time.sleep(max(0.0, sent / bytes_per_second - (time.perf_counter() - started)))
+
+        def log_message(self, *args) -> None:
+            pass
+
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), PacedHandler).serve_forever()
 
 
 def _fetch(url: str, output_dir: str | None) -> int:
@@ -119,12 +146,19 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=16, help="MiB per file.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed passes per client; the best is kept.")
     parser.add_argument("--parallel", default="1,4", help="Comma-separated --parallel values of yt8m download.")
+    parser.add_argument("--connection_mb_per_s", type=float, default=0.0,
+                        help="Pace each response at this many MB/s (0: as fast as the server goes).")
+    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the paced server's own process
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve:
+        _serve_paced(args.serve, args.port, args.connection_mb_per_s)
+        return
     folder = tempfile.mkdtemp(prefix="yt8m_bench_download_")
     server = None
     try:
         paths = _write_partition(folder, args.files, args.megabytes)
-        server, url = _start_server(folder)
+        server, url = _start_server(folder, args.connection_mb_per_s)
         _plain_clients(url, paths, 4)  # the files into the page cache
         runs = [("plain, sequential", lambda: _plain_clients(url, paths, 1)),
                 ("plain, 4 parallel", lambda: _plain_clients(url, paths, 4)),
@@ -135,6 +169,7 @@ def main() -> None:
             best = min((measure() for _ in range(args.repeats)), key=lambda result: result["seconds"])
             megabytes = best["bytes"] / 1e6
             line = {"client": client, "files": args.files, "mb": round(megabytes, 1),
+                    "connection_mb_per_s": args.connection_mb_per_s or None,
                     "mb_per_s": round(megabytes / best["seconds"], 1)}
             if "command_seconds" in best:
                 line["mb_per_s_command"] = round(megabytes / best["command_seconds"], 1)

@@ -171,6 +171,26 @@ def test_a_missing_object_store_package_names_the_extra(monkeypatch):
         storage.exists("gs://b/x")
 
 
-def test_an_onnx_export_to_object_storage_is_refused_naming_the_flag(capsys):
-    assert cli.main(["export", "--train_dir", "unused", "--output", f"s3://{BUCKET}/model.onnx"]) == 1
-    assert "--output s3://yt8m-test/model.onnx: an ONNX export is written to a local path" in capsys.readouterr().err
+@pytest.mark.integration
+def test_an_onnx_export_on_object_storage_predicts_as_the_local_one(s3, tiny_data, tmp_path, capsys):
+    """`yt8m export --output s3://...` uploads the graph then its metadata; `predict --model s3://...` reads it back
+    and writes the local export's predictions byte for byte."""
+    train_dir = str(tmp_path / "run")
+    run_cli(capsys, "train", *as_flags(dict(train_data_pattern=tiny_data["train_pattern"], train_dir=train_dir,
+                                            batch_size=64, num_epochs=1, num_readers=0, seed=3, **MODEL_FLAGS)))
+    exports = {"local": str(tmp_path / "export"), "remote": f"s3://{BUCKET}/exports/moe"}
+    predictions = {}
+    for where, output in exports.items():
+        exported = run_cli(capsys, "export", "--train_dir", train_dir, "--output", output)[-1]
+        assert exported["model_file"] == f"{output}/model.onnx"
+        predictions[where] = str(tmp_path / f"{where}.csv")
+        run_cli(capsys, "predict", "--model", output, "--input_data_pattern", tiny_data["test_pattern"],
+                "--output_file", predictions[where], "--num_readers", "0")
+    assert sorted(s3.ls(f"{BUCKET}/exports/moe")) == [f"{BUCKET}/exports/moe/metadata.json",
+                                                       f"{BUCKET}/exports/moe/model.onnx"]
+    remote_csv = (tmp_path / "remote.csv").read_bytes()
+    assert remote_csv == (tmp_path / "local.csv").read_bytes() and remote_csv.count(b"\n") == 49
+    s3.rm_file(f"{BUCKET}/exports/moe/model.onnx")
+    assert cli.main(["predict", "--model", exports["remote"], "--input_data_pattern", tiny_data["test_pattern"],
+                     "--output_file", str(tmp_path / "none.csv")]) == 1
+    assert "exported model not found: s3://yt8m-test/exports/moe/model.onnx" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 import time
 from typing import Any, Optional, Sequence
 
@@ -19,7 +20,7 @@ from yt8m import __version__, storage
 from yt8m.checkpoint import build_model_from_payload, load_checkpoint
 from yt8m.config import ModelConfig, TrainConfig
 from yt8m.extras import require
-from yt8m.files import write_file_atomically
+from yt8m.files import copy_file_atomically, write_file_atomically
 from yt8m.models.model_size import ModelSize, model_size
 
 log = logging.getLogger("yt8m.export")
@@ -133,8 +134,8 @@ def max_abs_difference(model: nn.Module, session: Any, inputs: Sequence[torch.Te
 def artifact_paths(output: str) -> tuple[str, str]:
     """(model file, metadata file) of an export: OUT/model.onnx and OUT/metadata.json when OUT is a
     directory or has no suffix, else OUT and OUT.json."""
-    if os.path.isdir(output) or not os.path.splitext(output)[1]:
-        return os.path.join(output, MODEL_FILE), os.path.join(output, METADATA_FILE)
+    if storage.isdir(output) or not os.path.splitext(output)[1]:
+        return f"{output.rstrip('/')}/{MODEL_FILE}", f"{output.rstrip('/')}/{METADATA_FILE}"
     return output, f"{output}.json"
 
 
@@ -168,8 +169,25 @@ def _describe(value: Any) -> dict[str, Any]:
 def export_checkpoint(checkpoint: str, output: str, task: str = "") -> dict[str, Any]:
     """Export one checkpoint to OUT (see `artifact_paths`); the metadata is written last, atomically, so a
     model without its metadata is an unfinished export that `load_exported` refuses. Of a multi-task checkpoint
-    the head of `task` (default: the first task) is exported, its metadata naming the task and its id key."""
+    the head of `task` (default: the first task) is exported, its metadata naming the task and its id key.
+    OUT on object storage: exported to a local folder (onnx writes and checks files there), then uploaded, the
+    metadata last."""
     require("onnx", "ONNX export")
+    if storage.is_local(output):
+        return _export_to_local(checkpoint, output, task)
+    model_url, metadata_url = artifact_paths(output)
+    storage.remove(metadata_url)
+    with tempfile.TemporaryDirectory(prefix="yt8m-export-") as stage:
+        local_model = os.path.join(stage, os.path.basename(model_url))
+        exported = _export_to_local(checkpoint, local_model, task)
+        for suffix in ("", ".data"):
+            if os.path.exists(local_model + suffix):
+                copy_file_atomically(local_model + suffix, model_url + suffix)
+        copy_file_atomically(exported["metadata_file"], metadata_url)
+    return {**exported, "model_file": model_url, "metadata_file": metadata_url}
+
+
+def _export_to_local(checkpoint: str, output: str, task: str) -> dict[str, Any]:
     payload = load_checkpoint(checkpoint)
     model, config, step = build_model_from_payload(payload, checkpoint, "cpu", task)
     model_path, metadata_path = artifact_paths(output)
@@ -223,19 +241,27 @@ def load_exported(path: str, device: str = "auto") -> ExportedModel:
     require("onnx", "Predicting with an ONNX export")
     model_path, metadata_path = artifact_paths(path)
     metadata = read_metadata(metadata_path)
-    if not os.path.exists(model_path):
+    if not storage.exists(model_path):
         raise FileNotFoundError(f"exported model not found: {model_path} (metadata {metadata_path} is there)")
-    session = create_session(model_path, device)
+    if storage.is_local(model_path):
+        session = create_session(model_path, device)
+    else:  # onnxruntime reads local files: the graph and its external weights are fetched beside each other
+        with tempfile.TemporaryDirectory(prefix="yt8m-export-") as stage:
+            local_model = os.path.join(stage, os.path.basename(model_path))
+            for suffix in ("", ".data"):
+                if suffix == "" or storage.exists(model_path + suffix):
+                    copy_file_atomically(model_path + suffix, local_model + suffix)
+            session = create_session(local_model, device)
     check_metadata_matches(metadata, session, metadata_path)
     return ExportedModel(session, metadata, model_path)
 
 
 def read_metadata(path: str) -> dict[str, Any]:
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise FileNotFoundError(f"export metadata not found: {path} (written last by `yt8m export`; "
                                 "re-export if the export was interrupted)")
     try:
-        with open(path) as fh:
+        with storage.open_file(path, "r") as fh:
             metadata = json.load(fh)
     except json.JSONDecodeError as err:
         raise ExportError(f"{path}: not valid JSON ({err})") from err

@@ -35,12 +35,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--train_dir", default="", help="Export this train dir's latest checkpoint.")
     parser.add_argument("--checkpoint", default="", help="Export this checkpoint file instead of the latest.")
     parser.add_argument("--output", required=True,
-                        help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json).")
+                        help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json); local "
+                             "or a URL (s3://, gs://).")
     parser.add_argument("--task", default="", help="A multi-task run: export this task's head (default: the first).")
     args = parser.parse_args(argv)
-    if not storage.is_local(args.output):
-        raise ValueError(f"--output {args.output}: an ONNX export is written to a local path (onnx and onnxruntime "
-                         f"write and check files there); copy it to object storage afterwards")
     setup_logging()
     for chatty in ("onnxscript", "onnx_ir"):  # their INFO lines narrate every optimizer pass
         logging.getLogger(chatty).setLevel(logging.WARNING)
