@@ -48,6 +48,8 @@ class Mirror:
         self.plan = json.dumps(plan).encode()
         self.faults: dict[str, list[str]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.sending, self.most_sending = 0, 0  # responses being sent at once, now and at most
+        self._count = threading.Lock()
         self.stalled = threading.Event()
         self.release = threading.Event()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -106,6 +108,16 @@ class Mirror:
                     return
                 if fault == "wrong":
                     data = bytes([data[0] ^ 1]) + data[1:]
+                with mirror._count:
+                    mirror.sending += 1
+                    mirror.most_sending = max(mirror.most_sending, mirror.sending)
+                try:
+                    self._write_body(data, fault)
+                finally:
+                    with mirror._count:
+                        mirror.sending -= 1
+
+            def _write_body(self, data: bytes, fault: str | None) -> None:
                 if fault in ("drop", "stall"):
                     self.wfile.write(data[:len(data) // 2])
                     self.wfile.flush()
@@ -157,6 +169,30 @@ def test_downloads_every_file_verified_under_the_official_names(mirror, tmp_path
                                             "train0051.tfrecord", "train0114.tfrecord", "train0185.tfrecord",
                                             "train3843.tfrecord"])
     assert local_plan(tmp_path)["files"] == {}  # nothing left
+
+
+def test_a_file_being_synced_leaves_its_connection_to_the_next_file(mirror, tmp_path, capsys, monkeypatch):
+    """--parallel 1: while the first file is synced to the disk, the next one downloads (the one connection is free),
+    and never are two files sent at once."""
+    synced_during_next_get = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_first_file_sync(fd: int) -> None:
+        if "train" in os.readlink(f"/proc/self/fd/{fd}") and not synced_during_next_get.is_set():
+            gets = len(mirror.gets())
+            deadline = time.time() + 5
+            while len(mirror.gets()) == gets and time.time() < deadline:
+                time.sleep(0.01)
+            if len(mirror.gets()) > gets:
+                synced_during_next_get.set()
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_first_file_sync)
+    status, summary, _ = run(mirror, tmp_path, "--parallel", "1", capsys=capsys)
+    assert status == 0 and summary["files"] == 6
+    assert synced_during_next_get.is_set()
+    assert mirror.most_sending == 1
+    assert_downloaded(tmp_path, mirror.files, mirror.files)
 
 
 def test_official_names_and_urls():
