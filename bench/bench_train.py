@@ -7,11 +7,13 @@ without input pipeline, logging or checkpoints. Any registered model can be name
 Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,DbofModel] [--steps 20]
        .venv/bin/python bench/bench_train.py --models MoeModel --kernels all --kernels none --kernels=-moe
        .venv/bin/python bench/bench_train.py --models TransformerModel --set transformer_max_frames=32 --steps 3
+       .venv/bin/python bench/bench_train.py --models MoeModel --versus 'tasks=[{name: main}]'   # a setting's cost
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -198,6 +200,10 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
     settings = args.kernels or ["all"]
     by_setting = {setting: {"trainer": [], "bare": []} for setting in settings}
+    versus = {text: dataclasses.replace(config, train_dir=f"{config.train_dir}-versus{index}",
+                                        **settings_given(argparse.Namespace(set=[text])))
+              for index, text in enumerate(args.versus)}
+    by_versus: dict[str, list[float]] = {text: [] for text in args.versus}
     for _ in range(args.rounds):
         use_kernels(settings[0])
         ceiling, matmuls = ceiling_examples_per_sec(config)
@@ -211,6 +217,8 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
             by_setting[setting]["bare"].append(round(bare_loop_examples_per_sec(config), 1))
             if setting == settings[0]:
                 rounds["input_wait"].append(summary["input_wait_fraction"])
+        for text, changed in versus.items():
+            by_versus[text].append(train(changed)["examples_per_sec"])
     rounds["trainer"], rounds["bare"] = by_setting[settings[0]]["trainer"], by_setting[settings[0]]["bare"]
     trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
     result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
@@ -224,6 +232,9 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         result["trainer_over_bfloat16_ceiling"] = round(trainer / max(rounds["bfloat16_ceiling"]), 3)
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
+    if versus:  # each round trains both, one after the other: the ratio of the rounds' medians
+        result["versus"] = {text: {"trainer_examples_per_sec": runs, "over_base_median": round(
+            statistics.median(runs) / statistics.median(rounds["trainer"]), 4)} for text, runs in by_versus.items()}
     if len(settings) > 1:
         result["kernels"] = {"settings": by_setting,
                              "interleaved_bare_step_ms": interleaved_step_ms(config, settings, args.steps)}
@@ -253,6 +264,9 @@ def main() -> int:
     parser.add_argument("--mixed_precision", action="store_true",
                         help="Train with --mixed_precision (bfloat16 autocast); also reports the bfloat16 ceiling.")
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
+    parser.add_argument("--versus", action="append", default=[], metavar="NAME=VALUE",
+                        help="Also train with this setting changed, in every round after the base run; reports its "
+                             "trainer examples/s and the ratio of the medians to the base (e.g. tasks=[{name: main}]).")
     parser.add_argument("--kernels", action="append", default=None,
                         help="Fused CPU kernels to use: all (the default), none, a comma list of "
                              f"{', '.join(kernels.KERNELS)}, or -NAME for all but NAME. Given more than once, the "
