@@ -128,6 +128,61 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
     assert not (tmp_path / "study").exists()
 
 
+TWO_TASKS = [{"name": "main"}, {"name": "copy", "head_model": "LogisticModel", "weight": 0.5}]
+
+
+def test_task_weights_and_head_hyperparameters_are_searched(tmp_path, shards, capsys):
+    """tasks.TASK.FIELD and tasks.TASK.head_hparams.HPARAM reach the task's entry in each trial's config and in
+    best.yaml, which `yt8m train --config` takes as it is."""
+    search = {"tasks.copy.weight": {"type": "float", "low": 0.1, "high": 2.0},
+              "tasks.main.head_hparams.moe_num_mixtures": {"type": "int", "low": 1, "high": 3},
+              "tasks.copy.loss": {"type": "categorical", "choices": ["CrossEntropyLoss", "SoftmaxLoss"]}}
+    enqueue = [{"tasks.copy.weight": 1.5, "tasks.main.head_hparams.moe_num_mixtures": 3,
+                "tasks.copy.loss": "SoftmaxLoss"}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="MoeModel", tasks=TWO_TASKS, num_epochs=1,
+                     tune={"enqueue": enqueue, "pruner": "none"})
+    document = yaml.safe_load(Path(path).read_text())
+    document["objective"] = {"metric": "copy/gap"}  # a task's metric is the objective
+    Path(path).write_text(yaml.safe_dump(document, sort_keys=False))
+    summary = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert summary["n_trials"]["complete"] == 2 and summary["metric"] == "copy/gap"
+    for trial in load_study(tmp_path / "study").trials:
+        assert trial.value == trial.user_attrs["metrics"]["copy/gap"] != trial.user_attrs["metrics"]["main/gap"]
+        saved = yaml.safe_load((Path(trial.user_attrs["train_dir"]) / "config.yaml").read_text())
+        main_task, copy_task = saved["tasks"]
+        assert copy_task["weight"] == trial.params["tasks.copy.weight"]
+        assert copy_task["loss"] == trial.params["tasks.copy.loss"] and copy_task["head_model"] == "LogisticModel"
+        assert main_task["head_hparams"] == {"moe_num_mixtures": trial.params["tasks.main.head_hparams.moe_num_mixtures"]}
+        assert not any(name.startswith("tasks.") for name in saved)
+    first = yaml.safe_load((tmp_path / "study" / "trials" / "trial-0" / "config.yaml").read_text())
+    assert first["tasks"][1]["weight"] == 1.5 and first["tasks"][0]["head_hparams"] == {"moe_num_mixtures": 3}
+    best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())
+    assert [task["name"] for task in best["tasks"]] == ["main", "copy"] and "tasks.copy.weight" not in best
+
+
+def test_task_fields_that_cannot_be_searched_are_named(tmp_path, shards, capsys):
+    search = {"tasks.nope.weight": {"type": "float", "low": 0.1, "high": 1.0},
+              "tasks.copy.train_data_pattern": {"type": "categorical", "choices": ["a", "b"]},
+              "tasks.copy.loss": {"type": "float", "low": 0.1, "high": 1.0},
+              "tasks.copy.head_hparams.no_such_flag": {"type": "int", "low": 1, "high": 3},
+              "tasks.copy.weight": {"type": "float", "low": -1.0, "high": 1.0}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, tasks=TWO_TASKS, **{"tasks.copy.weight": 0.3})
+    document = yaml.safe_load(Path(path).read_text())
+    document["objective"] = {"metric": "nope/map"}
+    Path(path).write_text(yaml.safe_dump(document, sort_keys=False))
+    assert cli.main(["tune", "--config", path]) == 1
+    err = capsys.readouterr().err
+    for expected in ["search.tasks.nope.weight: names no task of train.tasks (tasks there: main, copy",
+                     "search.tasks.copy.train_data_pattern: unknown task field (searchable: weight, loss",
+                     "search.tasks.copy.loss: a float range needs a numeric field",
+                     "search.tasks.copy.head_hparams.no_such_flag: unknown task field",
+                     "search.tasks.copy.weight value -1.0: ",
+                     "train.tasks.copy.weight: a task's fixed fields go in its entry of train.tasks",
+                     "objective.metric 'nope/map': no task is named 'nope' (tasks: main, copy)"]:
+        assert expected in err
+    assert "7 problem(s)" in err
+
+
 @pytest.mark.parametrize("name", ["tune_video.yaml", "tune_frame.yaml"])
 def test_example_configs_are_valid(name):
     spec = load_tune_spec(str(REPO_ROOT / "configs" / name))

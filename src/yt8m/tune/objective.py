@@ -18,7 +18,7 @@ from yt8m.checkpoint import checkpoint_dir
 from yt8m.training.exports import EXPORT_DIR
 from yt8m.config import TrainConfig
 from yt8m.models.model_size import ModelTooLargeError
-from yt8m.tune.space import TuneSpec, report_schedule
+from yt8m.tune.space import TuneSpec, objective_key, report_schedule
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
     INTERRUPTED_PREFIX,
@@ -66,12 +66,16 @@ class ValidationReporter:
     pruned_at: Optional[int] = None
     failure: Optional[str] = None
 
+    @property
+    def key(self) -> str:
+        return objective_key(self.spec.metric, self.config)
+
     def __call__(self, event: "TrainEvent") -> bool:
         self.epochs, self.examples = event.epoch, event.examples
         if event.kind != "checkpoint" or event.metrics is None:
             return False
         self.metrics = event.metrics
-        value = event.metrics[self.spec.metric]
+        value = event.metrics[self.key]
         if not math.isfinite(value):
             self.failure = f"validation {self.spec.metric} is {value} at step {event.step}"
             return True
@@ -156,7 +160,7 @@ class TrialObjective:
                                      f"validation {self.spec.metric} {reporter.reports[-1][1]:.5f}")
         if not reporter.metrics:
             raise TrialFailure("the trial ended without a validation result")
-        return reporter.metrics[self.spec.metric]
+        return reporter.metrics[reporter.key]
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
         """Workers on other machines may start trials at the same moment; the later ones give way."""

@@ -5,6 +5,7 @@ Validation collects every problem in the file (and the flags) into one ValueErro
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -17,6 +18,7 @@ import optuna
 
 from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
 from yt8m.fields import setting
+from yt8m.multitask.spec import TaskConfig, is_multitask, task_entries
 from yt8m.tasks import task_type
 from yt8m.training.evaluation import HIGHER_IS_BETTER
 
@@ -33,6 +35,11 @@ TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
 EVAL_PATTERN = "eval_data_pattern"
 # What trial configs are checked with before the study starts, in place of each trial's own directory.
 PLACEHOLDER_TRAIN_DIR = "<study_dir>/trials/trial-<number>"
+# A searched field of one task of `train.tasks`: tasks.TASK.FIELD, or tasks.TASK.head_hparams.HPARAM.
+TASK_PREFIX = "tasks."
+HEAD_HPARAMS = "head_hparams"
+# The task fields a search may vary; the others say what the task is (its data, classes), which a study keeps.
+SEARCHABLE_TASK_FIELDS = ("weight", "loss", "head_model", "metric")
 
 
 @dataclass
@@ -123,7 +130,7 @@ class TuneSpec:
     def trial_config(self, params: dict[str, Any], train_dir: str, **overrides: Any) -> TrainConfig:
         values = {**self.train, EVAL_PATTERN: self.eval_data_pattern, **params, "train_dir": train_dir,
                   "start_new_model": True, **overrides}
-        return config_from_dict(TrainConfig, values, source=f"{self.source}: trial config")
+        return config_from_dict(TrainConfig, with_task_fields(values), source=f"{self.source}: trial config")
 
     def identity(self) -> str:
         """What must not change when a study is resumed: the fixed fields, the space and the objective."""
@@ -138,9 +145,9 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     problems = [f"{path}: unknown section '{name}' (sections: {', '.join(SECTIONS)})"
                 for name in document if name not in SECTIONS]
     train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
-    search = _read_search(path, _section(path, document, "search", problems), problems)
+    search = _read_search(path, _section(path, document, "search", problems), train, problems)
     metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
-    _check_objective_task(path, train, metric, problems)
+    _check_objective_task(path, train, search, metric, problems)
     tune_section = dict(_section(path, document, "tune", problems))
     raw_enqueue = tune_section.pop("enqueue", [])
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
@@ -180,6 +187,9 @@ def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str
             problems.append(f"{path}: train.{name} is set by yt8m tune for each trial "
                             f"(<study_dir>/trials/trial-<number>); remove it")
             values.pop(name)
+    for name in [name for name in values if name.startswith(TASK_PREFIX)]:
+        problems.append(f"{path}: train.{name}: a task's fixed fields go in its entry of train.tasks")
+        values.pop(name)
     fixed = _typed_values(values, f"{path}: train", problems)
     if not fixed.get("train_data_pattern"):
         problems.append(f"{path}: train.train_data_pattern is required")
@@ -194,29 +204,81 @@ def _typed_values(values: dict[str, Any], source: str, problems: list[str]) -> d
     whole trial configs (`_check_trial_configs`), where the other fields have the values a trial gives them."""
     typed = {}
     for name, value in values.items():
-        holder = _collect(problems, config_from_dict, _field_holder(name), {name: value}, source)
+        short = name.rsplit(".", 1)[-1]
+        holder = _collect(problems, config_from_dict, _field_holder(name), {short: value}, source)
         if holder is not None:
-            value = getattr(holder, name)
-            # Optuna's choices are plain values: a list field (feature_sizes) is searched in its comma form.
-            typed[name] = ",".join(map(str, value)) if isinstance(value, list) else value
+            value = getattr(holder, short)
+            # Optuna's choices are plain values: a list field (feature_sizes) is searched in its comma form; the
+            # tasks (a list of mappings) are never searched whole and stay as they are.
+            plain_list = isinstance(value, list) and not any(isinstance(item, dict) for item in value)
+            typed[name] = ",".join(map(str, value)) if plain_list else value
     return typed
 
 
 @functools.lru_cache(maxsize=None)
 def _field_holder(name: str) -> type:
-    """A config class holding only the `yt8m train` field `name`, with its type (none when it is not a field)."""
-    fields = [(name, field_type(TrainConfig, name), None)] if name in field_names(TrainConfig) else []
+    """A config class holding only the searchable field `name` (a `yt8m train` field or a task's, named by its
+    last part), with its type (none when it is not a field)."""
+    kind = searched_field_type(name)
+    fields = [(name.rsplit(".", 1)[-1], kind, None)] if kind is not None else []
     return dataclasses.make_dataclass("TrainField", fields)
 
 
-def _read_search(path: str, section: dict, problems: list[str]) -> list[Param]:
+def searched_field_type(name: str) -> Optional[type]:
+    """The type of a searchable field: a `yt8m train` field, tasks.TASK.FIELD (a TaskConfig field) or
+    tasks.TASK.head_hparams.HPARAM (a model hyper-parameter, typed as its `yt8m train` flag); None if not one."""
+    if not name.startswith(TASK_PREFIX):
+        return field_type(TrainConfig, name) if name in field_names(TrainConfig) else None
+    parts = name.split(".")
+    if len(parts) == 3 and parts[2] in SEARCHABLE_TASK_FIELDS:
+        return field_type(TaskConfig, parts[2])
+    if len(parts) == 4 and parts[2] == HEAD_HPARAMS and parts[3] in field_names(TrainConfig):
+        return field_type(TrainConfig, parts[3])
+    return None
+
+
+def with_task_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Config values with each tasks.TASK.FIELD value moved into TASK's entry of `tasks`."""
+    task_values = {name: value for name, value in values.items() if name.startswith(TASK_PREFIX)}
+    if not task_values:
+        return values
+    tasks = copy.deepcopy(list(values.get("tasks") or []))
+    for name, value in task_values.items():
+        _, task, *path = name.split(".")
+        entry = next(entry for entry in tasks if entry.get("name") == task)
+        if path[0] == HEAD_HPARAMS:
+            entry[HEAD_HPARAMS] = {**(entry.get(HEAD_HPARAMS) or {}), path[1]: value}
+        else:
+            entry[path[0]] = value
+    return {**{name: value for name, value in values.items() if name not in task_values}, "tasks": tasks}
+
+
+def _task_field_problem(name: str, train: dict[str, Any]) -> Optional[str]:
+    """Why tasks.TASK.FIELD cannot be searched, if it cannot."""
+    names = [entry.get("name") for entry in train.get("tasks") or [] if isinstance(entry, dict)]
+    parts = name.split(".")
+    if len(parts) < 3 or parts[1] not in names:
+        return (f"names no task of train.tasks (tasks there: {', '.join(map(str, names)) or 'none'}; "
+                "a task's field is searched as tasks.TASK.FIELD)")
+    if searched_field_type(name) is None:
+        return (f"unknown task field (searchable: {', '.join(SEARCHABLE_TASK_FIELDS)}, "
+                f"{HEAD_HPARAMS}.HPARAM with HPARAM a model hyper-parameter flag)")
+    return None
+
+
+def _read_search(path: str, section: dict, train: dict[str, Any], problems: list[str]) -> list[Param]:
     if not section:
         problems.append(f"{path}: section 'search' must name at least one field to search")
     known = set(field_names(TrainConfig))
     params: list[Param] = []
     for name, spec in section.items():
         where = f"{path}: search.{name}"
-        if name not in known:
+        if name.startswith(TASK_PREFIX):
+            problem = _task_field_problem(name, train)
+            if problem:
+                problems.append(f"{where}: {problem}")
+                continue
+        elif name not in known:
             problems.append(f"{where}: unknown field (not a `yt8m train` field)")
             continue
         if name in TUNE_OWNED_FIELDS:
@@ -267,7 +329,7 @@ def _read_choices(where: str, name: str, raw: Any, problems: list[str]) -> tuple
 
 
 def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str]) -> Optional[tuple]:
-    value_type = field_type(TrainConfig, name)
+    value_type = searched_field_type(name)
     if value_type not in (int, float):
         problems.append(f"{where}: a {kind} range needs a numeric field, but '{name}' holds "
                         f"{value_type.__name__} values; use type: categorical")
@@ -330,24 +392,54 @@ def _read_objective(path: str, section: dict, problems: list[str]) -> tuple[str,
     if unknown:
         problems.append(f"{path}: objective: unknown key(s) {', '.join(unknown)} (allowed: metric, direction)")
     metric = section.get("metric", "gap")
-    if metric not in METRIC_DIRECTIONS:
+    plain = metric.rpartition("/")[2]  # TASK/METRIC with tasks
+    if plain not in METRIC_DIRECTIONS:
         problems.append(f"{path}: objective.metric {metric!r} is not a validation metric "
-                        f"(use one of: {', '.join(METRIC_DIRECTIONS)})")
+                        f"(use one of: {', '.join(METRIC_DIRECTIONS)}; with tasks, TASK/METRIC)")
         return "gap", "maximize"
-    direction = section.get("direction", METRIC_DIRECTIONS[metric])
+    direction = section.get("direction", METRIC_DIRECTIONS[plain])
     if direction not in ("maximize", "minimize"):
         problems.append(f"{path}: objective.direction {direction!r} must be maximize or minimize")
     return metric, direction
 
 
-def _check_objective_task(path: str, train: dict[str, Any], metric: str, problems: list[str]) -> None:
-    """The objective must be a metric the trials' task reports: segment_map needs segment_labels, map video labels."""
-    segment_labels = bool(train.get("segment_labels"))
-    names = task_type(segment_labels).metric_names
-    if metric not in names:
-        kind = "segment (train: segment_labels)" if segment_labels else "video-level"
+def _check_objective_task(path: str, train: dict[str, Any], search: list[Param], metric: str,
+                          problems: list[str]) -> None:
+    """The objective must be a metric the trials report: segment_map needs segment labels, map video labels; with
+    tasks, TASK/METRIC of one of them (a plain METRIC: the first task's)."""
+    task, _, plain = metric.rpartition("/")
+    entries = _objective_task_entries(train, search)
+    if task and not entries:
+        problems.append(f"{path}: objective.metric {metric!r} names a task, but train has no tasks")
+        return
+    if task and task not in [entry.get("name") for entry in entries]:
+        problems.append(f"{path}: objective.metric {metric!r}: no task is named {task!r} (tasks: "
+                        f"{', '.join(str(entry.get('name')) for entry in entries)})")
+        return
+    chosen = next((entry for entry in entries if entry.get("name") == task), entries[0] if entries else None)
+    segments = chosen.get("label_source") == "segments" if chosen else bool(train.get("segment_labels"))
+    names = task_type(segments).metric_names
+    if plain not in names:
+        kind = "segment (segment labels)" if segments else "video-level"
         problems.append(f"{path}: objective.metric {metric!r} is not a {kind} metric (use one of: "
                         f"{', '.join(name for name in names if not name.startswith('num_'))})")
+
+
+def _objective_task_entries(train: dict[str, Any], search: list[Param]) -> list[dict[str, Any]]:
+    """The tasks trials train, as `tasks:` entries (the --aux_vertical_weight shorthand's too, fixed or searched)."""
+    from types import SimpleNamespace
+
+    aux = train.get("aux_vertical_weight") or (1.0 if any(p.name == "aux_vertical_weight" for p in search) else 0)
+    tasks = [entry for entry in train.get("tasks") or [] if isinstance(entry, dict)]
+    return task_entries(SimpleNamespace(tasks=tasks, aux_vertical_weight=aux, vocabulary_file=""))
+
+
+def objective_key(metric: str, config: TrainConfig) -> str:
+    """The objective's key in a trial's validation metrics: with tasks TASK/METRIC, a plain METRIC the first
+    task's."""
+    if not is_multitask(config) or "/" in metric:
+        return metric
+    return f"{task_entries(config)[0]['name']}/{metric}"
 
 
 def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> TuneSettings:
@@ -433,7 +525,7 @@ def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], 
 
 def _config_problems(values: dict[str, Any], source: str) -> list[str]:
     problems: list[str] = []
-    _collect(problems, config_from_dict, TrainConfig, values, source)
+    _collect(problems, config_from_dict, TrainConfig, with_task_fields(values), source)
     return problems
 
 
