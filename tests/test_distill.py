@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_dir  # noqa: F401
@@ -214,3 +215,46 @@ def test_two_torchrun_processes_distill_from_a_run(tiny_data, trained_dir, tmp_p
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2 and summary["global_step"] == 4
     assert "distilling from" in done.stderr
+
+
+def test_a_teacher_task_on_the_shared_head_trains_as_single_task_distillation(tiny_data, teacher_jsonl, tmp_path,
+                                                                               capsys):
+    """tasks [main (weight 1 - W), a teacher task (weight W) on main's head] is --teacher with --distill_weight W:
+    the same weights after training, through the CLI; the teacher task is validated on the records' labels."""
+    single = train_cli(student_values(tiny_data, tmp_path / "single", teacher=teacher_jsonl, distill_weight=0.7,
+                                      distill_temperature=2), capsys)
+    config = student_values(tiny_data, tmp_path / "tasks", eval_data_pattern=tiny_data["validate_pattern"], tasks=[
+        {"name": "main", "weight": 0.3},
+        {"name": "soft", "label_source": "teacher", "teacher": teacher_jsonl, "head": "shared", "weight": 0.7,
+         "distill_temperature": 2, "validate": True}])
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump(config))
+    assert cli_main(["train", "--config", str(tmp_path / "tasks.yaml")]) == 0, capsys.readouterr().err
+    tasks = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert tasks["global_step"] == single["global_step"] == 4
+    single_weights = load_checkpoint(final_checkpoint(str(tmp_path / "single")))["model"]
+    task_weights = load_checkpoint(final_checkpoint(str(tmp_path / "tasks")))["model"]
+    assert [tensor.shape for tensor in single_weights.values()] == [tensor.shape for tensor in task_weights.values()]
+    for single_tensor, task_tensor in zip(single_weights.values(), task_weights.values()):
+        torch.testing.assert_close(task_tensor, single_tensor, rtol=1e-5, atol=1e-6)
+    metrics = json.loads(next((tmp_path / "tasks" / "eval").glob("metrics-*.json")).read_text())
+    assert metrics["soft/gap"] == metrics["main/gap"]  # one head, judged on the same labels
+
+
+def test_teacher_task_problems_are_named(tiny_data, trained_dir, tmp_path, capsys):
+    base = student_values(tiny_data, tmp_path / "run", num_epochs=1, max_steps=None)
+    for tasks, expected in [
+            ([{"name": "main"}, {"name": "soft", "label_source": "teacher"}], "label_source teacher needs teacher"),
+            ([{"name": "main"}, {"name": "soft", "teacher": str(trained_dir)}], "but label_source is 'labels'"),
+            ([{"name": "main"}, {"name": "soft", "label_source": "teacher", "teacher": str(trained_dir),
+              "num_classes": NUM_CLASSES + 1}],
+             f"task soft: teacher {trained_dir} predicts {NUM_CLASSES} classes, the student num_classes "
+             f"{NUM_CLASSES + 1}"),
+            ([{"name": "main"}, {"name": "soft", "label_source": "teacher", "teacher": str(tmp_path / "nowhere")}],
+             f"task soft: teacher {tmp_path / 'nowhere'}: no such file or directory")]:
+        (tmp_path / "tasks.yaml").write_text(yaml.safe_dump({**base, "tasks": tasks}))
+        assert cli_main(["train", "--config", str(tmp_path / "tasks.yaml")]) == 1
+        assert expected in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    flags = as_flags(student_values(tiny_data, tmp_path / "run", teacher=str(trained_dir)))
+    assert cli_main(["train", *flags, "--aux_vertical_weight", "0.1", "--vocabulary_file", "v.csv"]) == 1
+    assert "with tasks, the teacher is a task of its own (label_source: teacher" in capsys.readouterr().err

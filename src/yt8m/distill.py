@@ -121,24 +121,32 @@ def teacher_problems(config: Any) -> list[str]:
     if config.segment_labels:
         problems.append("--teacher distills video-level predictions: it does not combine with --segment_labels")
     if getattr(config, "tasks", None) or getattr(config, "aux_vertical_weight", 0):
-        problems.append("--teacher does not combine with tasks: or --aux_vertical_weight yet: distill a single-task "
-                        "run")
+        problems.append("--teacher does not combine with tasks: or --aux_vertical_weight: with tasks, the teacher "
+                        "is a task of its own (label_source: teacher, teacher: PATH)")
+    student = TeacherInputs(config.feature_names, config.feature_sizes, config.frame_features, config.num_classes)
+    return problems + teacher_fit_problems(config.teacher, student, "--teacher", "--num_classes")
+
+
+def teacher_fit_problems(teacher: str, student: TeacherInputs, flag: str, classes_flag: str) -> list[str]:
+    """Whether `teacher` is a teacher whose targets fit a student that reads and predicts `student`; problems
+    name the teacher by `flag` and the student's classes by `classes_flag`."""
     try:
-        kind, path = locate_teacher(config.teacher)
+        kind, path = locate_teacher(teacher)
         reads = teacher_inputs(kind, path)
     except (OSError, ValueError) as err:
-        return problems + [str(err)]
+        return [str(err).replace("--teacher", flag, 1)]
     if reads is None:
-        return problems
-    if reads.num_classes != config.num_classes:
-        problems.append(f"--teacher {config.teacher} predicts {reads.num_classes} classes, the student "
-                        f"--num_classes {config.num_classes}")
-    student = TeacherInputs(config.feature_names, config.feature_sizes, config.frame_features, reads.num_classes)
+        return []
+    problems = []
+    if reads.num_classes != student.num_classes:
+        problems.append(f"{flag} {teacher} predicts {reads.num_classes} classes, the student {classes_flag} "
+                        f"{student.num_classes}")
+    student = dataclasses.replace(student, num_classes=reads.num_classes)
     if reads != student:
-        problems.append(f"--teacher {config.teacher} reads {reads.describe()}, the student's batches carry "
+        problems.append(f"{flag} {teacher} reads {reads.describe()}, the student's batches carry "
                         f"{student.describe()}: a model teacher runs on the student's batches. Predict with the "
                         f"teacher on its own shards of the training videos (`yt8m predict --output_format jsonl "
-                        f"--top_k {config.num_classes}`) and pass that file as --teacher")
+                        f"--top_k {student.num_classes}`) and pass that file as the teacher")
     return problems
 
 
@@ -290,13 +298,14 @@ def probability_logits(probabilities: torch.Tensor) -> torch.Tensor:
     return torch.log(capped) - torch.log1p(-capped)
 
 
-def open_teacher(config: Any, device: torch.device, locate: Optional[Locator] = None) -> Teacher:
-    """The teacher of a train config's --teacher, ready to give targets on `device`."""
-    kind, path = locate_teacher(config.teacher)
+def open_teacher(teacher: str, num_classes: int, device: torch.device, locate: Optional[Locator] = None) -> Teacher:
+    """The teacher at `teacher` (a run, checkpoint, ONNX export or predictions file), ready to give targets of
+    `num_classes` classes on `device`."""
+    kind, path = locate_teacher(teacher)
     if kind == "predictions":
-        return StoredTeacher(path, config.num_classes, locate)
+        return StoredTeacher(path, num_classes, locate)
     if kind == "onnx":
-        return OnnxTeacher(path, config.device)
+        return OnnxTeacher(path, str(device))
     return CheckpointTeacher(path, device)
 
 
@@ -366,7 +375,7 @@ def training_task(config: Any, loss_fn: nn.Module, device: torch.device,
     if not config.teacher:
         yield label_task
         return
-    teacher = open_teacher(config, device, locate)
+    teacher = open_teacher(config.teacher, config.num_classes, device, locate)
     try:
         log.info("distilling from %s (%s: %s), --distill_weight %g, --distill_temperature %g, --distill_loss %s",
                  teacher.source, teacher.mode, "run on each batch" if teacher.mode == "streamed"

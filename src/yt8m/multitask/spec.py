@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from yt8m.fields import setting
 
-LABEL_SOURCES = ("labels", "vocabulary", "segments")
+LABEL_SOURCES = ("labels", "vocabulary", "segments", "teacher")
 HEAD_KINDS = ("own", "shared")
 MAIN_TASK = "main"  # the implicit first task of --aux_vertical_weight without a `tasks:` section
 VERTICAL_TASK = "vertical"
@@ -37,8 +37,16 @@ class TaskConfig:
     eval_data_pattern: str = setting("", "Validation shards (default: --eval_data_pattern where the task trains on "
                                          "--train_data_pattern).")
     label_source: str = setting("labels", "'labels' (the record's), 'vocabulary' (the record's labels mapped through "
-                                          "a vocabulary column) or 'segments' (2019 segment ratings).",
+                                          "a vocabulary column), 'segments' (2019 segment ratings) or 'teacher' (a "
+                                          "teacher's soft targets for the records; validated on their labels).",
                                 choices=lambda: LABEL_SOURCES)
+    teacher: str = setting("", "label_source teacher: a run, checkpoint, ONNX export or predictions file (JSONL, CSV) "
+                               "whose predictions on this task's videos are its targets.")
+    distill_temperature: float = setting(1.0, "label_source teacher: the distillation temperature T (losses scaled "
+                                              "by T^2).", at_least=1e-6)
+    distill_loss: str = setting("binary", "label_source teacher: 'binary' (per-class sigmoid cross-entropy) or "
+                                          "'softmax' (KL divergence of the softmaxes).", choices=lambda: ("binary",
+                                                                                                      "softmax"))
     vocabulary_file: str = setting("", "label_source vocabulary: the vocabulary CSV (default: --vocabulary_file).")
     vocabulary_column: str = setting(DEFAULT_VOCABULARY_COLUMN, "label_source vocabulary: the column whose values "
                                                                 "are this task's classes (sorted by name).")
@@ -59,6 +67,10 @@ class TaskConfig:
         problems = []
         if not isinstance(self.head_hparams, dict):
             problems.append(f"head_hparams must be a mapping of hyper-parameter: value, got {self.head_hparams!r}")
+        if (self.label_source == "teacher") != bool(self.teacher):
+            problems.append("label_source teacher needs teacher: PATH" if self.teacher == "" else
+                            f"teacher {self.teacher} is given, but label_source is {self.label_source!r} (use "
+                            "label_source: teacher)")
         if "/" in self.name:
             problems.append(f"name {self.name!r} must not contain '/' (metrics are named TASK/METRIC)")
         if self.head == "shared" and (self.head_model or self.head_hparams):
@@ -86,6 +98,9 @@ class TaskSpec:
     metric: str
     validate: bool
     id_key: str = ""  # of its training records: "id" (2018 and later) or "video_id" (2017); set with the data read
+    teacher: str = ""
+    distill_temperature: float = 1.0
+    distill_loss: str = "binary"
 
     @property
     def segments(self) -> bool:
@@ -153,7 +168,8 @@ def _resolve(task: TaskConfig, config: Any, first: str) -> TaskSpec:
         vocabulary_column=task.vocabulary_column, num_classes=num_classes,
         head=first if task.head == "shared" else task.name, head_model=task.head_model,
         head_hparams=dict(task.head_hparams), loss=task.loss or config.label_loss, weight=task.weight,
-        metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate)
+        metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate, teacher=task.teacher,
+        distill_temperature=task.distill_temperature, distill_loss=task.distill_loss)
 
 
 def task_problems(config: Any) -> list[str]:

@@ -78,6 +78,8 @@ def plan_tasks(config: Any, top_k: int = 20) -> MultiTaskPlan:
             spec.num_classes = records
             tasks[spec.name] = (SegmentTask(loss, records, config.top_n) if spec.segments
                                 else VideoTask(loss, records, top_k))
+        if spec.teacher:
+            _check_teacher(spec, config)
         key = (spec.train_data_pattern, spec.segments)
         source = sources.setdefault(key, TaskSource(*key, records))
         if source.record_classes != records:
@@ -90,6 +92,40 @@ def plan_tasks(config: Any, top_k: int = 20) -> MultiTaskPlan:
             raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head}'s {head_classes} classes, but "
                              f"the task has {spec.num_classes} (num_classes)")
     return MultiTaskPlan(specs, tasks, list(sources.values()), record_classes)
+
+
+def _check_teacher(spec: TaskSpec, config: Any) -> None:
+    from yt8m.distill import TeacherInputs, teacher_fit_problems
+
+    student = TeacherInputs(config.feature_names, config.feature_sizes, config.frame_features, spec.num_classes)
+    problems = teacher_fit_problems(spec.teacher, student, f"task {spec.name}: teacher", "num_classes")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+@contextlib.contextmanager
+def task_teachers(plan: MultiTaskPlan, device: torch.device) -> Iterator[None]:
+    """Open the teachers of the plan's teacher tasks for the block: each such task trains on its teacher's soft
+    targets alone (a DistillationTask of weight 1 around its label task, which validation keeps using)."""
+    from yt8m.data.tfrecord import expand_pattern
+    from yt8m.distill import DistillationTask, open_teacher
+    from yt8m.predict import find_video
+
+    with contextlib.ExitStack() as teachers:
+        for spec in plan.specs:
+            if spec.teacher:
+                paths = expand_pattern(spec.train_data_pattern)
+                teacher = open_teacher(spec.teacher, spec.num_classes, device,
+                                       lambda video_id, paths=paths: find_video(paths, video_id))
+                teachers.callback(teacher.close)
+                plan.tasks[spec.name] = DistillationTask(plan.tasks[spec.name], teacher, 1.0,
+                                                         spec.distill_temperature, spec.distill_loss)
+        yield
+
+
+def evaluated_task(task: Any) -> Any:
+    """The task validation runs: a teacher task is validated on its records' labels, never asks its teacher."""
+    return getattr(task, "label_task", task)
 
 
 def _record_classes(spec: TaskSpec, config: Any) -> int:
@@ -264,7 +300,8 @@ def multitask_evaluator(config: Any, plan: MultiTaskPlan, device: torch.device):
             for name in source.tasks:
                 batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
                 with naming_tasks(TaskSource(source.pattern, source.segments, source.record_classes, [name])):
-                    metrics = evaluate_model(HeadView(model, name), batches, plan.tasks[name], device=device)
+                    metrics = evaluate_model(HeadView(model, name), batches, evaluated_task(plan.tasks[name]),
+                                             device=device)
                 results.update({f"{name}/{metric}": metrics[metric] for metric in plan.tasks[name].metric_names})
         return results
 
@@ -289,4 +326,4 @@ def _identity(spec: TaskSpec) -> dict[str, Any]:
     """The fields of a task that shape the model or what its head means."""
     return {"label_source": spec.label_source, "num_classes": spec.num_classes, "head": spec.head,
             "head_model": spec.head_model, "head_hparams": spec.head_hparams, "loss": spec.loss,
-            "vocabulary_column": spec.vocabulary_column}
+            "vocabulary_column": spec.vocabulary_column, "teacher": spec.teacher}

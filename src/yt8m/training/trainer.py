@@ -30,7 +30,7 @@ from yt8m.runtime import reader_workers
 from yt8m.multitask.model import build_multitask_model
 from yt8m.multitask.spec import TaskSpec, is_multitask
 from yt8m.multitask.training import (MultiTask, MultiTaskData, MultiTaskPlan, multitask_evaluator, plan_tasks,
-                                     task_set_problem)
+                                     task_set_problem, task_teachers)
 from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
 from yt8m.training.exports import EXPORT_DIR, MODEL_SIZE_FILE
 from yt8m.training.loop import TrainHook, fit, seed_everything
@@ -114,6 +114,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         loss_fn = create_loss(config.label_loss)
         data = TrainingData(config, plan)
         data.check_first_records()
+        if plan is not None:
+            resources.enter_context(task_teachers(plan, device))
         task = MultiTask(plan) if plan is not None else resources.enter_context(training_task(
             config, loss_fn, device, lambda video_id: find_video(data.datasets[0].paths, video_id)))
         evaluator = None
