@@ -1,9 +1,15 @@
-"""Helpers shared by the model tests: tiny hyper-parameters (fast tests) and random padded input."""
+"""Helpers shared by the model tests: tiny hyper-parameters (fast tests), random padded input, and `yt8m train` on
+eight-frame synthetic videos in a process of its own (--compile, torchrun), then export and predict."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -42,3 +48,39 @@ def single_threaded() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+# Frame-level runs on write_eight_frame_data's videos: 16 + 8 features, 10 classes, 16 videos a batch.
+FRAME_RUN_FLAGS = ["--frame_features", "--feature_names", "rgb,audio", "--feature_sizes", "16,8", "--num_classes",
+                   "10", "--batch_size", "16", "--num_readers", "0", "--export_model_steps", "1000", "--seed", "3"]
+
+
+def write_eight_frame_data(root: Path) -> dict:
+    """64 training and 16 validation videos of exactly 8 frames (one shape to compile): their patterns."""
+    from yt8m.data.synthetic import write_synthetic
+
+    write_synthetic(str(root), kind="frame", num_classes=10, train_videos=64, validate_videos=16, test_videos=0,
+                    shards=2, feature_sizes=(16, 8), min_frames=8, max_frames=8, seed=4)
+    return {split: str(root / "frame" / f"{split}-*.tfrecord") for split in ("train", "validate")}
+
+
+def train_frames(*flags: str, torchrun: bool = False) -> dict:
+    """`yt8m train FRAME_RUN_FLAGS FLAGS` in a new process (under torchrun: 2 processes); its summary."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"] if torchrun \
+        else [sys.executable]
+    result = subprocess.run([*launcher, "-m", "yt8m", "train", *FRAME_RUN_FLAGS, *flags], capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def export_then_predict(train_dir: Path, pattern: str, out_dir: Path, capsys) -> list[str]:
+    """Export the run to ONNX, predict `pattern` with the export: the CSV's lines."""
+    from yt8m.cli import main as cli_main
+
+    assert cli_main(["export", "--train_dir", str(train_dir), "--output", str(out_dir / "export")]) == 0
+    capsys.readouterr()
+    output = out_dir / "predictions.csv"
+    assert cli_main(["predict", "--model", str(out_dir / "export"), "--input_data_pattern", pattern,
+                     "--output_file", str(output)]) == 0
+    return output.read_text().splitlines()

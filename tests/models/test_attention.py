@@ -4,23 +4,17 @@ and `yt8m train` with it on synthetic frames (--compile, --mixed_precision, torc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from yt8m.cli import main as cli_main
-from yt8m.data.synthetic import write_synthetic
 from yt8m.models import create_model
 
-from model_helpers import tiny_model
+from model_helpers import export_then_predict, tiny_model, train_frames, write_eight_frame_data
 
-FRAME_FLAGS = ["--frame_features", "--feature_names", "rgb,audio", "--feature_sizes", "16,8", "--num_classes", "10",
-               "--model", "TransformerModel", "--transformer_hidden_size", "16", "--transformer_heads", "2",
-               "--transformer_max_frames", "8",
-               "--batch_size", "16", "--num_readers", "0", "--export_model_steps", "1000", "--seed", "3"]
+TRANSFORMER = ["--model", "TransformerModel", "--transformer_hidden_size", "16", "--transformer_heads", "2",
+               "--transformer_max_frames", "8"]
 
 
 def test_evaluation_reads_every_real_frame_or_evenly_spaced_ones():
@@ -66,40 +60,22 @@ def test_defaults_are_the_entrys_bert_mean_l2h12():
 
 @pytest.fixture(scope="module")
 def frame_data(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("frames")
-    write_synthetic(str(root), kind="frame", num_classes=10, train_videos=64, validate_videos=16, test_videos=0,
-                    shards=2, feature_sizes=(16, 8), min_frames=8, max_frames=8, seed=4)
-    return {split: str(root / "frame" / f"{split}-*.tfrecord") for split in ("train", "validate")}
-
-
-def run_train(*flags: str, torchrun: bool = False) -> dict:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"] if torchrun \
-        else [sys.executable]
-    result = subprocess.run([*launcher, "-m", "yt8m", "train", *FRAME_FLAGS, *flags], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.splitlines()[-1])
+    return write_eight_frame_data(tmp_path_factory.mktemp("frames"))
 
 
 @pytest.mark.integration
 def test_compiled_mixed_precision_training_and_the_onnx_export_predict(frame_data, tmp_path, capsys):
     """One shape to compile (every video 8 frames, 8 slots); several minutes of compiling on a busy 2-core VM."""
-    train_dir = tmp_path / "run"
-    summary = run_train("--train_data_pattern", frame_data["train"], "--train_dir", str(train_dir),
-                        "--num_epochs", "2", "--compile", "--mixed_precision")
+    summary = train_frames(*TRANSFORMER, "--train_data_pattern", frame_data["train"], "--train_dir",
+                           str(tmp_path / "run"), "--num_epochs", "2", "--compile", "--mixed_precision")
     assert summary["global_step"] == 8 and summary["loss"] > 0
-    assert cli_main(["export", "--train_dir", str(train_dir), "--output", str(tmp_path / "export")]) == 0
-    capsys.readouterr()
-    output = tmp_path / "predictions.csv"
-    assert cli_main(["predict", "--model", str(tmp_path / "export"), "--input_data_pattern", frame_data["validate"],
-                     "--output_file", str(output)]) == 0
-    assert len(output.read_text().splitlines()) == 1 + 16
+    assert len(export_then_predict(tmp_path / "run", frame_data["validate"], tmp_path, capsys)) == 1 + 16
 
 
 @pytest.mark.integration
 def test_training_under_torchrun(frame_data, tmp_path):
-    summary = run_train("--train_data_pattern", frame_data["train"], "--train_dir", str(tmp_path / "run"),
-                        "--num_epochs", "1", torchrun=True)
+    summary = train_frames(*TRANSFORMER, "--train_data_pattern", frame_data["train"], "--train_dir",
+                           str(tmp_path / "run"), "--num_epochs", "1", torchrun=True)
     assert summary["global_step"] == 2  # 64 videos, 2 processes of 16 a step
 
 

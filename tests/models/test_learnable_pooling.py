@@ -16,7 +16,7 @@ from yt8m.models.learnable_pooling import NetFv, NetVlad, SoftBagOfFrames
 from yt8m.models.nextvlad import NeXtVlad
 from yt8m.models.pooling_layers import FrameBatchNorm
 
-from model_helpers import TINY
+from model_helpers import TINY, export_then_predict, train_frames, write_eight_frame_data
 
 POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "NeXtVLADModel"]
 
@@ -174,52 +174,21 @@ SMALL_FLAGS = {"NeXtVLADModel": ["--nextvlad_cluster_size", "8", "--nextvlad_hid
 
 @pytest.fixture(scope="module")
 def frame_data(tmp_path_factory) -> dict:
-    """Every video 8 frames: one shape to compile."""
-    from yt8m.data.synthetic import write_synthetic
-
-    root = tmp_path_factory.mktemp("frames")
-    write_synthetic(str(root), kind="frame", num_classes=10, train_videos=64, validate_videos=16, test_videos=0,
-                    shards=2, feature_sizes=(16, 8), min_frames=8, max_frames=8, seed=4)
-    return {split: str(root / "frame" / f"{split}-*.tfrecord") for split in ("train", "validate")}
-
-
-def run_train(model: str, *flags: str, torchrun: bool = False) -> dict:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"] if torchrun \
-        else [sys.executable]
-    common = ["--frame_features", "--feature_names", "rgb,audio", "--feature_sizes", "16,8", "--num_classes", "10",
-              "--model", model, *SMALL_FLAGS[model], "--batch_size", "16", "--num_readers", "0",
-              "--export_model_steps", "1000", "--seed", "3"]
-    result = subprocess.run([*launcher, "-m", "yt8m", "train", *common, *flags], capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.splitlines()[-1])
+    return write_eight_frame_data(tmp_path_factory.mktemp("frames"))
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("model", ["NeXtVLADModel", "NetVLADModel"])
 def test_compiled_mixed_precision_training_then_onnx_export_predicts(model, frame_data, tmp_path, capsys):
-    from yt8m.cli import main as cli_main
-
-    train_dir = tmp_path / "run"
-    summary = run_train(model, "--train_data_pattern", frame_data["train"], "--train_dir", str(train_dir),
-                        "--num_epochs", "2", "--compile", "--mixed_precision")
+    summary = train_frames("--model", model, *SMALL_FLAGS[model], "--train_data_pattern", frame_data["train"],
+                           "--train_dir", str(tmp_path / "run"), "--num_epochs", "2", "--compile", "--mixed_precision")
     assert summary["global_step"] == 8 and summary["loss"] > 0
-    assert cli_main(["export", "--train_dir", str(train_dir), "--output", str(tmp_path / "export")]) == 0
-    capsys.readouterr()
-    output = tmp_path / "predictions.csv"
-    assert cli_main(["predict", "--model", str(tmp_path / "export"), "--input_data_pattern", frame_data["validate"],
-                     "--output_file", str(output)]) == 0
-    assert len(output.read_text().splitlines()) == 1 + 16
+    assert len(export_then_predict(tmp_path / "run", frame_data["validate"], tmp_path, capsys)) == 1 + 16
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("model", ["NeXtVLADModel", "NetVLADModel"])
 def test_training_under_torchrun(model, frame_data, tmp_path):
-    summary = run_train(model, "--train_data_pattern", frame_data["train"], "--train_dir", str(tmp_path / "run"),
-                        "--num_epochs", "1", torchrun=True)
+    summary = train_frames("--model", model, *SMALL_FLAGS[model], "--train_data_pattern", frame_data["train"],
+                           "--train_dir", str(tmp_path / "run"), "--num_epochs", "1", torchrun=True)
     assert summary["global_step"] == 2 and summary["processes"] == 2  # 64 videos, 2 processes of 16 a step
