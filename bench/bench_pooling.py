@@ -2,6 +2,7 @@
 data (half the labels' evidence in a window of frames), each trained the same epochs with Adam in one process.
 
 Usage: .venv/bin/python bench/bench_pooling.py [--num_classes 20] [--train_videos 1500] [--epochs 8] [--lr 0.004]
+       .venv/bin/python bench/bench_pooling.py --models DbofModel,NeXtVLADModel --set NeXtVLADModel.nextvlad_cluster_size=64
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ def main() -> int:
     parser.add_argument("--train_videos", type=int, default=1500)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--lr", type=float, default=0.004)
+    parser.add_argument("--models", default=",".join(name for name, _, _ in RUNS), help="Which of the runs to train.")
+    parser.add_argument("--set", action="append", default=[], metavar="MODEL.PARAM=VALUE",
+                        help="Change a run's hyper-parameter (an integer), e.g. NeXtVLADModel.nextvlad_groups=8.")
     args = parser.parse_args()
+    changes: dict[str, dict] = {}
+    for item in args.set:
+        target, _, value = item.partition("=")
+        model, _, param = target.partition(".")
+        changes.setdefault(model, {})[param] = int(value)
     sizes = tuple(int(size) for size in args.feature_sizes.split(","))
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
@@ -43,7 +52,9 @@ def main() -> int:
         spec = FeatureSpec(["rgb", "audio"], list(sizes), True, num_classes=args.num_classes)
         data = {split: next(iter(YT8MDataset(written[split][0], spec, 100_000))) for split in ("train", "validate")}
     for name, on_average, hparams in RUNS:
-        print(json.dumps(run(name, on_average, hparams, data, sizes, args)), flush=True)
+        if name in args.models.split(","):
+            print(json.dumps(run(name, on_average, {**hparams, **changes.get(name, {})}, data, sizes, args)),
+                  flush=True)
     return 0
 
 
