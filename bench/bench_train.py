@@ -204,7 +204,7 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
                                         **settings_given(argparse.Namespace(set=[text])))
               for index, text in enumerate(args.versus)}
     by_versus: dict[str, list[float]] = {text: [] for text in args.versus}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
         use_kernels(settings[0])
         ceiling, matmuls = ceiling_examples_per_sec(config)
         if config.mixed_precision:
@@ -212,13 +212,19 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         rounds["ceiling"].append(round(ceiling, 1))
         for setting in settings:
             use_kernels(setting)
-            summary = train(config)
+            if setting == settings[0] and versus:  # back to back, in turns first and last: no order favours one
+                runs = [("", config), *versus.items()]
+                for text, run_config in runs if round_index % 2 == 0 else runs[::-1]:
+                    if text:
+                        by_versus[text].append(train(run_config)["examples_per_sec"])
+                    else:
+                        summary = train(config)
+            else:
+                summary = train(config)
             by_setting[setting]["trainer"].append(summary["examples_per_sec"])
             by_setting[setting]["bare"].append(round(bare_loop_examples_per_sec(config), 1))
             if setting == settings[0]:
                 rounds["input_wait"].append(summary["input_wait_fraction"])
-        for text, changed in versus.items():
-            by_versus[text].append(train(changed)["examples_per_sec"])
     rounds["trainer"], rounds["bare"] = by_setting[settings[0]]["trainer"], by_setting[settings[0]]["bare"]
     trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
     result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
@@ -232,7 +238,7 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         result["trainer_over_bfloat16_ceiling"] = round(trainer / max(rounds["bfloat16_ceiling"]), 3)
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
-    if versus:  # each round trains both, one after the other: the ratio of the rounds' medians
+    if versus:  # each round trains both back to back, in alternating order: the ratio of the rounds' medians
         result["versus"] = {text: {"trainer_examples_per_sec": runs, "over_base_median": round(
             statistics.median(runs) / statistics.median(rounds["trainer"]), 4)} for text, runs in by_versus.items()}
     if len(settings) > 1:
