@@ -34,6 +34,9 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
+from yt8m.multitask.model import build_multitask_model  # noqa: E402
+from yt8m.multitask.spec import is_multitask  # noqa: E402
+from yt8m.multitask.training import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
 from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, setup_logging  # noqa: E402
 from yt8m.tasks import task_from_config  # noqa: E402
@@ -128,10 +131,13 @@ def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.flo
 def bare_step(config: TrainConfig):
     """One step of the model, loss and optimizer on one batch, as a function; and the batch's size."""
     torch.manual_seed(0)
-    model = create_model_from_config(config).train()
+    plan = plan_tasks(config) if is_multitask(config) else None  # with tasks: the multi-task model and loss
+    model = (build_multitask_model(config, plan.specs) if plan else create_model_from_config(config)).train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     scaler = torch.amp.GradScaler("cuda", enabled=False)
-    task, batch = task_from_config(config), one_batch(config)
+    task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)
+    if plan:
+        batch[SOURCE_KEY] = 0
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
     penalties = l2_terms(model, config.regularization_penalty)
 
@@ -168,22 +174,33 @@ def use_kernels(setting: str) -> None:
 
 
 def interleaved_step_ms(config: TrainConfig, settings: list[str], steps: int) -> dict[str, dict[str, float]]:
-    """Bare-loop step times (ms) of each kernel setting taken in turns, one step each, on one model: a load swing
-    of the shared machine falls on all settings alike. Per setting the median, min and max of the wall time, and the
-    median CPU time of the process (all its threads): less swayed by other processes on a shared machine."""
+    """Bare-loop step times (ms) of each kernel setting taken in turns, one step each, on one model."""
     step, _ = bare_step(config)
-    wall: dict[str, list[float]] = {setting: [] for setting in settings}
-    cpu: dict[str, list[float]] = {setting: [] for setting in settings}
-    for round_ in range(steps + 1):
-        for setting in settings:
+
+    def with_kernels(setting: str):
+        def run() -> None:
             use_kernels(setting)
+            step()
+        return run
+
+    return interleaved_ms({setting: with_kernels(setting) for setting in settings}, steps)
+
+
+def interleaved_ms(steps_by_name: dict, steps: int) -> dict[str, dict[str, float]]:
+    """Step times (ms) of several step functions taken in turns, one step each: a load swing of the shared machine
+    falls on all alike. Per function the median, min and max of the wall time, and the median CPU time of the
+    process (all its threads): less swayed by other processes on a shared machine."""
+    wall: dict[str, list[float]] = {name: [] for name in steps_by_name}
+    cpu: dict[str, list[float]] = {name: [] for name in steps_by_name}
+    for round_ in range(steps + 1):
+        for name, step in steps_by_name.items():
             started, started_cpu = time.perf_counter(), time.process_time()
             step()
-            if round_:  # the first round warms up each setting
-                wall[setting].append(1000 * (time.perf_counter() - started))
-                cpu[setting].append(1000 * (time.process_time() - started_cpu))
-    return {setting: {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1), "max": round(max(ms), 1),
-                      "cpu_median": round(statistics.median(cpu[setting]), 1)} for setting, ms in wall.items()}
+            if round_:  # the first round warms up each function
+                wall[name].append(1000 * (time.perf_counter() - started))
+                cpu[name].append(1000 * (time.process_time() - started_cpu))
+    return {name: {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1), "max": round(max(ms), 1),
+                   "cpu_median": round(statistics.median(cpu[name]), 1)} for name, ms in wall.items()}
 
 
 def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
@@ -239,8 +256,13 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
     if versus:  # each round trains both back to back, in alternating order: the ratio of the rounds' medians
+        steps = {"base": bare_step(config)[0], **{text: bare_step(changed)[0] for text, changed in versus.items()}}
+        step_ms = interleaved_ms(steps, 4 * args.steps)
         result["versus"] = {text: {"trainer_examples_per_sec": runs, "over_base_median": round(
-            statistics.median(runs) / statistics.median(rounds["trainer"]), 4)} for text, runs in by_versus.items()}
+            statistics.median(runs) / statistics.median(rounds["trainer"]), 4),
+            "interleaved_bare_step_ms": step_ms[text], "base_bare_step_ms": step_ms["base"],
+            "bare_step_over_base": round(step_ms[text]["median"] / step_ms["base"]["median"], 4)}
+            for text, runs in by_versus.items()}
     if len(settings) > 1:
         result["kernels"] = {"settings": by_setting,
                              "interleaved_bare_step_ms": interleaved_step_ms(config, settings, args.steps)}
