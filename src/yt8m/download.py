@@ -315,7 +315,7 @@ def download(source: Source, output_dir: str, shard: tuple[int, int] = (1, 1), p
     stop = threading.Event()
     # Twice as many threads as connections: a thread that has all of a file's bytes gives its connection to the
     # next file while it syncs the file to the disk and renames it (--parallel 4 paced at 25 MB/s per connection,
-    # virtual disk: 80 -> 97 MB/s of the 100 the 4 connections carry; bench/bench_download.py).
+    # virtual disk: 80 -> 95 MB/s of the 101 the 4 connections carry; bench/bench_download.py).
     connections = threading.BoundedSemaphore(parallel)
     pool = ThreadPoolExecutor(max_workers=2 * parallel)
     try:

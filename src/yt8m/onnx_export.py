@@ -180,11 +180,17 @@ def export_checkpoint(checkpoint: str, output: str, task: str = "") -> dict[str,
     with tempfile.TemporaryDirectory(prefix="yt8m-export-") as stage:
         local_model = os.path.join(stage, os.path.basename(model_url))
         exported = _export_to_local(checkpoint, local_model, task)
-        for suffix in ("", ".data"):
-            if os.path.exists(local_model + suffix):
-                copy_file_atomically(local_model + suffix, model_url + suffix)
+        _copy_graph(local_model, model_url)
         copy_file_atomically(exported["metadata_file"], metadata_url)
     return {**exported, "model_file": model_url, "metadata_file": metadata_url}
+
+
+def _copy_graph(source: str, destination: str) -> None:
+    """Copy an ONNX graph and the external weights file beside it (MODEL.data), if it has one; either side may be
+    object storage. The names stay paired: the graph refers to its weights file by name."""
+    copy_file_atomically(source, destination)
+    if storage.exists(f"{source}.data"):
+        copy_file_atomically(f"{source}.data", f"{destination}.data")
 
 
 def _export_to_local(checkpoint: str, output: str, task: str) -> dict[str, Any]:
@@ -248,9 +254,7 @@ def load_exported(path: str, device: str = "auto") -> ExportedModel:
     else:  # onnxruntime reads local files: the graph and its external weights are fetched beside each other
         with tempfile.TemporaryDirectory(prefix="yt8m-export-") as stage:
             local_model = os.path.join(stage, os.path.basename(model_path))
-            for suffix in ("", ".data"):
-                if suffix == "" or storage.exists(model_path + suffix):
-                    copy_file_atomically(model_path + suffix, local_model + suffix)
+            _copy_graph(model_path, local_model)
             session = create_session(local_model, device)
     check_metadata_matches(metadata, session, metadata_path)
     return ExportedModel(session, metadata, model_path)

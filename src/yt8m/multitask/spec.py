@@ -22,6 +22,12 @@ def _loss_names() -> list[str]:
     return list(LOSSES)
 
 
+def _distill_losses() -> list[str]:
+    from yt8m.distill import DISTILL_LOSSES
+
+    return list(DISTILL_LOSSES)
+
+
 def _metric_names() -> list[str]:
     from yt8m.training.evaluation import HIGHER_IS_BETTER
 
@@ -45,8 +51,7 @@ class TaskConfig:
     distill_temperature: float = setting(1.0, "label_source teacher: the distillation temperature T (losses scaled "
                                               "by T^2).", at_least=1e-6)
     distill_loss: str = setting("binary", "label_source teacher: 'binary' (per-class sigmoid cross-entropy) or "
-                                          "'softmax' (KL divergence of the softmaxes).", choices=lambda: ("binary",
-                                                                                                      "softmax"))
+                                          "'softmax' (KL divergence of the softmaxes).", choices=_distill_losses)
     vocabulary_file: str = setting("", "label_source vocabulary: the vocabulary CSV (default: --vocabulary_file).")
     vocabulary_column: str = setting(DEFAULT_VOCABULARY_COLUMN, "label_source vocabulary: the column whose values "
                                                                 "are this task's classes (sorted by name).")
