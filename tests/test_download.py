@@ -296,6 +296,9 @@ def test_a_rerun_after_a_kill_fetches_only_the_rest(mirror, tmp_path):
     while not any(name.startswith(".train0114.tfrecord.tmp-") for name in os.listdir(tmp_path)):
         assert time.monotonic() < deadline  # the half-written file is there, under its temporary name
         time.sleep(0.01)
+    while len(local_plan(tmp_path)["files"]) > 2:  # the file before it, synced off the connection, is done
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (tmp_path / "train0114.tfrecord").exists()

@@ -382,7 +382,8 @@ def _download_file(source: Source, output_dir: str, name: str, plan: LocalPlan, 
 def _download_once(url: str, path: str, md5: str, name: str, policy: RetryPolicy, progress: _Progress,
                    stop: threading.Event, connections: threading.BoundedSemaphore) -> int:
     """One attempt: the bytes go to a temporary file beside `path`, which becomes `path` only if their MD5 is the
-    plan's; otherwise it is removed. It holds one of `connections` until it has the bytes, not while it syncs."""
+    plan's; otherwise it is removed. It holds one of `connections` until the bytes are written, not while they
+    are synced to the disk and renamed."""
     with _Held(connections) as connection, urllib.request.urlopen(url, timeout=policy.timeout_secs) as response:
         length = _content_length(response)
         progress.announce(name, length)
@@ -392,6 +393,7 @@ def _download_once(url: str, path: str, md5: str, name: str, policy: RetryPolicy
                 raise _ShortBody(f"the connection closed after {size} of {length} bytes")
             if digest != md5:
                 raise _ChecksumMismatch(f"MD5 mismatch: {size} bytes with MD5 {digest}, the plan says {md5}")
+            out.flush()  # a full disk shows here, before the next file may start
             connection.release()
     return size
 
