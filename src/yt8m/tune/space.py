@@ -420,7 +420,8 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
     segments = chosen.get("label_source") == "segments" if chosen else bool(train.get("segment_labels"))
     names = task_type(segments).metric_names
     if plain not in names:
-        kind = "segment (segment labels)" if segments else "video-level"
+        source = f"task {chosen.get('name')}: label_source segments" if chosen else "train: segment_labels"
+        kind = f"segment ({source})" if segments else "video-level"
         problems.append(f"{path}: objective.metric {metric!r} is not a {kind} metric (use one of: "
                         f"{', '.join(name for name in names if not name.startswith('num_'))})")
 
