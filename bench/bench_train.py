@@ -211,14 +211,14 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         frame_features=frame, batch_size=args.frame_batch_size if frame else args.batch_size,
         num_epochs=1000, max_steps=WARMUP_STEPS + args.steps, export_model_steps=10 ** 9,
         num_readers=args.num_readers, cache_in_memory=args.cache and not frame, start_new_model=True,
-        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5), **settings_given(args)})
+        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5), **settings_given(args.set)})
     # The machine is shared and its load swings within seconds: the three measures alternate for a few
     # rounds and each keeps its best round (the least disturbed), as timeit does.
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
     settings = args.kernels or ["all"]
     by_setting = {setting: {"trainer": [], "bare": []} for setting in settings}
     versus = {text: dataclasses.replace(config, train_dir=f"{config.train_dir}-versus{index}",
-                                        **settings_given(argparse.Namespace(set=[text])))
+                                        **settings_given([text]))
               for index, text in enumerate(args.versus)}
     by_versus: dict[str, list[float]] = {text: [] for text in args.versus}
     for round_index in range(args.rounds):
@@ -269,9 +269,9 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     return result
 
 
-def settings_given(args: argparse.Namespace) -> dict:
-    """--set NAME=VALUE pairs as `yt8m train` fields (values read as YAML scalars: 64, 0.1, true, mean)."""
-    pairs = [item.partition("=") for item in args.set]
+def settings_given(items: list[str]) -> dict:
+    """NAME=VALUE pairs (--set, --versus) as `yt8m train` fields (values read as YAML: 64, 0.1, true, mean, lists)."""
+    pairs = [item.partition("=") for item in items]
     return {name: yaml.safe_load(value) for name, _, value in pairs}
 
 
@@ -293,8 +293,9 @@ def main() -> int:
                         help="Train with --mixed_precision (bfloat16 autocast); also reports the bfloat16 ceiling.")
     parser.add_argument("--work_dir", default=None, help="Where data and train dirs go (default: a temp dir).")
     parser.add_argument("--versus", action="append", default=[], metavar="NAME=VALUE",
-                        help="Also train with this setting changed, in every round after the base run; reports its "
-                             "trainer examples/s and the ratio of the medians to the base (e.g. tasks=[{name: main}]).")
+                        help="Also train with this setting changed, back to back with the base run in every round (the order "
+                             "alternating); reports its trainer examples/s, the ratio of the medians to the base, "
+                             "and both bare steps taken in turns (e.g. tasks=[{name: main}]).")
     parser.add_argument("--kernels", action="append", default=None,
                         help="Fused CPU kernels to use: all (the default), none, a comma list of "
                              f"{', '.join(kernels.KERNELS)}, or -NAME for all but NAME. Given more than once, the "

@@ -182,3 +182,11 @@ def test_the_tuning_objective_must_be_a_metric_of_the_trials_task(segment_data, 
         load_tune_spec(tune_file(tmp_path / "videos.yaml", segment_data, "segment_map"))
     with pytest.raises(ValueError, match=r"objective.metric 'map' is not a segment \(train: segment_labels\) metric"):
         load_tune_spec(tune_file(tmp_path / "map.yaml", segment_data, "map", segment_labels=True))
+    # A task on the main data reads its segment ratings under segment_labels, as training resolves it.
+    rated = load_tune_spec(tune_file(tmp_path / "task.yaml", segment_data, "rated/segment_map", segment_labels=True,
+                                     tasks=[{"name": "rated"}]))
+    assert (rated.metric, rated.direction) == ("rated/segment_map", "maximize")
+    with pytest.raises(ValueError, match=r"objective.metric 'rated/map' is not a segment \(task rated reads segment "
+                                         r"ratings\) metric"):
+        load_tune_spec(tune_file(tmp_path / "task_map.yaml", segment_data, "rated/map", segment_labels=True,
+                                 tasks=[{"name": "rated"}]))

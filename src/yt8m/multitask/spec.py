@@ -158,10 +158,16 @@ def resolve_tasks(config: Any) -> list[TaskSpec]:
     return [_resolve(task, config, tasks[0].name) for task in tasks]
 
 
+def reads_segments(label_source: str, train_data_pattern: str, config: Any) -> bool:
+    """Whether a task learns 2019 segment ratings: its label source says so, or it reads the main data's labels
+    and --segment_labels makes those the ratings."""
+    on_main_data = train_data_pattern in ("", config.train_data_pattern)
+    return label_source == "segments" or (label_source == "labels" and on_main_data and config.segment_labels)
+
+
 def _resolve(task: TaskConfig, config: Any, first: str) -> TaskSpec:
     on_main_data = task.train_data_pattern in ("", config.train_data_pattern)
-    segments = task.label_source == "segments" or (task.label_source == "labels" and on_main_data
-                                                   and config.segment_labels)
+    segments = reads_segments(task.label_source, task.train_data_pattern, config)
     label_source = "segments" if segments else task.label_source
     num_classes = task.num_classes
     if num_classes is None and on_main_data and label_source != "vocabulary":

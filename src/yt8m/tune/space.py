@@ -12,13 +12,14 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import optuna
 
 from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
 from yt8m.fields import setting
-from yt8m.multitask.spec import TaskConfig, is_multitask, task_entries
+from yt8m.multitask.spec import TaskConfig, is_multitask, reads_segments, task_entries
 from yt8m.tasks import task_type
 from yt8m.training.evaluation import HIGHER_IS_BETTER
 
@@ -417,10 +418,13 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
                         f"{', '.join(str(entry.get('name')) for entry in entries)})")
         return
     chosen = next((entry for entry in entries if entry.get("name") == task), entries[0] if entries else None)
-    segments = chosen.get("label_source") == "segments" if chosen else bool(train.get("segment_labels"))
+    main = SimpleNamespace(train_data_pattern=train.get("train_data_pattern", ""),
+                           segment_labels=bool(train.get("segment_labels")))
+    segments = reads_segments(chosen.get("label_source", "labels"), chosen.get("train_data_pattern", ""), main) \
+        if chosen else main.segment_labels
     names = task_type(segments).metric_names
     if plain not in names:
-        source = f"task {chosen.get('name')}: label_source segments" if chosen else "train: segment_labels"
+        source = f"task {chosen.get('name')} reads segment ratings" if chosen else "train: segment_labels"
         kind = f"segment ({source})" if segments else "video-level"
         problems.append(f"{path}: objective.metric {metric!r} is not a {kind} metric (use one of: "
                         f"{', '.join(name for name in names if not name.startswith('num_'))})")
@@ -428,8 +432,6 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
 
 def _objective_task_entries(train: dict[str, Any], search: list[Param]) -> list[dict[str, Any]]:
     """The tasks trials train, as `tasks:` entries (the --aux_vertical_weight shorthand's too, fixed or searched)."""
-    from types import SimpleNamespace
-
     aux = train.get("aux_vertical_weight") or (1.0 if any(p.name == "aux_vertical_weight" for p in search) else 0)
     tasks = [entry for entry in train.get("tasks") or [] if isinstance(entry, dict)]
     return task_entries(SimpleNamespace(tasks=tasks, aux_vertical_weight=aux, vocabulary_file=""))
