@@ -38,10 +38,10 @@ from yt8m.multitask.model import build_multitask_model  # noqa: E402
 from yt8m.multitask.spec import is_multitask  # noqa: E402
 from yt8m.multitask.training import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
 from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
-from yt8m.runtime import autocast, setup_logging  # noqa: E402
+from yt8m.runtime import autocast, resolve_device, setup_logging, to_device  # noqa: E402
 from yt8m.tasks import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
-from yt8m.training.loop import model_loss  # noqa: E402
+from yt8m.training.loop import autocast_uses_float16, model_loss  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
 
 
@@ -98,43 +98,58 @@ def attention_matmuls(query: list[int], key: list[int], value: list[int], backwa
             ("aten::bmm", [scores, [batch, lk, d]]), ("aten::bmm", [[batch, lk, lq], [batch, lq, d]])]
 
 
-def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], repeats: int = 5,
+def finish(device: torch.device) -> None:
+    """Wait for the device's queued work: a CUDA timer must not stop at the launches."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], device: torch.device, repeats: int = 5,
                  dtype: torch.dtype = torch.float32) -> float:
-    """Best-of-`repeats` seconds to run the recorded matmuls once each, on fresh random operands."""
+    """Best-of-`repeats` seconds to run the recorded matmuls once each on `device`, on fresh random operands."""
     calls = []
     for name, shapes in matmuls:
-        operands = [torch.randn(shape, dtype=dtype) for shape in shapes if shape]
+        operands = [torch.randn(shape, dtype=dtype, device=device) for shape in shapes if shape]
         op = name.split("::")[1]  # an in-place op (addmm_) is the tensor method, on the first operand
         calls.append((getattr(torch.Tensor if op.endswith("_") else torch, op), operands))
     timings = []
     for _ in range(repeats + 1):
+        finish(device)
         started = time.perf_counter()
         for function, operands in calls:
             function(*operands)
+        finish(device)
         timings.append(time.perf_counter() - started)
     return min(timings[1:])
 
 
 def one_batch(config: TrainConfig) -> dict:
-    return next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
+    """The first batch, on the device the trainer would use."""
+    batch = next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
+    return to_device(batch, resolve_device(config.device))
 
 
 def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
     """The matmul ceiling with operands of `dtype`: float32, or bfloat16 for the same step under autocast."""
     torch.manual_seed(0)
-    model = create_model_from_config(config).train()
+    device = resolve_device(config.device)
+    model = create_model_from_config(config).to(device).train()
     batch = one_batch(config)
     matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
-    return batch["labels"].shape[0] / time_matmuls(matmuls, dtype=dtype), len(matmuls)
+    return batch["labels"].shape[0] / time_matmuls(matmuls, device, dtype=dtype), len(matmuls)
 
 
 def bare_step(config: TrainConfig):
-    """One step of the model, loss and optimizer on one batch, as a function; and the batch's size."""
+    """One step of the model, loss and optimizer on one batch, on the trainer's device, as a function; and the
+    batch's size."""
     torch.manual_seed(0)
+    device = resolve_device(config.device)
     plan = plan_tasks(config) if is_multitask(config) else None  # with tasks: the multi-task model and loss
-    model = (build_multitask_model(config, plan.specs) if plan else create_model_from_config(config)).train()
+    model = (build_multitask_model(config, plan.specs) if plan else create_model_from_config(config)).to(device)
+    model.train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
+                                  and autocast_uses_float16())
     task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)
     if plan:
         batch[SOURCE_KEY] = 0
@@ -142,7 +157,7 @@ def bare_step(config: TrainConfig):
     penalties = l2_terms(model, config.regularization_penalty)
 
     def step() -> None:
-        with autocast(torch.device("cpu"), config.mixed_precision):
+        with autocast(device, config.mixed_precision):
             _, label_loss, loss = forward_loss(model, task, batch)
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
