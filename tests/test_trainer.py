@@ -155,10 +155,12 @@ def crash_after_checkpoint(step: int):
     return hook
 
 
-def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path):
-    """Bit-exact: same data order, optimizer state, schedule and dropout draws (CPU, one process)."""
-    reference, reference_summary = run_fit(tiny_config(tmp_path / "a"))
-    config = tiny_config(tmp_path / "b")
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
+    """Bit-exact: same data order, optimizer state, schedule and dropout draws (CPU, one process); with
+    --ema_decay, the weight average (the final checkpoint's model) too."""
+    reference, reference_summary = run_fit(tiny_config(tmp_path / "a", ema_decay=ema_decay))
+    config = tiny_config(tmp_path / "b", ema_decay=ema_decay)
     with pytest.raises(Crash):
         run_fit(config, hooks=[crash_after_checkpoint(8)])  # mid-epoch 2, after batch 3 of 5
     resume = load_checkpoint(list_checkpoints(config.train_dir)[-1][1])
@@ -167,6 +169,10 @@ def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path):
     assert summary["loss"] == reference_summary["loss"]
     for name, tensor in reference.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[name], tensor, rtol=0, atol=0)
+    finals = [load_checkpoint(final_checkpoint(str(run / "run"))) for run in (tmp_path / "a", tmp_path / "b")]
+    for name, tensor in finals[0]["model"].items():
+        torch.testing.assert_close(finals[1]["model"][name], tensor, rtol=0, atol=0)
+    assert ("trained_weights" in finals[1]) == bool(ema_decay)
 
 
 def test_gradient_clipping_bounds_each_parameters_update(tmp_path):

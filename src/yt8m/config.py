@@ -160,6 +160,10 @@ class TrainConfig(ModelConfig, DataConfig):
                                         "per-variable clip_by_norm (0 disables).", at_least=0)
     clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
                                          "disables); --clip_gradient_norm 0 leaves value clipping alone.", at_least=0)
+    ema_decay: float = setting(0.0, "Evaluate, checkpoint, export and predict with an exponential moving average of "
+                               "the weights, updated after every step with this decay (e.g. 0.998; warmed up as "
+                               "min(decay, (1 + step) / (10 + step))); 0 uses the trained weights as they are.",
+                               at_least=0, at_most=0.99999)
     numbatches_to_aggregate: int = setting(1, "Accumulate gradients over this many batches per optimizer step: the "
                                          "same update as one batch this many times larger.", at_least=1)
     export_model_steps: int = setting(1000, "Write a checkpoint every this many steps.", at_least=1)

@@ -33,6 +33,7 @@ from yt8m.training.evaluation import TrainEvaluator, Verdict, best_export_checkp
 from yt8m.training.meter import ThroughputMeter
 from yt8m.training.summaries import log_step, summary_writer, write_scalars
 from yt8m.training.trained_ids import record_trained_ids
+from yt8m.training.weight_average import WeightAverage
 
 log = logging.getLogger("yt8m.train")
 
@@ -132,6 +133,7 @@ class TrainingLoop:
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
                                            and autocast_uses_float16())
         self.progress = Progress(world_size=self.world_size)
+        self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
         self.resume = resume
         if resume is not None:
             self._restore(resume)
@@ -169,9 +171,21 @@ class TrainingLoop:
         config, progress = self.config, self.progress
         return self.stop or progress.epoch >= config.num_epochs or reached_max_steps(config, progress)
 
+    @property
+    def evaluated(self) -> nn.Module:
+        """The model that is evaluated, checkpointed as "model" and shown to hooks: the weight average, if kept."""
+        return self.average.model if self.average is not None else self.model
+
+    def _load_weights(self, payload: dict) -> None:
+        """A checkpoint's trained weights, optimizer state and, with --ema_decay, weight average (its "model")."""
+        self.model.load_state_dict(payload.get("trained_weights", payload["model"]))
+        self.optimizer.load_state_dict(payload["optimizer"])
+        if self.average is not None:
+            self.average.model.load_state_dict(payload["model"])
+            self.average.updates = payload["progress"]["step"]
+
     def _restore(self, resume: dict) -> None:
-        self.model.load_state_dict(resume["model"])
-        self.optimizer.load_state_dict(resume["optimizer"])
+        self._load_weights(resume)
         self.scaler.load_state_dict(resume["scaler"])
         saved = Progress(**resume["progress"])
         if saved.world_size != self.world_size and saved.batches_in_epoch:
@@ -188,7 +202,7 @@ class TrainingLoop:
         if self.evaluator is None or self.resume is None:
             return Verdict()
         step = self.progress.step
-        return self.evaluator.replay(self.model, checkpoint_path(self.config.train_dir, step), step)
+        return self.evaluator.replay(self.evaluated, checkpoint_path(self.config.train_dir, step), step)
 
     def _train_epoch(self) -> None:
         config, progress = self.config, self.progress
@@ -251,6 +265,8 @@ class TrainingLoop:
         self._refuse_non_finite_loss(group)
         apply_update(self.model, self.optimizer, self.scaler, config.clip_gradient_norm, config.clip_gradient_value,
                      self.penalties)
+        if self.average is not None:
+            self.average.update(self.model)
         record_trained_ids(self.rank, progress.epoch, group)
 
         progress.step += 1
@@ -341,7 +357,7 @@ class TrainingLoop:
             self.hooked_step = self.progress.step
             metrics = None
             if self.evaluator is not None:
-                verdict, metrics = self.evaluator.after_checkpoint(self.model, path, self.progress.step)
+                verdict, metrics = self.evaluator.after_checkpoint(self.evaluated, path, self.progress.step)
             verdict.stop = self._notify("checkpoint", path, metrics=metrics) or verdict.stop
         self._settle(verdict)
 
@@ -360,18 +376,18 @@ class TrainingLoop:
 
     def _revert_to_best(self, step: int) -> None:
         path = best_export_checkpoint(self.config.train_dir, step)
-        payload = load_checkpoint(path, map_location=self.device)
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        self._load_weights(load_checkpoint(path, map_location=self.device))
         self.pending_revert = None
         log.info("step %d: reverted to the weights and optimizer state of the best model, step %d (%s)",
                  self.progress.step, step, path)
 
     def _save(self, final: bool = False) -> str:
         self._refuse_non_finite_weights()
-        payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        payload = {"model": self.evaluated.state_dict(), "optimizer": self.optimizer.state_dict(),
                    "scaler": self.scaler.state_dict(), "config": dataclasses.asdict(self.config),
                    "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}
+        if self.average is not None:
+            payload["trained_weights"] = self.model.state_dict()
         if self.evaluator is not None:
             payload["validation"] = self.evaluator.state_dict()
         if isinstance(self.task, MultiTask):
@@ -382,7 +398,7 @@ class TrainingLoop:
     def _notify(self, kind: str, checkpoint_path: Optional[str] = None, final: bool = False,
                 metrics: Optional[dict] = None) -> bool:
         progress = self.progress
-        event = TrainEvent(kind, self.model, self.optimizer, self.config, progress.step, progress.epoch,
+        event = TrainEvent(kind, self.evaluated, self.optimizer, self.config, progress.step, progress.epoch,
                            progress.examples, self.loss_value, checkpoint_path, final, metrics)
         # A list, not a generator: every hook sees the event even when an earlier one asks to stop.
         return any([bool(hook(event)) for hook in self.hooks])
@@ -394,7 +410,7 @@ class TrainingLoop:
             final_path = self._save(final=True)
             metrics = None
             if self.evaluator is not None:
-                metrics = self.evaluator.after_final(self.model, final_path, self.progress.step)
+                metrics = self.evaluator.after_final(self.evaluated, final_path, self.progress.step)
             if self.progress.step != self.hooked_step:
                 self._notify("checkpoint", final_path, final=True, metrics=metrics)
         if self.writer is not None:
