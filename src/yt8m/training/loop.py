@@ -134,6 +134,8 @@ class TrainingLoop:
                                            and autocast_uses_float16())
         self.progress = Progress(world_size=self.world_size)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+        if self.average is not None and self.chief:
+            log.info("evaluating and checkpointing a moving average of the weights (--ema_decay %g)", config.ema_decay)
         self.resume = resume
         if resume is not None:
             self._restore(resume)
