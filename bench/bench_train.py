@@ -41,7 +41,7 @@ from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging, to_device  # noqa: E402
 from yt8m.tasks import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
-from yt8m.training.loop import autocast_uses_float16, model_loss  # noqa: E402
+from yt8m.training.loop import grad_scaler, model_loss  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
 
 
@@ -148,8 +148,7 @@ def bare_step(config: TrainConfig):
     model = (build_multitask_model(config, plan.specs) if plan else create_model_from_config(config)).to(device)
     model.train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
-                                  and autocast_uses_float16())
+    scaler = grad_scaler(config, device)
     task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)
     if plan:
         batch[SOURCE_KEY] = 0

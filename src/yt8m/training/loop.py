@@ -130,8 +130,7 @@ class TrainingLoop:
         self.epoch_batches, self.hooks, self.device, self.evaluator = epoch_batches, hooks, device, evaluator
         self.forward_loss = torch.compile(model_loss) if config.compile else model_loss
         self.penalties = l2_terms(model, config.regularization_penalty)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
-                                           and autocast_uses_float16())
+        self.scaler = grad_scaler(config, device)
         self.progress = Progress(world_size=self.world_size)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
         if self.average is not None and self.chief:
@@ -457,6 +456,12 @@ def model_loss(model: nn.Module, task: Task, batch: dict, example_weight: float 
 
 def reached_max_steps(config: TrainConfig, progress: Progress) -> bool:
     return config.max_steps is not None and progress.step >= config.max_steps
+
+
+def grad_scaler(config: TrainConfig, device: torch.device) -> torch.amp.GradScaler:
+    """Loss scaling where the step needs it: mixed precision in float16 on CUDA (bfloat16 needs none)."""
+    return torch.amp.GradScaler("cuda", enabled=config.mixed_precision and device.type == "cuda"
+                                and autocast_uses_float16())
 
 
 def autocast_uses_float16() -> bool:

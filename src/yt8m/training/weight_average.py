@@ -18,12 +18,12 @@ class WeightAverage:
     Not torch.optim.swa_utils.AveragedModel: its averaging function gets the update count as a device tensor, so the
     warm-up decay would cost a host sync per step on CUDA."""
 
-    def __init__(self, model: nn.Module, decay: float, updates: int = 0):
+    def __init__(self, model: nn.Module, decay: float):
         if not 0 < decay < 1:
             raise ValueError(f"ema_decay must be in (0, 1), got {decay}")
         self.model = copy.deepcopy(model).requires_grad_(False)
         self.decay = decay
-        self.updates = updates
+        self.updates = 0  # a resumed run sets the checkpoint's step
 
     def current_decay(self) -> float:
         return min(self.decay, (1 + self.updates) / (10 + self.updates))
