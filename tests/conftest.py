@@ -22,6 +22,23 @@ def load_sidecar(path: Path) -> dict:
         return json.load(fh)
 
 
+def manifest_totals(prefix: str) -> dict:
+    """What ../shared/realdata/manifest.json says its files whose path starts with `prefix` hold together: files,
+    records, labels_total, label_min, label_max (None without labels), and the first file's first_id and
+    first_labels. Tests that count real data check these, so that more shards never break the suite."""
+    with open(REALDATA / "manifest.json") as fh:
+        files = sorted((entry for entry in json.load(fh)["files"] if entry["path"].startswith(prefix)),
+                       key=lambda entry: entry["path"])
+    if not files:
+        raise LookupError(f"{REALDATA / 'manifest.json'} lists no files starting with {prefix}")
+    labelled = [entry for entry in files if entry.get("label_max") is not None]
+    return {"files": len(files), "records": sum(entry["records"] for entry in files),
+            "labels_total": sum(entry.get("labels_total") or 0 for entry in files),
+            "label_min": min((entry["label_min"] for entry in labelled), default=None),
+            "label_max": max((entry["label_max"] for entry in labelled), default=None),
+            "first_id": files[0]["first_id"], "first_labels": files[0].get("first_labels")}
+
+
 def as_float32(values: list) -> np.ndarray:
     """Sidecar floats are shortest decimals of float32 values: parse as double, then cast (README)."""
     return np.asarray(values, dtype=np.float64).astype(np.float32)

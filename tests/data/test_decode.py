@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import as_float32, load_sidecar
+from conftest import as_float32, load_sidecar, manifest_totals
 from yt8m.data.encode import encode_frame_example, encode_video_example
 from yt8m.data.decode import iter_fields
 from yt8m.data.tfrecord import read_records
@@ -338,14 +338,15 @@ def read_all(pattern: str) -> list[bytes]:
 
 
 def test_real_2018_validate_shards(realdata_dir):
+    expected = manifest_totals("yt8m_2018_video_validate/validate")
     payloads = read_all(str(realdata_dir / "yt8m_2018_video_validate/validate*.tfrecord"))
     ids, labels, features = as_lists(decode_video_batch(payloads, NAMES, SIZES, 3862))
     flat = [label for video_labels in labels for label in video_labels]
-    assert len(ids) == 18654 and len(set(ids)) == 18654
-    assert len(flat) == 56213 and round(len(flat) / len(ids), 2) == 3.01
-    assert (min(flat), max(flat)) == (0, 3860)
-    assert features.shape == (18654, 1152) and -1.993 < features.min() and features.max() < 2.009
-    assert ids[0] == "02aa" and labels[0] == [3, 4, 9, 34]
+    assert len(ids) == expected["records"] and len(set(ids)) == len(ids)
+    assert len(flat) == expected["labels_total"] and round(len(flat) / len(ids), 2) == 3.01
+    assert (min(flat), max(flat)) == (expected["label_min"], expected["label_max"])
+    assert features.shape == (len(ids), 1152) and -1.993 < features.min() and features.max() < 2.009
+    assert ids[0] == expected["first_id"] and labels[0] == expected["first_labels"]
     for row in range(0, len(payloads), 97):  # the batch path against the record-by-record parser
         parsed = parse_record(payloads[row])["features"]
         assert parsed["id"] == [ids[row].encode()] and parsed["labels"].tolist() == labels[row]
@@ -353,15 +354,18 @@ def test_real_2018_validate_shards(realdata_dir):
 
 
 def test_real_2017_validate_and_test_shards(realdata_dir):
+    expected = manifest_totals("yt8m_2017_video/validatea")
     validate = read_all(str(realdata_dir / "yt8m_2017_video/validatea*.tfrecord"))
     ids, labels, _ = as_lists(decode_video_batch(validate, NAMES, SIZES, 4716))
-    assert len(ids) == 3419 and all(len(video_id) == 11 for video_id in ids)
-    assert sum(map(len, labels)) == 11711 and max(map(max, filter(None, labels))) == 4708
+    assert len(ids) == expected["records"] and all(len(video_id) == 11 for video_id in ids)
+    assert sum(map(len, labels)) == expected["labels_total"]
+    assert max(map(max, filter(None, labels))) == expected["label_max"]
     with pytest.raises(RecordError, match="labels"):
         decode_video_batch(validate, NAMES, SIZES, 3862)
+    expected = manifest_totals("yt8m_2017_video/testa")
     test = read_all(str(realdata_dir / "yt8m_2017_video/testa*.tfrecord"))
     ids, labels, _ = as_lists(decode_video_batch(test, NAMES, SIZES, 4716))
-    assert len(ids) == 1709 and labels == [[]] * 1709 and ids[0] == "100273987"
+    assert len(ids) == expected["records"] and labels == [[]] * len(ids) and ids[0] == expected["first_id"]
     assert sorted(parse_record(test[0])["features"]) == ["mean_audio", "mean_rgb", "video_id"]
 
 
