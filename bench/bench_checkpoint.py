@@ -19,7 +19,7 @@ from unittest import mock
 
 import torch
 
-from yt8m.checkpoint import CHECKPOINT_FORMAT, checkpoint_path, save_checkpoint
+from yt8m.io.checkpoints import CHECKPOINT_FORMAT, checkpoint_path, save_checkpoint
 from yt8m.models import create_model_from_config
 from yt8m.config import TrainConfig
 

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from yt8m.onnx_export import create_session, export_onnx, input_names
+from yt8m.inference.onnx_export import create_session, export_onnx, input_names
 from yt8m.models import create_model, is_frame_level
 from yt8m.runtime import available_cpus
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from yt8m.metrics import EvaluationMetrics
+from yt8m.eval.metrics import EvaluationMetrics
 
 BATCH = 1024
 DISTINCT_BATCHES = 8  # cycled, so batches are not all served from cache

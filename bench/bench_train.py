@@ -32,14 +32,14 @@ from yt8m import kernels  # noqa: E402
 from yt8m.config import TrainConfig  # noqa: E402
 from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
-from yt8m.losses import create_loss  # noqa: E402
+from yt8m.tasks.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
-from yt8m.multitask.model import build_multitask_model  # noqa: E402
-from yt8m.multitask.spec import is_multitask  # noqa: E402
-from yt8m.multitask.training import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
-from yt8m.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
+from yt8m.models.multihead import build_multitask_model  # noqa: E402
+from yt8m.tasks.spec import is_multitask  # noqa: E402
+from yt8m.tasks.multitask import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
+from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging, to_device  # noqa: E402
-from yt8m.tasks import task_from_config  # noqa: E402
+from yt8m.tasks.video import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
 from yt8m.training.loop import grad_scaler, model_loss  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.evaluate import evaluate_model
-from yt8m.tasks import task_from_config
+from yt8m.eval.evaluate import evaluate_model
+from yt8m.tasks.video import task_from_config
 from yt8m.runtime import setup_logging
 from yt8m.process_settings import configure_training_process
 from yt8m.training import TrainEvent, train

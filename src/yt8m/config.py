@@ -16,26 +16,26 @@ from typing import Any, Optional, TypeVar
 
 import yaml
 
-from yt8m import storage
+from yt8m.io import storage
 from yt8m.fields import closest, parse_bool, parse_list, setting
-from yt8m.files import write_file_atomically
-from yt8m.segment_metrics import DEFAULT_TOP_N
+from yt8m.io.files import write_file_atomically
+from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 
 T = TypeVar("T")
 def _loss_names() -> list[str]:
-    from yt8m.losses import LOSSES
+    from yt8m.tasks.losses import LOSSES
 
     return list(LOSSES)
 
 
 def _distill_losses() -> list[str]:
-    from yt8m.distill import DISTILL_LOSSES
+    from yt8m.tasks.teacher import DISTILL_LOSSES
 
     return list(DISTILL_LOSSES)
 
 
 def _metric_names() -> list[str]:
-    from yt8m.training.evaluation import HIGHER_IS_BETTER
+    from yt8m.training.validation import HIGHER_IS_BETTER
 
     return list(HIGHER_IS_BETTER)
 
@@ -49,7 +49,7 @@ def _best_metric_name(name: str) -> Optional[str]:
 
 
 def _known_optimizer(name: str) -> Optional[str]:
-    from yt8m.optim import optimizer_class
+    from yt8m.training.optim import optimizer_class
 
     try:
         optimizer_class(name)
@@ -231,10 +231,10 @@ class TrainConfig(ModelConfig, DataConfig):
                                 choices=_distill_losses)
 
     def _own_problems(self) -> list[str]:
-        from yt8m.distill import teacher_problems
+        from yt8m.tasks.teacher import teacher_problems
         from yt8m.models import is_frame_level, known_model
-        from yt8m.multitask.spec import is_multitask, task_problems as multitask_problems
-        from yt8m.tasks import task_problems
+        from yt8m.tasks.spec import is_multitask, task_problems as multitask_problems
+        from yt8m.tasks.video import task_problems
 
         if is_multitask(self):
             problems = multitask_problems(self)
@@ -273,7 +273,7 @@ class EvalConfig(ModelConfig, DataConfig):
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
 
     def _own_problems(self) -> list[str]:
-        from yt8m.tasks import task_problems
+        from yt8m.tasks.video import task_problems
 
         return task_problems(self.segment_labels, self.label_loss)
 

@@ -59,8 +59,8 @@ def test_regularization_loss_is_half_the_penalized_squared_weights():
 def test_a_frame_models_trunk_is_all_but_its_classifier(name):
     """Multi-task training shares `shared_features` and puts one head per task in place of the classifier."""
     from yt8m.config import TrainConfig, config_from_dict
-    from yt8m.multitask.model import build_multitask_model
-    from yt8m.multitask.spec import resolve_tasks
+    from yt8m.models.multihead import build_multitask_model
+    from yt8m.tasks.spec import resolve_tasks
 
     torch.manual_seed(0)
     model = tiny_model(name, feature_size=12, num_classes=7).eval()

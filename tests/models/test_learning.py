@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from yt8m.losses import create_loss
+from yt8m.tasks.losses import create_loss
 from yt8m.models import is_frame_level, list_models
 
 from model_helpers import single_threaded, tiny_model

@@ -7,8 +7,8 @@ import torch
 
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
-from yt8m.losses import create_loss
-from yt8m.metrics import calculate_gap
+from yt8m.tasks.losses import create_loss
+from yt8m.eval.metrics import calculate_gap
 from yt8m.models import create_model
 
 from model_helpers import single_threaded

@@ -13,7 +13,7 @@ import time
 from typing import Any, Sequence
 
 from yt8m.config import EvalConfig, PredictConfig, TrainConfig
-from yt8m.files import write_file_atomically
+from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
 
 log = logging.getLogger("yt8m.demo")
@@ -23,9 +23,9 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
              tune_trials: int = 6, segment_videos: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Every stage of the workflow on fresh synthetic data in `output_dir`; returns what the report shows."""
     from yt8m.data.synthetic import write_synthetic
-    from yt8m.evaluate import evaluate_checkpoints
-    from yt8m.predict import run_predict
-    from yt8m.score import score_files
+    from yt8m.eval.evaluate import evaluate_checkpoints
+    from yt8m.inference.predict import run_predict
+    from yt8m.eval.score import score_files
     from yt8m.training import train
 
     started = time.perf_counter()
@@ -69,8 +69,8 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     then fine-tuned on the rated segments (--init_from); both predict every segment of the validate videos (whose
     ratings score them)."""
     from yt8m.data.synthetic import write_synthetic
-    from yt8m.predict import run_predict
-    from yt8m.segment_score import score_segment_files
+    from yt8m.inference.predict import run_predict
+    from yt8m.eval.segment_score import score_segment_files
     from yt8m.training import train
 
     data_dir = os.path.join(output_dir, "data")

@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Sequence
 
-from yt8m.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
+from yt8m.data.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
 
 
 def _parser() -> argparse.ArgumentParser:

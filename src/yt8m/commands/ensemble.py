@@ -10,7 +10,7 @@ import json
 from typing import Sequence
 
 from yt8m.config import EnsembleConfig, add_config_arguments, add_config_file_argument, parse_config
-from yt8m.ensemble import run_ensemble
+from yt8m.inference.ensemble import run_ensemble
 from yt8m.runtime import setup_logging
 
 

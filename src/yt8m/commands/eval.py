@@ -10,8 +10,8 @@ import logging
 from typing import Sequence
 
 from yt8m.config import EvalConfig, add_config_arguments, add_config_file_argument, parse_config
-from yt8m.distributed import env_rank, exit_without_teardown, launched_by_torchrun
-from yt8m.evaluate import evaluate_checkpoints
+from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
+from yt8m.eval.evaluate import evaluate_checkpoints
 from yt8m.runtime import setup_logging
 
 

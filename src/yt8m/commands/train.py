@@ -10,7 +10,7 @@ import logging
 from typing import Sequence
 
 from yt8m.config import TrainConfig, add_config_arguments, add_config_file_argument, parse_config
-from yt8m.distributed import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
+from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
 from yt8m.runtime import setup_logging
 from yt8m.training import train
 

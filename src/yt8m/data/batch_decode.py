@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from yt8m.extensions import load_extension
+from yt8m.optional import load_extension
 
 native, _ = load_extension("yt8m.data._native")  # its use is logged by tfrecord, which loads it too
 

@@ -15,7 +15,7 @@ import crc32c
 import fsspec
 import numpy as np
 
-from yt8m.extensions import load_extension, log_path_once
+from yt8m.optional import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)
 native, _native_why = load_extension("yt8m.data._native")

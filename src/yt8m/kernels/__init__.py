@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from yt8m.extensions import load_extension
+from yt8m.optional import load_extension
 
 FUSED_KERNELS_ENV = "YT8M_FUSED_KERNELS"
 # MoeModel's mixture, DbofModel's cluster pooling

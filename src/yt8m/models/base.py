@@ -43,7 +43,7 @@ class BaseModel(nn.Module):
     # built with `modality_sizes`, the sizes of the concatenated input's parts, in order.
     splits_modalities: ClassVar[bool] = False
     # Frame models: the attribute holding the video-level classifier on `shared_features` (a multi-task trunk is the
-    # model without it: yt8m.multitask.model). None: the model is one classifier on its input (video-level models).
+    # model without it: yt8m.models.multihead). None: the model is one classifier on its input (video-level models).
     classifier_name: ClassVar[Optional[str]] = None
 
     def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):

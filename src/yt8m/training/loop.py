@@ -21,15 +21,15 @@ from torch import nn
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from yt8m.checkpoint import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
+from yt8m.io.checkpoints import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
 from yt8m.config import TrainConfig
-from yt8m.distributed import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
-from yt8m.multitask.model import MultiTaskModel
-from yt8m.multitask.training import MultiTask
-from yt8m.optim import apply_update, l2_terms
+from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.models.multihead import MultiTaskModel
+from yt8m.tasks.multitask import MultiTask
+from yt8m.training.optim import apply_update, l2_terms
 from yt8m.runtime import amp_dtype, autocast, to_device
-from yt8m.tasks import Task, task_from_config
-from yt8m.training.evaluation import TrainEvaluator, Verdict, best_export_checkpoint
+from yt8m.tasks.video import Task, task_from_config
+from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
 from yt8m.training.summaries import log_step, summary_writer, write_scalars
 from yt8m.training.trained_ids import record_trained_ids
@@ -105,7 +105,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
         task: Optional[Any] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
 
-    The task (default: the config's, yt8m.tasks, with `loss_fn` as its loss; a distillation task, yt8m.distill; a
+    The task (default: the config's, yt8m.tasks.video, with `loss_fn` as its loss; a distillation task, yt8m.tasks.teacher; a
     multi-task run's MultiTask, yt8m.multitask) says which labels the batches carry and how the loss and the logged
     batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
     batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an

@@ -1,4 +1,4 @@
-"""What training logs and summarizes per step: the log line with the batch's metrics (the task's: yt8m.tasks), and
+"""What training logs and summarizes per step: the log line with the batch's metrics (the task's: yt8m.tasks.video), and
 TensorBoard scalars in the train dir."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from yt8m import storage
-from yt8m.extras import available
+from yt8m.io import storage
+from yt8m.optional import available
 from yt8m.training.meter import ThroughputMeter
 
 if TYPE_CHECKING:

@@ -16,23 +16,23 @@ from typing import Any, ContextManager, Iterable, Optional, Sequence
 import torch
 from torch import nn
 
-from yt8m import storage
+from yt8m.io import storage
 
-from yt8m.checkpoint import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
+from yt8m.io.checkpoints import (checkpoint_config, checkpoint_dir, clear_final_marker, differing_fields,
                              init_from_checkpoint, latest_checkpoint, load_latest_checkpoint)
 from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, config_problems, save_config, shown
-from yt8m.files import write_file_atomically
+from yt8m.io.files import write_file_atomically
 from yt8m.models import create_model_from_config
 from yt8m.models.model_size import ModelSize, check_model_size
-from yt8m.distributed import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
-from yt8m.optim import build_optimizer
+from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
+from yt8m.training.optim import build_optimizer
 from yt8m.runtime import reader_workers
-from yt8m.multitask.model import build_multitask_model
-from yt8m.multitask.spec import TaskSpec, is_multitask
-from yt8m.multitask.training import (MultiTask, MultiTaskData, MultiTaskPlan, multitask_evaluator, plan_tasks,
+from yt8m.models.multihead import build_multitask_model
+from yt8m.tasks.spec import TaskSpec, is_multitask
+from yt8m.tasks.multitask import (MultiTask, MultiTaskData, MultiTaskPlan, multitask_evaluator, plan_tasks,
                                      task_set_problem, task_teachers)
-from yt8m.training.evaluation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
-from yt8m.training.exports import EXPORT_DIR, MODEL_SIZE_FILE
+from yt8m.training.validation import EvaluateFn, TrainEvaluator, evaluation_problems, validation_evaluator
+from yt8m.training.best_models import EXPORT_DIR, MODEL_SIZE_FILE
 from yt8m.training.loop import TrainHook, fit, seed_everything
 
 log = logging.getLogger("yt8m.train")
@@ -48,7 +48,7 @@ def validate_config(config: TrainConfig, evaluating: bool = False) -> None:
 def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
     """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
     distilling from another teacher, or with other distillation settings)."""
-    from yt8m.distill import DISTILLATION_FIELDS
+    from yt8m.tasks.teacher import DISTILLATION_FIELDS
     from yt8m.models import model_hparams
 
     fields = list(MODEL_IDENTITY_FIELDS)
@@ -93,9 +93,9 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation), it
     trains and evaluates.
     """
-    from yt8m.distill import training_task
-    from yt8m.losses import create_loss
-    from yt8m.predict import find_video
+    from yt8m.tasks.teacher import training_task
+    from yt8m.tasks.losses import create_loss
+    from yt8m.inference.predict import find_video
 
     validate_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
     size = check_model_size(config)
@@ -140,7 +140,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
 
 class TrainingData:
     """The training data of a run: one dataset (a single task), or the sources of a multi-task `plan`
-    (yt8m.multitask.training), with their validation."""
+    (yt8m.tasks.multitask), with their validation."""
 
     def __init__(self, config: TrainConfig, plan: Optional[MultiTaskPlan]):
         from yt8m.data.dataset import FeatureSpec, YT8MDataset
@@ -235,7 +235,7 @@ def train_dir_lock(train_dir: str, rank: int) -> ContextManager:
     Object storage has no lock that its holder's death releases (a lock object a killed run left would block every
     resume), so a train dir there is not locked: one trainer at a time is the user's to ensure (said in the log).
     """
-    from yt8m.lock import TrainDirLock
+    from yt8m.io.lock import TrainDirLock
 
     if rank != 0:
         return contextlib.nullcontext()

@@ -16,8 +16,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import TrainConfig, load_config, save_config
-from yt8m.extras import available
-from yt8m.files import write_file_atomically
+from yt8m.optional import available
+from yt8m.io.files import write_file_atomically
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
 from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
@@ -215,10 +215,10 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
 
 def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     """Metrics of a train dir's latest checkpoint on `pattern`."""
-    from yt8m.checkpoint import build_model_from_payload, load_latest_checkpoint
+    from yt8m.io.checkpoints import build_model_from_payload, load_latest_checkpoint
     from yt8m.data.dataset import FeatureSpec, YT8MDataset
-    from yt8m.evaluate import evaluate_model
-    from yt8m.tasks import task_from_config
+    from yt8m.eval.evaluate import evaluate_model
+    from yt8m.tasks.video import task_from_config
 
     path, payload = load_latest_checkpoint(train_dir)
     model, config, _ = build_model_from_payload(payload, path)
@@ -229,8 +229,8 @@ def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
     """The ensemble of the best `count` complete trials (their latest checkpoints), its weights fitted for GAP on the
     study's validation shards, and its validation metrics next to the best single trial's (measured alike)."""
-    from yt8m.checkpoint import checkpoint_dir
-    from yt8m.ensemble import fit_ensemble, opened_inputs
+    from yt8m.io.checkpoints import checkpoint_dir
+    from yt8m.inference.ensemble import fit_ensemble, opened_inputs
     from yt8m.tune.objective import TRAIN_DIR_ATTR, trial_dir
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional
 import optuna
 import yaml
 
-from yt8m.files import write_file_atomically
+from yt8m.io.files import write_file_atomically
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tune.report import write_leaderboard_and_best, write_report
 from yt8m.tune.space import TuneSpec

@@ -19,9 +19,9 @@ import optuna
 
 from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
 from yt8m.fields import setting
-from yt8m.multitask.spec import TaskConfig, is_multitask, reads_segments, task_entries
-from yt8m.tasks import task_type
-from yt8m.training.evaluation import HIGHER_IS_BETTER
+from yt8m.tasks.spec import TaskConfig, is_multitask, reads_segments, task_entries
+from yt8m.tasks.video import task_type
+from yt8m.training.validation import HIGHER_IS_BETTER
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.

@@ -1,0 +1,232 @@
+"""Evaluation: `evaluate_model` (a model's metrics over batches, in memory that does not grow with them) and
+`evaluate_checkpoints` (a train dir's checkpoints, once or watching for each new one until the run's final one)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from yt8m.io import storage
+from yt8m.io.checkpoints import (build_model_from_payload, differing_fields, final_checkpoint, latest_checkpoint,
+                             load_checkpoint, load_latest_checkpoint)
+from yt8m.config import (
+    MODEL_IDENTITY_FIELDS,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    TrainConfig,
+    config_problems,
+    field_names,
+    load_config,
+    shown,
+)
+from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
+                               rank_and_world_size, training_device)
+from yt8m.io.files import write_file_atomically
+from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.tasks.video import Task, task_from_config
+from yt8m.training.summaries import summary_writer, write_scalars
+
+log = logging.getLogger("yt8m.eval")
+# Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
+CPU = torch.device("cpu")
+
+
+def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
+                   device: str | torch.device = "cpu", across_ranks: bool = False,
+                   source: Optional[str] = None) -> dict[str, Any]:
+    """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
+    segment ratings: segment mAP, GAP and loss over the rated pairs); restores the model's mode.
+
+    Batches without a single example or without a single label (test shards) are a ValueError, not metrics of 0.
+    `across_ranks`: every process of the process group calls this on its own part of the data, and each gets the
+    metrics of all parts, merged exactly at rank 0 (yt8m.distributed.across_ranks). `source` names the data in errors.
+    """
+    from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together
+
+    device = torch.device(device)
+    if source is None:
+        source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
+    was_training = model.training
+    model.eval()
+    videos, started = 0, time.perf_counter()
+    try:
+        with torch.no_grad(), task.metrics() as metrics, \
+                tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
+            with together() if across_ranks else contextlib.nullcontext():
+                for index, batch in enumerate(dataset_or_loader, start=1):
+                    batch = to_device(batch, device)
+                    output = model(batch["features"], batch.get("num_frames"))
+                    loss = task.loss(output, batch).item()
+                    task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
+                    videos += batch["labels"].shape[0]
+                    bar.update(batch["labels"].shape[0])
+                    log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
+                             videos / max(time.perf_counter() - started, 1e-9))
+            if not across_ranks:
+                return _results(task, metrics, source, videos)
+            videos = all_reduce_sum(videos, CPU)
+            merge_metrics_at_rank0(metrics)
+            return decided_by_rank0(lambda: _results(task, metrics, source, videos))
+    finally:
+        model.train(was_training)
+
+
+def _results(task: Task, metrics: Any, source: str, videos: int) -> dict[str, Any]:
+    if not videos:
+        raise ValueError(f"no videos in {source}: nothing to evaluate")
+    return task.results(metrics, source)
+
+
+def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
+    """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree, and the
+    whole config must be valid: every problem in one error."""
+    path = os.path.join(config.train_dir, "config.yaml")
+    if not storage.exists(path):
+        raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
+    trained = load_config(TrainConfig, path)
+    identity = [name for name in dict.fromkeys([*MODEL_IDENTITY_FIELDS, *field_names(ModelConfig)]) if name in given]
+    problems = [f"--{name}: given {shown(new)}, {path} has {shown(old)}"
+                for name, old, new in differing_fields(trained, config, identity)]
+    if problems:
+        problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
+    inherited = set(field_names(DataConfig)) | set(field_names(ModelConfig)) | {"label_loss"}
+    resolved = dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given})
+    problems += config_problems(resolved)
+    if problems:
+        raise ValueError(f"the eval config for {config.train_dir} is invalid:\n  " + "\n  ".join(problems))
+    return resolved
+
+
+def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequence[str]) -> str:
+    """DIR/eval/metrics-<step>.json (written atomically) and the metrics `names` (the task's) for TensorBoard."""
+    path = os.path.join(train_dir, "eval", f"metrics-{result['global_step']:08d}.json")
+    write_file_atomically(path, lambda out: json.dump(result, out, indent=1))
+    write_scalars(writer, {name: result[name] for name in names}, result["global_step"])
+    if writer is not None:
+        writer.flush()
+    return path
+
+
+def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final.
+
+    Under torchrun each process evaluates its block of the shards (yt8m.distributed.across_ranks) and all yield the merged
+    metrics; rank 0 picks each checkpoint and alone writes the metrics files.
+    """
+    if not config.eval_data_pattern:
+        raise ValueError("--eval_data_pattern is required")
+    if not launched_by_torchrun():
+        yield from _evaluate_checkpoints(config, given, resolve_device(config.device))
+        return
+    with process_group(CPU):
+        yield from _evaluate_checkpoints(config, given, training_device(config.device))
+
+
+def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.device) -> Iterator[dict[str, Any]]:
+    from yt8m.distributed.across_ranks import this_rank_shards
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+
+    if not config.run_once:
+        wait_for(lambda: storage.exists(os.path.join(config.train_dir, "config.yaml")), config)
+    config = resolve_eval_config(config, given)
+    rank, world_size = rank_and_world_size()
+    # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
+    dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
+                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1)
+    dataset.paths = this_rank_shards(dataset.paths)
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                         pin_memory=device.type == "cuda") if dataset.paths else []
+    task = task_from_config(config, top_k=config.top_k)
+    writer = summary_writer(os.path.join(config.train_dir, "eval")) if rank == 0 else None
+    evaluated: Optional[str] = None  # the checkpoint evaluated last
+    looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
+    said = ""
+    try:
+        while True:
+            latest = decided_by_rank0(lambda: latest_checkpoint(config.train_dir))
+            if latest is None and config.run_once:
+                raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
+            if latest is not None and latest != looked_at:
+                looked_at = latest
+                found = load_agreed_checkpoint(config.train_dir, device)  # past unreadable ones
+                if found is not None and found[0] != evaluated:
+                    skipped_before = (dataset.skipped_files, dataset.skipped_records)
+                    result = evaluate_payload(*found, loader, task, config, device, across_ranks=world_size > 1)
+                    if config.skip_corrupt:
+                        result.update(skipped_files=all_reduce_sum(dataset.skipped_files - skipped_before[0], CPU),
+                                      skipped_records=all_reduce_sum(dataset.skipped_records - skipped_before[1], CPU))
+                    if rank == 0:
+                        write_metrics(config.train_dir, result, writer, task.metric_names)
+                    yield result
+                    evaluated = found[0]
+                    if config.run_once:
+                        return
+                continue
+            final = decided_by_rank0(lambda: final_checkpoint(config.train_dir))
+            if final is not None and final == looked_at:
+                if final != evaluated:
+                    log.warning("the final checkpoint %s is unreadable; the newest readable one, %s, was evaluated",
+                                final, evaluated)
+                log.info("evaluated the final checkpoint's run; done")
+                return
+            waiting = waiting_message(config.train_dir, evaluated)
+            if waiting != said:
+                log.info("%s", waiting)
+                said = waiting
+            time.sleep(config.poll_interval_secs)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tuple[str, dict[str, Any]]]:
+    """The latest readable checkpoint (path, payload); under torchrun the one rank 0 found, loaded by every process."""
+    if rank_and_world_size()[1] == 1:
+        return load_latest_checkpoint(train_dir, map_location=device)
+    path = decided_by_rank0(lambda: (load_latest_checkpoint(train_dir, map_location="cpu") or [None])[0])
+    return None if path is None else (path, load_checkpoint(path, map_location=device))
+
+
+def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], task: Task,
+                     config: EvalConfig, device: torch.device, across_ranks: bool = False) -> dict[str, Any]:
+    """The task's metrics of a loaded checkpoint (from `path`); `across_ranks`: see evaluate_model."""
+    model, _, step = build_model_from_payload(payload, path, device)
+    log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
+    metrics = evaluate_model(model, loader, task, device, across_ranks, source=config.eval_data_pattern)
+    result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
+    log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in result.items() if k != "global_step"))
+    return result
+
+
+def waiting_message(train_dir: str, evaluated: Optional[str]) -> str:
+    """What a watching eval waits for, said once each time it changes (Ctrl+C stops the watch)."""
+    from yt8m.io.lock import describe_holder, train_dir_holder
+
+    done = f"evaluated {evaluated}" if evaluated else "no checkpoint yet"
+    holder = train_dir_holder(train_dir) if storage.is_local(train_dir) else None
+    trainer = (f"a trainer runs there ({describe_holder(holder)})" if holder else
+               "no trainer runs there now: the run stopped before its last checkpoint, waiting until one resumes it"
+               if storage.is_local(train_dir) else "whether a trainer runs there cannot be told on object storage")
+    return (f"watching {train_dir}: {done}; {trainer}. Waiting for a newer checkpoint, until the run marks its last "
+            f"one final (checkpoints/final). Ctrl+C stops; --run_once evaluates the latest and exits")
+
+
+def wait_for(condition, config: EvalConfig) -> None:
+    logged = False
+    while not condition():
+        if not logged:
+            log.info("waiting for training to start in %s (its config.yaml); Ctrl+C stops", config.train_dir)
+            logged = True
+        time.sleep(config.poll_interval_secs)

@@ -1,0 +1,225 @@
+"""Scoring a Kaggle-format submission (`VideoId,LabelConfidencePairs`) against a ground-truth file
+(`VideoId,Labels`) with the starter kit's metrics (`score_files`, what `yt8m score` prints).
+
+A class a video's line does not list counts as not predicted (it never enters the video's top-k). Memory does not
+grow with the files: they are checked into a temporary SQLite database and scored from there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from yt8m.eval.metrics import EvaluationMetrics
+from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
+
+log = logging.getLogger("yt8m.eval.score")
+
+PREDICTIONS_HEADER = "VideoId,LabelConfidencePairs"
+LABELS_HEADER = "VideoId,Labels"
+SCORE_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "num_videos")
+_BATCH_VIDEOS = 1024
+_EXAMPLES_SHOWN = 5
+T = TypeVar("T")
+
+
+class CsvFormatError(ValueError):
+    """A malformed line of a predictions or labels CSV; the message names the file and line."""
+
+
+def _rows(path: str, header: str) -> Iterator[tuple[str, int, str, str]]:
+    """(`path:line`, line number, video id, second field) for each non-blank line after the header."""
+    with open(path, encoding="utf-8-sig") as fh:
+        first = fh.readline().rstrip("\r\n")
+        if first.strip() != header:
+            raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {first!r}")
+        for number, line in enumerate(fh, start=2):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            fields = line.split(",")
+            video_id = fields[0].strip()
+            if len(fields) != 2 or not video_id:
+                raise CsvFormatError(f"{where}: expected 'VideoId,<space-separated values>', got {line!r}")
+            yield where, number, video_id, fields[1]
+
+
+def _duplicate_error(path: str, duplicate: Duplicate) -> CsvFormatError:
+    return CsvFormatError(f"{path}:{duplicate.line}: video {duplicate.key!r} is already on line {duplicate.first_line}")
+
+
+def _class_ids(where: str, tokens: Sequence[str], num_classes: int) -> list[int]:
+    try:
+        classes = list(map(int, tokens))
+    except ValueError:
+        raise CsvFormatError(f"{where}: class ids must be integers, got {' '.join(tokens)!r}") from None
+    if classes and (min(classes) < 0 or max(classes) >= num_classes):
+        outside = next(c for c in classes if not 0 <= c < num_classes)
+        raise CsvFormatError(f"{where}: class id {outside} is outside [0, {num_classes})")
+    return classes
+
+
+def _label_ids(where: str, field: str, num_classes: int) -> np.ndarray:
+    """A labels line's distinct class ids, sorted (int64)."""
+    return np.array(sorted(set(_class_ids(where, field.split(), num_classes))), dtype=np.int64)
+
+
+def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[int], list[float]]:
+    """A predictions line's class ids and confidences, as listed."""
+    tokens = field.split()
+    if len(tokens) % 2:
+        raise CsvFormatError(f"{where}: expected 'class confidence' pairs, got an odd number of values")
+    classes = _class_ids(where, tokens[0::2], num_classes)
+    try:
+        confidences = list(map(float, tokens[1::2]))
+    except ValueError:
+        raise CsvFormatError(f"{where}: confidences must be numbers, got {' '.join(tokens[1::2])!r}") from None
+    if not all(map(math.isfinite, confidences)):
+        raise CsvFormatError(f"{where}: confidences must be finite numbers")
+    if len(set(classes)) != len(classes):
+        raise CsvFormatError(f"{where}: a class id appears twice")
+    return classes, confidences
+
+
+def _read_dict(path: str, header: str, parse: Callable[[str, str], T]) -> dict[str, T]:
+    rows = {}
+    with TemporaryDatabase() as database:
+        for _, video_id, parsed in _checked(KeyedTable(database, "videos"), path, header, parse):
+            rows[video_id] = parsed
+    return rows
+
+
+def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], T],
+             payload: Callable[[T], tuple] = lambda parsed: ()) -> Iterator[tuple[int, str, T]]:
+    """(line, video id, parsed second field) of each line of a CSV, checked, with `payload(parsed)` stored in `table`
+    beside the id: a video twice is an error too, and the first problem in line order is the one raised."""
+    parsed = ((line, video_id, parse(where, field)) for where, line, video_id, field in _rows(path, header))
+    return add_unique(table, parsed, lambda row: (row[1], row[0], *payload(row[2])),
+                      lambda duplicate: _duplicate_error(path, duplicate))
+
+
+def read_labels_csv(path: str, num_classes: int = 3862) -> dict[str, np.ndarray]:
+    """Video id -> its distinct class ids (int64, sorted; empty for a video without labels), in file order."""
+    return _read_dict(path, LABELS_HEADER, lambda where, field: _label_ids(where, field, num_classes))
+
+
+def read_predictions_csv(path: str, num_classes: int = 3862) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Video id -> (class ids int64, confidences float64) as listed on its line, in file order."""
+    def parse(where: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+        classes, confidences = _prediction_pairs(where, field, num_classes)
+        return np.array(classes, dtype=np.int64), np.array(confidences, dtype=np.float64)
+
+    return _read_dict(path, PREDICTIONS_HEADER, parse)
+
+
+def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862) -> None:
+    """Check every line of a predictions CSV into `table` (payload columns classes, confidences: int32 and float32
+    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line."""
+    _load(table, path, PREDICTIONS_HEADER, lambda where, field: _stored_predictions(where, field, num_classes))
+
+
+def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], tuple]) -> None:
+    """Check every line of a CSV into `table`: its video id, its line and the parsed second field's columns."""
+    for _ in _checked(table, path, header, parse, payload=lambda columns: columns):
+        pass
+
+
+def _stored_labels(where: str, field: str, num_classes: int) -> tuple[bytes]:
+    return (_label_ids(where, field, num_classes).astype(np.int32).tobytes(),)
+
+
+def _stored_predictions(where: str, field: str, num_classes: int) -> tuple[bytes, bytes]:
+    classes, confidences = _prediction_pairs(where, field, num_classes)
+    # Scores are float32 (EvaluationMetrics compares them so): rounded here as they would be in its input.
+    return np.array(classes, dtype=np.int32).tobytes(), np.array(confidences, dtype=np.float32).tobytes()
+
+
+def _examples(video_ids: list[str], count: int) -> str:
+    return ", ".join(video_ids[:_EXAMPLES_SHOWN]) + (", ..." if count > _EXAMPLES_SHOWN else "")
+
+
+def unmatched(database: TemporaryDatabase, table: str, other: str) -> tuple[int, list[str]]:
+    """How many videos of `table` `other` lacks, and the first few of them in file order."""
+    absent = f"FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {other} AS o WHERE o.key = t.key)"
+    count = database.connection.execute(f"SELECT COUNT(*) {absent}").fetchone()[0]
+    first = database.connection.execute(f"SELECT t.key {absent} ORDER BY t.line LIMIT {_EXAMPLES_SHOWN}")
+    return count, [key for (key,) in first]
+
+
+def _check_coverage(database: TemporaryDatabase, predictions_path: str, labels_path: str,
+                    allow_missing: bool) -> None:
+    missing, missing_examples = unmatched(database, "labels", "predictions")
+    unknown, unknown_examples = unmatched(database, "predictions", "labels")
+    problems = {}  # what --allow_missing does about it -> the problem
+    if missing:
+        problems["counted as predicting nothing"] = (f"{missing} videos of {labels_path} have no line in "
+                                                     f"{predictions_path} ({_examples(missing_examples, missing)})")
+    if unknown:
+        problems["ignored"] = (f"{unknown} videos of {predictions_path} are not in {labels_path} "
+                               f"({_examples(unknown_examples, unknown)})")
+    if problems and not allow_missing:
+        raise ValueError("; ".join(problems.values()) + ". With --allow_missing, missing videos count as "
+                         "predicting nothing and unknown ones are ignored.")
+    for consequence, problem in problems.items():
+        log.warning("%s: %s", problem, consequence)
+
+
+def _score_rows(rows: Iterable[tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]], num_classes: int,
+                top_k: int) -> dict:
+    """The metrics of (label ids, predicted classes or None, their confidences or None) rows, in batches."""
+    rows = iter(rows)
+    # Reused: a fresh 16 MB array per batch would be mapped afresh and page-faulted (process_settings.map_large_blocks).
+    all_scores = np.empty((_BATCH_VIDEOS, num_classes), dtype=np.float32)
+    all_truth = np.empty((_BATCH_VIDEOS, num_classes), dtype=np.float32)
+    with EvaluationMetrics(num_classes, top_k) as metrics:
+        while batch := list(itertools.islice(rows, _BATCH_VIDEOS)):
+            scores, truth = all_scores[:len(batch)], all_truth[:len(batch)]
+            scores.fill(-np.inf)
+            truth.fill(0)
+            for row, (labels, classes, confidences) in enumerate(batch):
+                truth[row, labels] = 1
+                if classes is not None:
+                    scores[row, classes] = confidences
+            metrics.accumulate(scores, truth)
+        result = metrics.get()
+    return {key: result[key] for key in SCORE_KEYS}
+
+
+def score_predictions(predictions: dict[str, tuple[np.ndarray, np.ndarray]], labels: dict[str, np.ndarray],
+                      num_classes: int = 3862, top_k: int = 20) -> dict:
+    """The metrics over the labelled videos; a video without predictions predicts nothing."""
+    return _score_rows(((labels[video_id], *predictions.get(video_id, (None, None))) for video_id in labels),
+                       num_classes, top_k)
+
+
+def _stored_rows(database: TemporaryDatabase) -> Iterator[tuple[np.ndarray, Optional[np.ndarray],
+                                                                 Optional[np.ndarray]]]:
+    """Each labelled video's label ids and predictions (None without a line), in the labels file's order."""
+    joined = database.connection.execute(
+        "SELECT l.classes, p.classes, p.confidences FROM labels AS l LEFT JOIN predictions AS p ON p.key = l.key "
+        "ORDER BY l.line")
+    for labels, classes, confidences in joined:
+        yield (np.frombuffer(labels, np.int32), None if classes is None else np.frombuffer(classes, np.int32),
+               None if confidences is None else np.frombuffer(confidences, np.float32))
+
+
+def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num_classes: int = 3862,
+                allow_missing: bool = False) -> dict:
+    """Read, check and score a submission against a labels file (what `yt8m score` prints).
+
+    Both files go through a temporary SQLite database, so that memory does not grow with their size.
+    """
+    with TemporaryDatabase() as database:
+        labels = KeyedTable(database, "labels", ("classes",))
+        _load(labels, labels_path, LABELS_HEADER, lambda where, field: _stored_labels(where, field, num_classes))
+        if not len(labels):
+            raise ValueError(f"{labels_path} lists no videos")
+        predictions = KeyedTable(database, "predictions", ("classes", "confidences"))
+        load_predictions_csv(predictions, predictions_path, num_classes)
+        _check_coverage(database, predictions_path, labels_path, allow_missing)
+        return _score_rows(_stored_rows(database), num_classes, top_k)

@@ -1,0 +1,229 @@
+"""The `tasks:` section of a train config (TaskConfig, one per task) and the --aux_vertical_weight shorthand, checked
+whole and resolved against the main flags into TaskSpecs: what each task reads, learns, and is judged on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from yt8m.fields import setting
+
+LABEL_SOURCES = ("labels", "vocabulary", "segments", "teacher")
+HEAD_KINDS = ("own", "shared")
+MAIN_TASK = "main"  # the implicit first task of --aux_vertical_weight without a `tasks:` section
+VERTICAL_TASK = "vertical"
+DEFAULT_VOCABULARY_COLUMN = "Vertical1"
+
+
+def _loss_names() -> list[str]:
+    from yt8m.tasks.losses import LOSSES
+
+    return list(LOSSES)
+
+
+def _distill_losses() -> list[str]:
+    from yt8m.tasks.teacher import DISTILL_LOSSES
+
+    return list(DISTILL_LOSSES)
+
+
+def _metric_names() -> list[str]:
+    from yt8m.training.validation import HIGHER_IS_BETTER
+
+    return list(HIGHER_IS_BETTER)
+
+
+@dataclass
+class TaskConfig:
+    """One entry of the `tasks:` list; empty fields take the main flags' values."""
+
+    name: str = setting("", "The task's name: its metrics are TASK/METRIC, its head heads.TASK.", required=True)
+    train_data_pattern: str = setting("", "Training shards of this task (default: --train_data_pattern).")
+    eval_data_pattern: str = setting("", "Validation shards (default: --eval_data_pattern where the task trains on "
+                                         "--train_data_pattern).")
+    label_source: str = setting("labels", "'labels' (the record's), 'vocabulary' (the record's labels mapped through "
+                                          "a vocabulary column), 'segments' (2019 segment ratings) or 'teacher' (a "
+                                          "teacher's soft targets for the records; validated on their labels).",
+                                choices=lambda: LABEL_SOURCES)
+    teacher: str = setting("", "label_source teacher: a run, checkpoint, ONNX export or predictions file (JSONL, CSV) "
+                               "whose predictions on this task's videos are its targets.")
+    distill_temperature: float = setting(1.0, "label_source teacher: the distillation temperature T (losses scaled "
+                                              "by T^2).", at_least=1e-6)
+    distill_loss: str = setting("binary", "label_source teacher: 'binary' (per-class sigmoid cross-entropy) or "
+                                          "'softmax' (KL divergence of the softmaxes).", choices=_distill_losses)
+    vocabulary_file: str = setting("", "label_source vocabulary: the vocabulary CSV (default: --vocabulary_file).")
+    vocabulary_column: str = setting(DEFAULT_VOCABULARY_COLUMN, "label_source vocabulary: the column whose values "
+                                                                "are this task's classes (sorted by name).")
+    num_classes: Optional[int] = setting(None, "Classes of this task (default: --num_classes on the main data; on "
+                                               "data of its own 4716 for 2017 shards (id key video_id), else 3862; "
+                                               "the column's values for a vocabulary mapping).", at_least=1)
+    head: str = setting("own", "'own': a head of its own on the shared trunk; 'shared': the first task's head "
+                               "(only the loss differs).", choices=lambda: HEAD_KINDS)
+    head_model: str = setting("", "The own head's video-level model (default: the model's classifier).")
+    head_hparams: dict = setting({}, "The own head's hyper-parameters (default: the main flags').")
+    loss: str = setting("", "The task's loss (default: --label_loss).", choices=_loss_names)
+    weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
+    metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
+                          choices=_metric_names)
+    validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
+
+    def _own_problems(self) -> list[str]:
+        problems = []
+        if not isinstance(self.head_hparams, dict):
+            problems.append(f"head_hparams must be a mapping of hyper-parameter: value, got {self.head_hparams!r}")
+        if (self.label_source == "teacher") != bool(self.teacher):
+            problems.append("label_source teacher needs teacher: PATH" if self.teacher == "" else
+                            f"teacher {self.teacher} is given, but label_source is {self.label_source!r} (use "
+                            "label_source: teacher)")
+        if "/" in self.name:
+            problems.append(f"name {self.name!r} must not contain '/' (metrics are named TASK/METRIC)")
+        if self.head == "shared" and (self.head_model or self.head_hparams):
+            problems.append("head 'shared' reads the first task's head: head_model and head_hparams belong to "
+                            "'own' heads")
+        return problems
+
+
+@dataclass
+class TaskSpec:
+    """A task resolved against the main flags: every default filled in (num_classes once the data is read)."""
+
+    name: str
+    train_data_pattern: str
+    eval_data_pattern: str
+    label_source: str
+    vocabulary_file: str
+    vocabulary_column: str
+    num_classes: Optional[int]
+    head: str  # the name of the task whose head it reads (its own name for an own head)
+    head_model: str
+    head_hparams: dict[str, Any]
+    loss: str
+    weight: float
+    metric: str
+    validate: bool
+    id_key: str = ""  # of its training records: "id" (2018 and later) or "video_id" (2017); set with the data read
+    teacher: str = ""
+    distill_temperature: float = 1.0
+    distill_loss: str = "binary"
+
+    @property
+    def segments(self) -> bool:
+        return self.label_source == "segments"
+
+    @property
+    def metric_key(self) -> str:
+        return f"{self.name}/{self.metric}"
+
+
+def is_multitask(config: Any) -> bool:
+    """Whether a train config asks for tasks (a `tasks:` section or a shorthand); else it is today's single task."""
+    return bool(config.tasks) or config.aux_vertical_weight > 0
+
+
+def task_entries(config: Any) -> list[dict[str, Any]]:
+    """The `tasks:` entries with the shorthands' tasks added (an implicit first task where the section is empty)."""
+    entries = [dict(entry) if isinstance(entry, dict) else entry for entry in config.tasks]
+    if config.aux_vertical_weight > 0:
+        if not entries:
+            entries.append({"name": MAIN_TASK})
+        entries.append({"name": VERTICAL_TASK, "label_source": "vocabulary", "weight": config.aux_vertical_weight,
+                        "vocabulary_file": config.vocabulary_file})
+    return entries
+
+
+def parse_task_configs(config: Any) -> tuple[list[TaskConfig], list[str]]:
+    """Each entry as a TaskConfig, and every problem of every entry (named by its position and name)."""
+    from yt8m.config import ConfigError, config_from_dict
+
+    tasks, problems = [], []
+    for index, entry in enumerate(task_entries(config)):
+        if not isinstance(entry, dict):
+            problems.append(f"tasks[{index}]: expected a mapping of field: value, got {entry!r}")
+            continue
+        source = f"tasks[{index}] ({entry.get('name') or 'unnamed'})"
+        try:
+            tasks.append(config_from_dict(TaskConfig, entry, source=source))
+        except ConfigError as err:
+            problems += [problem if problem.startswith(source) else f"{source}: {problem.removeprefix('--')}"
+                         for problem in err.problems]
+    return tasks, problems
+
+
+def resolve_tasks(config: Any) -> list[TaskSpec]:
+    """The config's tasks with the main flags filled in; a ValueError lists every problem (see task_problems)."""
+    tasks, problems = parse_task_configs(config)
+    if problems:
+        raise ValueError("invalid tasks:\n  " + "\n  ".join(problems))
+    return [_resolve(task, config, tasks[0].name) for task in tasks]
+
+
+def reads_segments(label_source: str, train_data_pattern: str, config: Any) -> bool:
+    """Whether a task learns 2019 segment ratings: its label source says so, or it reads the main data's labels
+    and --segment_labels makes those the ratings."""
+    on_main_data = train_data_pattern in ("", config.train_data_pattern)
+    return label_source == "segments" or (label_source == "labels" and on_main_data and config.segment_labels)
+
+
+def _resolve(task: TaskConfig, config: Any, first: str) -> TaskSpec:
+    on_main_data = task.train_data_pattern in ("", config.train_data_pattern)
+    segments = reads_segments(task.label_source, task.train_data_pattern, config)
+    label_source = "segments" if segments else task.label_source
+    num_classes = task.num_classes
+    if num_classes is None and on_main_data and label_source != "vocabulary":
+        num_classes = config.num_classes
+    return TaskSpec(
+        name=task.name, train_data_pattern=task.train_data_pattern or config.train_data_pattern,
+        eval_data_pattern=task.eval_data_pattern or (config.eval_data_pattern if on_main_data else ""),
+        label_source=label_source, vocabulary_file=task.vocabulary_file or config.vocabulary_file,
+        vocabulary_column=task.vocabulary_column, num_classes=num_classes,
+        head=first if task.head == "shared" else task.name, head_model=task.head_model,
+        head_hparams=dict(task.head_hparams), loss=task.loss or config.label_loss, weight=task.weight,
+        metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate, teacher=task.teacher,
+        distill_temperature=task.distill_temperature, distill_loss=task.distill_loss)
+
+
+def task_problems(config: Any) -> list[str]:
+    """Every problem of a train config's tasks that needs no data read: the entries' fields, names used twice,
+    a shared head of another size, a loss or metric the task lacks, --best_metric naming no task."""
+    from yt8m.tasks.video import task_problems as single_task_problems
+
+    tasks, problems = parse_task_configs(config)
+    if not tasks:
+        return problems or ["tasks: the list is empty"]
+    specs = [_resolve(task, config, tasks[0].name) for task in tasks]
+    names = [entry.get("name") for entry in task_entries(config) if isinstance(entry, dict) and entry.get("name")]
+    problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
+    for spec in specs:
+        where = f"task {spec.name}"
+        problems += [f"{where}: {problem.replace('--label_loss', 'loss').replace('--best_metric', 'metric')}"
+                     for problem in single_task_problems(spec.segments, spec.loss, spec.metric)]
+        if spec.label_source == "vocabulary" and not spec.vocabulary_file:
+            problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
+        if spec.segments and not config.frame_features:
+            problems.append(f"{where}: segment ratings are read from frame-level data: set --frame_features")
+        if spec.validate and config.eval_data_pattern and not spec.eval_data_pattern:
+            problems.append(f"{where}: validate needs eval_data_pattern (it trains on data of its own); or set "
+                            f"validate: false")
+        if spec.head != spec.name and spec.num_classes != specs[0].num_classes:
+            problems.append(f"{where}: head 'shared' reads task {spec.head}'s {specs[0].num_classes} classes, but "
+                            f"num_classes is {spec.num_classes}")
+    problems += best_metric_problems(config.best_metric, specs)
+    return problems
+
+
+def best_metric_problems(best_metric: str, specs: list[TaskSpec]) -> list[str]:
+    from yt8m.tasks.video import task_problems as single_task_problems
+
+    task, _, metric = best_metric.rpartition("/")
+    names = [spec.name for spec in specs]
+    if task and task not in names:
+        return [f"--best_metric {best_metric}: no task is named {task!r} (tasks: {', '.join(names)})"]
+    spec = specs[names.index(task)] if task else specs[0]
+    return [f"--best_metric {best_metric}: task {spec.name}: " + problem.removeprefix("--best_metric ")
+            for problem in single_task_problems(spec.segments, spec.loss, metric) if "best_metric" in problem]
+
+
+def best_metric_key(best_metric: str, specs: list[TaskSpec]) -> str:
+    """--best_metric as a TASK/METRIC key; a plain METRIC means the first task's."""
+    return best_metric if "/" in best_metric else f"{specs[0].name}/{best_metric}"

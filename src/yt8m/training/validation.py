@@ -1,0 +1,225 @@
+"""Train and evaluate (`yt8m train --eval_data_pattern`): evaluation after checkpoints, best/latest/final
+exports, early stopping and validation-driven learning-rate halving, with its state kept in checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from yt8m.config import TrainConfig
+from yt8m.training.best_models import Exporters, exported_checkpoint
+
+log = logging.getLogger("yt8m.train_eval")
+
+# Which way is better for each metric `evaluate_model` returns (a task reports some of them: yt8m.tasks.video).
+HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
+                    "segment_map": True, "loss": False}
+
+# evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
+EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
+
+
+@dataclass
+class Verdict:
+    """What the training loop does after an evaluation; rank 0 decides, every process applies it."""
+
+    stop: bool = False
+    halve_learning_rate: bool = False
+    revert_to_step: Optional[int] = None  # reload the best export of this step
+
+
+@dataclass
+class ValidationState:
+    """The evaluations so far, saved in every checkpoint so that a resumed run decides as the first would."""
+
+    best_value: Optional[float] = None
+    best_step: Optional[int] = None
+    evaluations: int = 0
+    since_improvement: int = 0  # evaluations in a row without improvement (early stopping)
+    since_halving: int = 0  # the same, counted from the last improvement or halving (LR halving)
+    last_step: int = -1  # the step of the last evaluation
+    last_result: dict[str, Any] = field(default_factory=dict)
+    stopped_early: bool = False
+    # Multi-task runs: each validated task's best {"metric": TASK/METRIC, "value", "step"}, by task name.
+    task_best: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def evaluation_problems(config: TrainConfig, evaluating: bool) -> list[str]:
+    """What the train-and-evaluate flags need that the run lacks; `evaluating`: an eval set or evaluator is given.
+    (Each flag's own range is checked with the config.)"""
+    if evaluating:
+        return []
+    needs_eval = [name for name in ("early_stopping_patience", "lr_halving_patience", "revert_to_best")
+                  if getattr(config, name)]
+    return [f"--{name} needs --eval_data_pattern" for name in needs_eval]
+
+
+def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateFn:
+    """Evaluation on --eval_data_pattern (all of it in this process, --eval_steps batches or a full pass)."""
+    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    from yt8m.eval.evaluate import evaluate_model
+    from yt8m.runtime import reader_workers
+    from yt8m.tasks.video import task_from_config
+
+    # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
+    dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
+                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1,
+                          cache_in_memory=config.cache_in_memory)
+    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+                         pin_memory=device.type == "cuda")
+    task = task_from_config(config)
+
+    def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
+        batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
+        return evaluate_model(model, batches, task, device=device)
+
+    return evaluate
+
+
+class TrainEvaluator:
+    """Evaluates checkpoints of the live model, exports them, and judges progress on --best_metric."""
+
+    def __init__(self, config: TrainConfig, evaluate: EvaluateFn, tasks: Optional[list] = None):
+        """`tasks`: a multi-task run's TaskSpecs, whose metrics `evaluate` returns as TASK/METRIC."""
+        from yt8m.tasks.spec import best_metric_key
+
+        self.config = config
+        self.evaluate = evaluate
+        self.tasks = tasks or []
+        self.best_metric = best_metric_key(config.best_metric, tasks) if tasks else config.best_metric
+        self.exporters = Exporters(config.train_dir, config.keep_best_exports, config.keep_latest_exports)
+        self.state = ValidationState()
+        self.started = time.monotonic()
+        self.last_started: Optional[float] = None
+        self._writer = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = ValidationState(**state)
+
+    def after_checkpoint(self, model: nn.Module, checkpoint: str, step: int) -> tuple[Verdict, Optional[dict]]:
+        """Evaluate a periodic checkpoint unless throttled; (what to do, its metrics or None)."""
+        now = time.monotonic()
+        if now - self.started < self.config.eval_start_delay_secs:
+            return Verdict(), None
+        if self.last_started is not None and now - self.last_started < self.config.eval_throttle_secs:
+            return Verdict(), None
+        return self.judge(model, checkpoint, step)
+
+    def replay(self, model: nn.Module, checkpoint: str, step: int) -> Verdict:
+        """On resume: the checkpoint's own evaluation ran after it was saved, so it is not in its state;
+        running it again (the same weights and data) reaches the same verdict the interrupted run did."""
+        if step <= self.state.last_step:
+            return Verdict()
+        log.info("evaluating %s again: the interrupted run's verdict on it is not in the checkpoint", checkpoint)
+        return self.judge(model, checkpoint, step)[0]
+
+    def after_final(self, model: nn.Module, checkpoint: str, step: int) -> dict[str, Any]:
+        """Evaluate the final checkpoint (unless its step already was) and export it; its metrics."""
+        if step != self.state.last_step:
+            self.judge(model, checkpoint, step)
+        result = self.state.last_result
+        self.exporters.export_final(checkpoint, result)
+        if self._writer is not None:
+            self._writer.close()
+        return result
+
+    def judge(self, model: nn.Module, checkpoint: str, step: int) -> tuple[Verdict, dict[str, Any]]:
+        result = self._evaluate(model, step)
+        state, metric = self.state, self.best_metric
+        value = float(result[metric])
+        state.evaluations += 1
+        state.last_step, state.last_result = step, result
+        verdict = Verdict()
+        if self._improves(value):
+            log.info("step %d: validation %s %.5f, the best so far", step, metric, value)
+            state.best_value, state.best_step = value, step
+            state.since_improvement = state.since_halving = 0
+            self.exporters.export_best(checkpoint, result)
+        else:
+            state.since_improvement += 1
+            state.since_halving += 1
+            log.info("step %d: validation %s %.5f, no better than %.5f at step %d (%d evaluation(s) in a row)",
+                     step, metric, value, state.best_value, state.best_step, state.since_improvement)
+            verdict = self._react_to_no_improvement()
+        self._track_task_best(result, step)
+        self.exporters.export_latest(checkpoint, result)
+        return verdict, result
+
+    def _track_task_best(self, result: dict[str, Any], step: int) -> None:
+        for spec in self.tasks:
+            if spec.metric_key not in result:
+                continue
+            value, best = float(result[spec.metric_key]), self.state.task_best.get(spec.name)
+            if best is None or better(spec.metric, value, best["value"]):
+                self.state.task_best[spec.name] = {"metric": spec.metric_key, "value": value, "step": step}
+
+    def summary(self) -> dict[str, Any]:
+        state = self.state
+        summary = {"best_metric": self.best_metric, "best_value": state.best_value,
+                   "best_step": state.best_step, "evaluations": state.evaluations,
+                   "stopped_early": state.stopped_early}
+        if self.tasks:
+            summary["task_best"] = state.task_best
+        return summary
+
+    def _evaluate(self, model: nn.Module, step: int) -> dict[str, Any]:
+        from yt8m.eval.evaluate import write_metrics
+        from yt8m.tasks.video import task_type
+
+        self.last_started = time.monotonic()
+        # Evaluation may draw random numbers (frame sampling, the loader's seed): keep them out of training's.
+        devices = [next(model.parameters()).device] if next(model.parameters()).is_cuda else []
+        with torch.random.fork_rng(devices=devices):
+            metrics = self.evaluate(model, step)
+        result = {"global_step": step, **metrics}
+        names = ([name for name in metrics if "/" in name] if self.tasks
+                 else task_type(self.config.segment_labels).metric_names)
+        write_metrics(self.config.train_dir, result, self._summary_writer(), names)
+        return result
+
+    def _improves(self, value: float) -> bool:
+        best = self.state.best_value
+        return best is None or better(self.best_metric.rpartition("/")[2], value, best)
+
+    def _react_to_no_improvement(self) -> Verdict:
+        state, config = self.state, self.config
+        verdict = Verdict()
+        if config.lr_halving_patience and state.since_halving >= config.lr_halving_patience:
+            state.since_halving = 0
+            verdict.halve_learning_rate = True
+            if config.revert_to_best:
+                verdict.revert_to_step = state.best_step
+        if config.early_stopping_patience and state.since_improvement >= config.early_stopping_patience:
+            log.info("early stopping: %d evaluations without improving %s", state.since_improvement,
+                     self.best_metric)
+            state.stopped_early = verdict.stop = True
+        return verdict
+
+    def _summary_writer(self):
+        if self._writer is None:
+            from yt8m.training.summaries import summary_writer
+
+            self._writer = summary_writer(os.path.join(self.config.train_dir, "eval"))
+        return self._writer
+
+
+def better(metric: str, value: float, best: float) -> bool:
+    """Whether `value` of `metric` improves on `best`."""
+    return value > best if HIGHER_IS_BETTER[metric] else value < best
+
+
+def best_export_checkpoint(train_dir: str, step: int) -> str:
+    """The checkpoint file of the best export of `step`, which --revert_to_best reloads."""
+    return exported_checkpoint(train_dir, "best", step)

@@ -1,0 +1,666 @@
+"""`yt8m tune` and `yt8m tune-report` on tiny synthetic shards: the tuning file and its one-error validation,
+resuming (also after a SIGKILL, with new points and no orphaned jobs), parallel jobs, pruning, failing trials,
+the report and best.yaml (kept current while trials run), one-line errors for bad storage URLs and files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from yt8m import cli
+from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
+from yt8m.tune.objective import TrialObjective
+from yt8m.tune.study import (
+    FileLock,
+    create_pruner,
+    create_sampler,
+    interrupted_trials,
+    open_storage,
+    open_study,
+    record_interruption,
+    state_counts,
+    with_installed_driver,
+    worker_identity,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NUM_CLASSES = 8
+FEATURE_SIZES = (16, 8)
+SEARCH = {
+    "model": {"type": "categorical", "choices": ["LogisticModel", "MoeModel"]},
+    "base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True},
+    "moe_num_mixtures": {"type": "int", "low": 1, "high": 3, "when": {"model": "MoeModel"}},
+}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    from yt8m.data.synthetic import write_synthetic
+
+    root = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(str(root), kind="video", num_classes=NUM_CLASSES, train_videos=240, validate_videos=120,
+                    test_videos=0, shards=2, feature_sizes=FEATURE_SIZES, seed=3)
+    return root / "video"
+
+
+def tune_file(path: Path, shards: Path, search: dict = SEARCH, tune: dict | None = None, **train) -> str:
+    document = {
+        "train": {"train_data_pattern": str(shards / "train-*.tfrecord"),
+                  "eval_data_pattern": str(shards / "validate-*.tfrecord"),
+                  "feature_names": "mean_rgb,mean_audio", "feature_sizes": ",".join(map(str, FEATURE_SIZES)),
+                  "num_classes": NUM_CLASSES, "batch_size": 30, "num_epochs": 2, "num_readers": 0,
+                  "log_every_steps": 100, **train},
+        "search": search,
+        "objective": {"metric": "gap", "direction": "maximize"},
+        "tune": {"study_dir": str(path.parent / "study"), "n_startup_trials": 1, **(tune or {})},
+    }
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def tune_in_process(capsys, *argv: str) -> dict:
+    assert cli.main(["tune", *argv]) == 0, capsys.readouterr().err[-3000:]
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def yt8m_process(*argv: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "yt8m", *argv], env=env, text=True, **popen)
+
+
+def finish(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def load_study(study_dir: str | Path, name: str = "tune", storage: str = "") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage or f"sqlite:///{study_dir}/study.db")
+
+
+def worker_pids(study: optuna.Study) -> set[int]:
+    return {trial.user_attrs["worker"]["pid"] for trial in study.trials if "worker" in trial.user_attrs}
+
+
+# The tuning file ---------------------------------------------------------------------------------------------
+
+def test_one_error_lists_every_problem(tmp_path, shards, capsys):
+    search = {
+        "no_such_flag": {"type": "float", "low": 0.1, "high": 1.0},
+        "base_learning_rate": {"type": "float", "low": 0.5, "high": 0.1},
+        "moe_num_mixtures": {"type": "int", "low": 4, "high": 4},
+        "l2_penalty": {"type": "gaussian", "mean": 0.0},
+        "batch_size": {"type": "categorical", "choices": [16, 32], "when": {"optimizer": "Adam"}},
+        "num_epochs": {"type": "float", "low": 1, "high": 3},
+    }
+    path = tune_file(tmp_path / "tune.yaml", shards, search, tune={"sampler": "annealing"}, learning_rate=0.1)
+    document = yaml.safe_load(Path(path).read_text())
+    document["objective"] = {"metric": "accuracy", "direction": "maximize"}
+    Path(path).write_text(yaml.safe_dump(document))
+
+    assert cli.main(["tune", "--config", path, "--pruner", "sometimes"]) == 1
+    err = capsys.readouterr().err
+    for expected in ["train: unknown field 'learning_rate'",
+                     "search.no_such_flag: unknown field",
+                     "search.base_learning_rate: inverted range, low 0.5 > high 0.1",
+                     "search.moe_num_mixtures: empty range",
+                     "search.l2_penalty: type 'gaussian' is not a distribution",
+                     "search.batch_size: 'when' refers to 'optimizer', which is not a field searched above it",
+                     "search.num_epochs: 'num_epochs' holds integers; use type: int",
+                     "objective.metric 'accuracy' is not a validation metric",
+                     "tune.sampler 'annealing'", "tune.pruner 'sometimes'"]:
+        assert expected in err
+    assert "10 problem(s)" in err
+    assert not (tmp_path / "study").exists()
+
+
+TWO_TASKS = [{"name": "main"}, {"name": "copy", "head_model": "LogisticModel", "weight": 0.5}]
+
+
+def test_task_weights_and_head_hyperparameters_are_searched(tmp_path, shards, capsys):
+    """tasks.TASK.FIELD and tasks.TASK.head_hparams.HPARAM reach the task's entry in each trial's config and in
+    best.yaml, which `yt8m train --config` takes as it is."""
+    search = {"tasks.copy.weight": {"type": "float", "low": 0.1, "high": 2.0},
+              "tasks.main.head_hparams.moe_num_mixtures": {"type": "int", "low": 1, "high": 3},
+              "tasks.copy.loss": {"type": "categorical", "choices": ["CrossEntropyLoss", "SoftmaxLoss"]}}
+    enqueue = [{"tasks.copy.weight": 1.5, "tasks.main.head_hparams.moe_num_mixtures": 3,
+                "tasks.copy.loss": "SoftmaxLoss"}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="MoeModel", tasks=TWO_TASKS, num_epochs=1,
+                     tune={"enqueue": enqueue, "pruner": "none"})
+    document = yaml.safe_load(Path(path).read_text())
+    document["objective"] = {"metric": "copy/gap"}  # a task's metric is the objective
+    Path(path).write_text(yaml.safe_dump(document, sort_keys=False))
+    summary = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert summary["n_trials"]["complete"] == 2 and summary["metric"] == "copy/gap"
+    for trial in load_study(tmp_path / "study").trials:
+        assert trial.value == trial.user_attrs["metrics"]["copy/gap"] != trial.user_attrs["metrics"]["main/gap"]
+        saved = yaml.safe_load((Path(trial.user_attrs["train_dir"]) / "config.yaml").read_text())
+        main_task, copy_task = saved["tasks"]
+        assert copy_task["weight"] == trial.params["tasks.copy.weight"]
+        assert copy_task["loss"] == trial.params["tasks.copy.loss"] and copy_task["head_model"] == "LogisticModel"
+        assert main_task["head_hparams"] == {"moe_num_mixtures": trial.params["tasks.main.head_hparams.moe_num_mixtures"]}
+        assert not any(name.startswith("tasks.") for name in saved)
+    first = yaml.safe_load((tmp_path / "study" / "trials" / "trial-0" / "config.yaml").read_text())
+    assert first["tasks"][1]["weight"] == 1.5 and first["tasks"][0]["head_hparams"] == {"moe_num_mixtures": 3}
+    best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())
+    assert [task["name"] for task in best["tasks"]] == ["main", "copy"] and "tasks.copy.weight" not in best
+
+
+def test_task_fields_that_cannot_be_searched_are_named(tmp_path, shards, capsys):
+    search = {"tasks.nope.weight": {"type": "float", "low": 0.1, "high": 1.0},
+              "tasks.copy.train_data_pattern": {"type": "categorical", "choices": ["a", "b"]},
+              "tasks.copy.loss": {"type": "float", "low": 0.1, "high": 1.0},
+              "tasks.copy.head_hparams.no_such_flag": {"type": "int", "low": 1, "high": 3},
+              "tasks.copy.weight": {"type": "float", "low": -1.0, "high": 1.0}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, tasks=TWO_TASKS, **{"tasks.copy.weight": 0.3})
+    document = yaml.safe_load(Path(path).read_text())
+    document["objective"] = {"metric": "nope/map"}
+    Path(path).write_text(yaml.safe_dump(document, sort_keys=False))
+    assert cli.main(["tune", "--config", path]) == 1
+    err = capsys.readouterr().err
+    for expected in ["search.tasks.nope.weight: names no task of train.tasks (tasks there: main, copy",
+                     "search.tasks.copy.train_data_pattern: unknown task field (searchable: weight, loss",
+                     "search.tasks.copy.loss: a float range needs a numeric field",
+                     "search.tasks.copy.head_hparams.no_such_flag: unknown task field",
+                     "search.tasks.copy.weight value -1.0: ",
+                     "train.tasks.copy.weight: a task's fixed fields go in its entry of train.tasks",
+                     "objective.metric 'nope/map': no task is named 'nope' (tasks: main, copy)"]:
+        assert expected in err
+    assert "7 problem(s)" in err
+
+
+@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_frame.yaml"])
+def test_example_configs_are_valid(name):
+    spec = load_tune_spec(str(REPO_ROOT / "configs" / name))
+    assert spec.search and spec.enqueue and spec.settings.study_dir == os.path.join("studies", name[:-5])
+
+
+def test_when_makes_a_field_conditional(tmp_path, shards):
+    spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards))
+    logistic = spec.sample(optuna.trial.FixedTrial({"model": "LogisticModel", "base_learning_rate": 0.01}))
+    moe = spec.sample(optuna.trial.FixedTrial({"model": "MoeModel", "base_learning_rate": 0.01,
+                                               "moe_num_mixtures": 3}))
+    assert logistic == {"model": "LogisticModel", "base_learning_rate": 0.01}
+    assert moe["moe_num_mixtures"] == 3
+    config = spec.trial_config(moe, str(tmp_path / "trial"))
+    assert (config.model, config.moe_num_mixtures, config.num_classes) == ("MoeModel", 3, NUM_CLASSES)
+    assert config.start_new_model and config.train_dir == str(tmp_path / "trial")
+
+
+def test_flags_override_the_file_and_names_default_from_it(tmp_path, shards):
+    path = tune_file(tmp_path / "video_search.yaml", shards, tune={"n_trials": 3, "sampler": "tpe"})
+    document = yaml.safe_load(Path(path).read_text())
+    del document["tune"]["study_dir"]
+    Path(path).write_text(yaml.safe_dump(document))
+    settings = load_tune_spec(path, {"n_trials": 7, "sampler": "random"}).settings
+    assert (settings.n_trials, settings.sampler) == (7, "random")
+    assert settings.study_name == "video_search"
+    assert settings.study_dir == os.path.join("studies", "video_search")
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_samplers_are_seeded(tmp_path, shards, sampler):
+    spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards))
+
+    def sampled(seed: int) -> list[dict]:
+        settings = TuneSettings(sampler=sampler, seed=seed, n_startup_trials=2)
+        study = optuna.create_study(sampler=create_sampler(settings), direction="maximize")
+        study.optimize(lambda trial: spec.sample(trial)["base_learning_rate"], n_trials=5)
+        return [trial.params for trial in study.trials]
+
+    assert sampled(1) == sampled(1)
+    assert sampled(1) != sampled(2)
+
+
+def test_pruner_choice():
+    expected = {"median": optuna.pruners.MedianPruner, "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+                "hyperband": optuna.pruners.HyperbandPruner, "none": optuna.pruners.NopPruner}
+    for name, cls in expected.items():
+        assert type(create_pruner(TuneSettings(pruner=name), num_epochs=3)) is cls
+
+
+# Studies -----------------------------------------------------------------------------------------------------
+
+def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys):
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none", "keep_best": 1})
+    first = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert first["n_trials"]["complete"] == 2
+    again = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert again["n_trials"] == first["n_trials"] and again["best_value"] == first["best_value"]
+    more = tune_in_process(capsys, "--config", path, "--n_trials", "3")
+    study_dir = Path(more["study_dir"])
+    assert more["n_trials"]["complete"] == 3 and len(load_study(study_dir).trials) == 3
+
+    # --keep_best 1: only the best trial keeps its checkpoints and the exports of its evaluations.
+    for kept in ("checkpoints", "export"):
+        with_files = sorted(p.parent.name for p in study_dir.glob(f"trials/trial-*/{kept}"))
+        assert with_files == [f"trial-{more['best_trial']}"]
+
+    assert cli.main(["tune-report", str(study_dir)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["best_value"] == more["best_value"]
+    assert "trial  state     gap" in out and "COMPLETE" in out
+    for name in ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances"):
+        assert Path(report["plots"][name]).stat().st_size > 0
+    best = yaml.safe_load((study_dir / "best.yaml").read_text())
+    assert {k: best[k] for k in more["best_params"]} == more["best_params"]
+
+    # Retraining the best config (same seed, same data) reproduces its validation score.
+    assert cli.main(["tune-report", str(study_dir), "--retrain_best"]) == 0
+    retrain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["retrain"]
+    assert retrain["validation"]["gap"] == pytest.approx(more["best_value"], abs=1e-4)
+
+    assert cli.main(["train", "--config", str(study_dir / "best.yaml"), "--train_dir", str(tmp_path / "again"),
+                     "--num_epochs", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["global_step"] > 0
+
+
+def test_resuming_with_another_search_space_is_refused(tmp_path, shards, capsys):
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"})
+    tune_in_process(capsys, "--config", path, "--n_trials", "1")
+    changed = {**SEARCH, "base_learning_rate": {"type": "float", "low": 1e-4, "high": 0.3, "log": True}}
+    tune_file(tmp_path / "tune.yaml", shards, changed, tune={"pruner": "none"})
+    assert cli.main(["tune", "--config", path, "--n_trials", "2"]) == 1
+    assert "was created from a different train:, search: or objective: section" in capsys.readouterr().err
+
+
+def test_a_study_killed_mid_trial_resumes_with_the_trial_requeued(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)  # outlasts a slow poll
+    study_dir = tmp_path / "study"
+    process = yt8m_process("tune", "--config", path, "--n_trials", "2", stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        # trials/ appears once the study's tables exist; then wait for trial 0's first epoch score.
+        trials = load_study(study_dir).trials if (study_dir / "trials").exists() else []
+        if trials and trials[0].intermediate_values:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed = load_study(study_dir).trials
+    assert [t.state for t in killed] == [optuna.trial.TrialState.RUNNING]
+
+    resumed = finish(yt8m_process("tune", "--config", path, "--n_trials", "2", stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE))
+    assert resumed["n_trials"] == {"complete": 2, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(study_dir).trials
+    assert trials[0].state == optuna.trial.TrialState.FAIL
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert trials[1].state == trials[2].state == optuna.trial.TrialState.COMPLETE
+    assert "interrupted" in (study_dir / "leaderboard.txt").read_text()
+
+
+def test_an_interrupt_before_training_starts_requeues_the_trial(tmp_path, shards, capsys, monkeypatch):
+    """A killed run's jobs get their SIGTERM at any moment, also between sampling and training: the trial is
+    interrupted and re-queued, not FAILED (a rerun used to finish with one failed trial)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=1)
+
+    def interrupted_while_setting_up(*args, **kwargs):
+        raise KeyboardInterrupt("signal SIGTERM")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TuneSpec, "trial_config", interrupted_while_setting_up)
+        assert cli.main(["tune", "--config", path, "--n_trials", "1"]) == 130
+    stopped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stopped["interrupted"] and stopped["n_trials"]["fail"] == 0
+    assert stopped["n_trials"]["interrupted"] == 1 and stopped["n_trials"]["waiting"] == 1
+    resumed = tune_in_process(capsys, "--config", path, "--n_trials", "1")
+    assert resumed["n_trials"] == {"complete": 1, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(tmp_path / "study").trials
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+
+
+def test_two_jobs_share_one_study(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=3)
+    result = finish(yt8m_process("tune", "--config", path, "--n_trials", "4", "--n_jobs", "2",
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert result["n_trials"]["complete"] == 4
+    study = load_study(tmp_path / "study")
+    assert len(study.trials) == 4
+    assert len(worker_pids(study)) == 2
+    params = [json.dumps(trial.params, sort_keys=True) for trial in study.trials]
+    assert len(set(params)) == len(params)  # each job has its own seed
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_meanwhile(tmp_path, shards,
+                                                                                      monkeypatch):
+    """The race behind a flaky test_two_jobs_share_one_study: the surplus check read the trials twice, so another
+    job's trial finishing in between counted as running and as finished, and a trial within --n_trials was
+    failed as surplus (and one more trial started)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"n_trials": 4, "pruner": "none", "sampler": "random"}, model="LogisticModel",
+                     num_epochs=1)
+    spec = load_tune_spec(path)
+    (tmp_path / "study").mkdir()
+    study, other_job = (open_study(spec, open_storage(spec.settings)) for _ in range(2))
+    for _ in range(2):
+        study.tell(study.ask(), 0.5)
+    others_trial, trial = other_job.ask(), study.ask()  # trials 2 and 3: 4 in all, within the budget
+    read_trials = study.get_trials
+
+    def read_then_the_other_job_finishes(*args, **kwargs):
+        monkeypatch.setattr(study, "get_trials", read_trials)
+        trials = read_trials(*args, **kwargs)
+        other_job.tell(others_trial, 0.5)
+        return trials
+
+    seen_by_the_other_job = []
+
+    class Lock(FileLock):
+        def release(self) -> None:
+            seen_by_the_other_job.append(other_job.trials[trial.number].user_attrs.get("worker"))
+            super().release()
+
+    monkeypatch.setattr(study, "get_trials", read_then_the_other_job_finishes)
+    with Lock(str(tmp_path / ".budget.lock")).held() as lock:
+        value = TrialObjective(spec, lock)(trial)
+    assert interrupted_trials(study) == {} and 0 < value <= 1
+    # Once the lock is free the other job may look for interrupted trials: this one must say whose it is.
+    assert seen_by_the_other_job[0] == worker_identity()
+
+
+@pytest.mark.skipif(not os.environ.get("YT8M_TEST_POSTGRES_URL"),
+                    reason="YT8M_TEST_POSTGRES_URL is not set: start a server with `.ci/postgres.sh start`")
+def test_two_tune_processes_share_one_postgres_study(tmp_path, shards):
+    url = os.environ["YT8M_TEST_POSTGRES_URL"]
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=6)
+    # Two "machines": each its own study dir, one database.
+    processes = [yt8m_process("tune", "--config", path, "--n_trials", "4", "--storage", url, "--study_name", name,
+                              "--study_dir", str(tmp_path / machine), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for machine in ("a", "b")]
+    for process in processes:
+        finish(process)
+    study = load_study("", name, with_installed_driver(url))
+    counts = state_counts(study)  # surplus trials of a race between the machines would be "interrupted"
+    assert counts["complete"] == 4 and counts["fail"] == counts["running"] == counts["waiting"] == 0
+    assert len(worker_pids(study)) == 2
+    params = [json.dumps(trial.params, sort_keys=True) for trial in study.trials]
+    assert len(set(params)) == len(params)  # the same command on two machines samples different points
+
+
+@pytest.mark.parametrize("report_every_steps, first_report, examples", [(0, 1, 240), (4, 4, 120)])
+def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_steps, first_report, examples):
+    """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30."""
+    search = {"base_learning_rate": {"type": "float", "low": 1e-7, "high": 0.5, "log": True}}
+    enqueue = [{"base_learning_rate": 0.1}, {"base_learning_rate": 1e-7}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=4,
+                     tune={"enqueue": enqueue, "n_startup_trials": 1, "report_every_steps": report_every_steps})
+    result = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "pruned")
+    trials = load_study(result["study_dir"], "pruned").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"]
+    assert list(trials[1].intermediate_values) == [first_report]
+    assert trials[1].user_attrs["examples"] == examples and trials[0].user_attrs["examples"] == 4 * 240
+
+    unpruned = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "unpruned",
+                               "--pruner", "none")
+    assert unpruned["n_trials"]["complete"] == 2
+
+
+def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, shards, capsys):
+    # A feature size the shards do not have passes the file's checks and fails its trial on the first record.
+    sizes = ",".join(map(str, FEATURE_SIZES))
+    wrong_sizes = f"{FEATURE_SIZES[0]},{FEATURE_SIZES[1] + 1}"
+    search = {"feature_sizes": {"type": "categorical", "choices": [sizes, wrong_sizes]},
+              "base_learning_rate": {"type": "categorical", "choices": [0.1, 1.0e+38]}}
+    enqueue = [{"feature_sizes": wrong_sizes, "base_learning_rate": 0.1},
+               {"feature_sizes": sizes, "base_learning_rate": 1.0e+38},
+               {"feature_sizes": sizes, "base_learning_rate": 0.1}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", clip_gradient_norm=0.0,
+                     tune={"enqueue": enqueue, "pruner": "none"})
+    result = tune_in_process(capsys, "--config", path, "--n_trials", "3")
+    assert result["n_trials"]["fail"] == 2 and result["n_trials"]["complete"] == 1
+    trials = load_study(result["study_dir"]).trials
+    assert f"expected float_list of {FEATURE_SIZES[1] + 1} values" in trials[0].user_attrs["fail_reason"]
+    assert "the training loss is nan" in trials[1].user_attrs["fail_reason"]
+    assert result["best_params"] == enqueue[2]
+
+
+
+def test_a_trial_over_max_model_size_mb_is_pruned_before_it_trains_and_not_retried(tmp_path, shards, capsys):
+    # MoeModel over 24 features and 8 classes: 1 mixture is 584 parameters (0.0022 MB), 3 are 1,368 (0.0052 MB).
+    search = {"moe_num_mixtures": {"type": "int", "low": 1, "high": 3}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="MoeModel", num_epochs=1, max_model_size_mb=0.004,
+                     tune={"enqueue": [{"moe_num_mixtures": 3}, {"moe_num_mixtures": 1}], "pruner": "none"})
+    result = tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    assert result["n_trials"] == {**result["n_trials"], "pruned": 1, "complete": 1, "fail": 0, "waiting": 0}
+    too_large, fitting = load_study(result["study_dir"]).trials
+    assert too_large.state.name == "PRUNED" and not too_large.intermediate_values
+    assert ("--model MoeModel has 1,368 parameters, 0.005 MB, over --max_model_size_mb 0.004"
+            in too_large.user_attrs["fail_reason"])
+    assert not os.path.exists(too_large.user_attrs["train_dir"])
+    assert fitting.state.name == "COMPLETE" and result["best_params"] == {"moe_num_mixtures": 1}
+    assert "over --max_model_size_mb 0.004" in (Path(result["study_dir"]) / "leaderboard.txt").read_text()
+
+# Resuming explores, interrupted points retry a bounded number of times -------------------------------------------
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_resumed_study_samples_new_points_and_the_same_ones_on_the_same_history(tmp_path, shards, capsys,
+                                                                                  sampler):
+    """Each run used to re-seed the sampler with --seed: trials 2 and 3 re-ran the points of trials 0 and 1
+    (TPE draws its first n_startup_trials at random too; trial 3 below is modelled by TPE)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     model="LogisticModel", num_epochs=1,
+                     tune={"pruner": "none", "sampler": sampler, "n_startup_trials": 3})
+    tune_in_process(capsys, "--config", path, "--n_trials", "2")
+    shutil.copytree(tmp_path / "study", tmp_path / "copy")
+    tune_in_process(capsys, "--config", path, "--n_trials", "4")
+    tune_in_process(capsys, "--config", path, "--n_trials", "4", "--study_dir", str(tmp_path / "copy"))
+    points = [trial.params for trial in load_study(tmp_path / "study").trials]
+    assert len({params["base_learning_rate"] for params in points}) == 4
+    assert [trial.params for trial in load_study(tmp_path / "copy").trials] == points
+
+
+def test_the_retry_limit_holds_per_parameter_set(tmp_path):
+    """An interrupted point is re-queued at most MAX_RETRIES (2) times, also when it comes back as a trial that
+    is not a retry (e.g. sampled again): counted from the study's history, not from the re-queued trial."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="retries")
+    point = {"x": 0.25}
+    for _ in range(4):  # a fresh trial on the same point each time, as a resumed run sampling it again
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=point,
+                                                  distributions={"x": optuna.distributions.FloatDistribution(0, 1)}))
+        record_interruption(study, study.trials[-1], "interrupted: killed by the test")
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    # Trials 0 and 2 were re-queued (as 1 and 3: interruptions 1 and 2); trials 4 and 5 were not (3 and 4).
+    assert [(t.system_attrs["fixed_params"], t.user_attrs["retry_of"], t.user_attrs["retries"]) for t in waiting] == [
+        (point, 0, 1), (point, 2, 2)]
+    assert len(study.trials) == 6
+
+
+# A killed study leaves no orphaned jobs; best.yaml is current while trials run --------------------------------
+
+def _children_of() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> set[int]:
+    tree, found, frontier = _children_of(), set(), [pid]
+    while frontier:
+        for child in tree.get(frontier.pop(), []):
+            found.add(child)
+            frontier.append(child)
+    return found
+
+
+def running(pids: set[int]) -> set[int]:
+    """The pids still alive (a zombie, dead but not reaped by its new parent, does not count)."""
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
+    study_dir = tmp_path / "study"
+    process = yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jobs: set[int] = set()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            # trials/ appears once the study's tables exist; then wait for both jobs to run a trial.
+            study = load_study(study_dir) if (study_dir / "trials").exists() else None
+            if study is not None and len(worker_pids(study)) == 2:
+                break
+            time.sleep(0.1)
+        assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING] * 2
+        jobs = descendants(process.pid)
+        assert worker_pids(study) <= jobs
+        process.kill()
+        process.wait()
+        deadline = time.time() + 30  # each records its trial interrupted first: slow on a loaded machine
+        while running(jobs) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not running(jobs), "trial jobs outlived the killed `yt8m tune`"
+    finally:
+        process.kill()
+        for pid in running(jobs):
+            os.kill(pid, signal.SIGKILL)
+    # They died with it: their trials are interrupted (FAIL, re-queued), or left RUNNING when the interrupt was
+    # lost, and no other trial ran (orphans used to finish theirs and start more).
+    states = optuna.trial.TrialState
+    after_kill = load_study(study_dir).trials
+    assert {t.state for t in after_kill[:2]} <= {states.FAIL, states.RUNNING}
+    assert {t.state for t in after_kill[2:]} <= {states.WAITING}
+
+    resumed = finish(yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert resumed["n_trials"] == {"complete": 3, "pruned": 0, "fail": 0, "interrupted": 2, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(study_dir).trials
+    retried = {trial.user_attrs["retry_of"]: trial.params for trial in trials if "retry_of" in trial.user_attrs}
+    assert retried == {0: trials[0].params, 1: trials[1].params}
+
+
+def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shards):
+    """Written when a trial finishes, not only when the run ends: here while trial 2 trains, they already name
+    trial 1, better than trial 0."""
+    search = {"base_learning_rate": {"type": "categorical", "choices": [1e-7, 0.1]},
+              "num_epochs": {"type": "categorical", "choices": [1, 50]}}
+    enqueue = [{"base_learning_rate": 1e-7, "num_epochs": 1}, {"base_learning_rate": 0.1, "num_epochs": 1},
+               {"base_learning_rate": 0.1, "num_epochs": 50}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel",
+                     tune={"enqueue": enqueue, "pruner": "none"})
+    study_dir = tmp_path / "study"
+    process = yt8m_process("tune", "--config", path, "--n_trials", "3", stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            trials = load_study(study_dir).trials if (study_dir / "trials").exists() else []
+            # Optuna reads a trial's state and its reports in separate queries: a snapshot can show the reports of a
+            # trial whose state it read as WAITING just before the trial started, so both are waited for.
+            if len(trials) == 3 and trials[2].intermediate_values and \
+                    trials[2].state == optuna.trial.TrialState.RUNNING:
+                break
+            time.sleep(0.1)
+        assert process.poll() is None and trials[2].state == optuna.trial.TrialState.RUNNING
+        best = yaml.safe_load((study_dir / "best.yaml").read_text())
+        assert (best["base_learning_rate"], best["num_epochs"]) == (0.1, 1)
+        assert best["train_dir"] == str(study_dir / "best")
+        board = (study_dir / "leaderboard.txt").read_text().splitlines()
+        assert [line.split()[:2] for line in board[1:]] == [["1", "COMPLETE"], ["0", "COMPLETE"], ["2", "WAITING"]]
+    finally:
+        process.kill()
+        process.wait()
+
+
+# Bad tuning files and storage URLs: one error before any trial --------------------------------------------------
+
+def run_yt8m(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "yt8m", *argv], env=env, text=True, capture_output=True,
+                          timeout=120)
+
+
+def test_the_train_section_is_checked_like_a_train_config_before_the_study_starts(tmp_path, shards):
+    """`batch_size: -5` used to fail every trial; a misspelt model among the choices is named too."""
+    search = {"model": {"type": "categorical", "choices": ["LogisticModel", "MoeModl"]},
+              "num_epochs": {"type": "categorical", "choices": [1, 0]}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, batch_size=-5)
+    result = run_yt8m("tune", "--config", path, "--n_trials", "1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr[result.stderr.index("yt8m tune: error:"):]
+    assert "batch_size" in error and "-5" in error
+    assert "MoeModl" in error
+    assert "search.num_epochs value 0" in error
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("storage, expected", [
+    ("postgresql://yt8m:s3cret@127.0.0.1:1/db", "cannot open the study database postgresql://yt8m:***@127.0.0.1:1/db"),
+    ("foo://x", "SQLAlchemy knows no database 'foo'"),
+    ("mysql://yt8m:s3cret@127.0.0.1/db", "its database driver is not installed"),
+    ("not a url", "--storage not a url is not a database URL"),
+])
+def test_an_unusable_storage_is_one_line_error(tmp_path, shards, storage, expected):
+    path = tune_file(tmp_path / "tune.yaml", shards)
+    result = run_yt8m("tune", "--config", path, "--storage", storage)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("yt8m tune: error: ") and expected in lines[0], result.stderr
+    assert "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["train: [unclosed\n", "train: !!python/object/apply:os.getcwd []\n"])
+def test_a_yaml_error_in_the_tuning_file_is_one_line_error(tmp_path, text):
+    (tmp_path / "tune.yaml").write_text(text)
+    result = run_yt8m("tune", "--config", str(tmp_path / "tune.yaml"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("yt8m tune: error: ") and "tune.yaml" in lines[0], result.stderr
+
+
+def test_an_interrupt_lost_in_a_finalizer_ends_the_process():
+    """Python only prints an exception raised inside a weakref callback or __del__; a SIGTERM's KeyboardInterrupt
+    landed there in half the parent deaths and left the job training. Now the process ends (exit 130)."""
+    script = ("import os, signal\n"
+              "from yt8m.tune.runner import _ending_on_lost_interrupt, interrupt_once\n"
+              "signal.signal(signal.SIGTERM, interrupt_once)\n"
+              "class Finalized:\n"
+              "    def __del__(self):\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "with _ending_on_lost_interrupt():\n"
+              "    Finalized()\n"
+              "    print('went on', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True, timeout=60)
+    assert (result.returncode, result.stdout) == (130, ""), result.stderr
+    assert "KeyboardInterrupt: signal SIGTERM" in result.stderr
