@@ -59,7 +59,7 @@ def main() -> int:
 
 
 def inputs(batch: dict, rows, on_average: bool) -> tuple:
-    features, num_frames = batch["features"][rows], batch["num_frames"][rows]
+    features, num_frames = batch.features[rows], batch.num_frames[rows]
     return (features.sum(dim=1) / num_frames[:, None], None) if on_average else (features, num_frames)
 
 
@@ -69,7 +69,7 @@ def run(name: str, on_average: bool, hparams: dict, data: dict, sizes: tuple, ar
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = create_loss("CrossEntropyLoss")
     train, order, start = data["train"], torch.Generator().manual_seed(0), time.perf_counter()
-    labels = train["labels"].float()
+    labels = train.labels.float()
     for _ in range(args.epochs):
         model.train()
         for rows in torch.randperm(len(labels), generator=order).split(32):
@@ -82,7 +82,7 @@ def run(name: str, on_average: bool, hparams: dict, data: dict, sizes: tuple, ar
     with torch.no_grad():
         predictions = model(*inputs(validate, slice(None), on_average))["predictions"].numpy()
     return {"model": name, "input": "averaged frames" if on_average else "frames", **hparams,
-            "gap": round(calculate_gap(predictions, validate["labels"].float().numpy()), 4),
+            "gap": round(calculate_gap(predictions, validate.labels.float().numpy()), 4),
             "train_seconds": round(time.perf_counter() - start, 1)}
 
 

@@ -38,7 +38,7 @@ from yt8m.models.multihead import build_multitask_model  # noqa: E402
 from yt8m.tasks.spec import is_multitask  # noqa: E402
 from yt8m.tasks.multitask import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
 from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
-from yt8m.runtime import autocast, resolve_device, setup_logging, to_device  # noqa: E402
+from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
 from yt8m.tasks.video import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
 from yt8m.training.loop import grad_scaler, model_loss  # noqa: E402
@@ -63,8 +63,8 @@ STARTER_KIT = {"LogisticModel": 2600, "MoeModel": 370}
 def recorded_matmuls(model: torch.nn.Module, batch: dict, loss_fn) -> list[tuple[str, list[list[int]]]]:
     """(op, input shapes) of every top-level matmul one forward+backward step runs."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-        output = model(batch["features"], batch.get("num_frames"))
-        loss_fn(output, batch["labels"]).backward()
+        output = model(batch.features, batch.num_frames)
+        loss_fn(output, batch.labels).backward()
     found = []
     for event in prof.events():
         parent, nested = event.cpu_parent, False
@@ -136,7 +136,7 @@ def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.flo
     model = create_model_from_config(config).to(device).train()
     batch = one_batch(config)
     matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
-    return batch["labels"].shape[0] / time_matmuls(matmuls, device, dtype=dtype), len(matmuls)
+    return batch.labels.shape[0] / time_matmuls(matmuls, device, dtype=dtype), len(matmuls)
 
 
 def bare_step(config: TrainConfig):
@@ -161,7 +161,7 @@ def bare_step(config: TrainConfig):
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
 
-    return step, batch["labels"].shape[0]
+    return step, batch.labels.shape[0]
 
 
 def bare_loop_examples_per_sec(config: TrainConfig, steps: int = 5) -> float:

@@ -74,13 +74,6 @@ def reader_workers(requested: int | str, frame_features: bool) -> int:
     return count
 
 
-def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """Move a batch's tensors; non_blocking pays off only from pinned memory, which CUDA runs use."""
-    non_blocking = device.type == "cuda"
-    return {key: value.to(device, non_blocking=non_blocking) if torch.is_tensor(value) else value
-            for key, value in batch.items()}
-
-
 def autocast(device: torch.device, enabled: bool) -> ContextManager:
     """Mixed precision: on CUDA bfloat16 where the GPU has it (no loss scaling needed), else float16; on the CPU
     bfloat16, whose matmuls run on AMX / AVX512-BF16 units where the CPU has them (7x fp32's on this project's

@@ -29,7 +29,7 @@ def read_all(dataset, num_workers: int = 0) -> list[dict]:
 
 
 def ids_of(batches: list[dict]) -> list[str]:
-    return [video_id for batch in batches for video_id in batch["video_ids"]]
+    return [video_id for batch in batches for video_id in batch.video_ids]
 
 
 def multi_hot(labels: list[int], num_classes: int) -> np.ndarray:
@@ -70,16 +70,16 @@ def test_video_batches_match_sidecars(fixtures_dir):
     paths = sorted((fixtures_dir / "video").glob("train*.tfrecord"))
     batches = read_all(YT8MDataset(str(fixtures_dir / "video" / "train*.tfrecord"), VIDEO_SPEC, batch_size=64))
     records = sidecar_records(paths)
-    assert [len(b["video_ids"]) for b in batches[:-1]] == [64] * (len(batches) - 1)
+    assert [len(b.video_ids) for b in batches[:-1]] == [64] * (len(batches) - 1)
     assert ids_of(batches) == [r["id"] for r in records]
-    features = torch.cat([b["features"] for b in batches]).numpy()
-    labels = torch.cat([b["labels"] for b in batches]).numpy()
+    features = torch.cat([b.features for b in batches]).numpy()
+    labels = torch.cat([b.labels for b in batches]).numpy()
     assert features.dtype == np.float32 and labels.dtype == bool
     assert features.shape == (len(records), 1152) and labels.shape == (len(records), 3862)
     expected = np.stack([as_float32(r["mean_rgb"] + r["mean_audio"]) for r in records])
     np.testing.assert_array_equal(features.view(np.uint32), expected.view(np.uint32))
     np.testing.assert_array_equal(labels, np.stack([multi_hot(r["labels"], 3862) for r in records]))
-    assert all("num_frames" not in b for b in batches)
+    assert all(b.num_frames is None for b in batches)
 
 
 def test_gzip_shards_read_like_plain_ones(fixtures_dir):
@@ -88,7 +88,7 @@ def test_gzip_shards_read_like_plain_ones(fixtures_dir):
     records = load_sidecar(path)["records"]
     assert ids_of(batches) == [r["id"] for r in records]
     expected = np.stack([as_float32(r["mean_rgb"] + r["mean_audio"]) for r in records])
-    np.testing.assert_array_equal(batches[0]["features"].numpy().view(np.uint32), expected.view(np.uint32))
+    np.testing.assert_array_equal(batches[0].features.numpy().view(np.uint32), expected.view(np.uint32))
 
 
 def dequantized(frames: list) -> np.ndarray:
@@ -103,17 +103,17 @@ def test_frame_batches_are_padded_truncated_and_dequantized(fixtures_dir, max_fr
     batches = read_all(YT8MDataset(str(fixtures_dir / "frame" / "train*.tfrecord"), spec, batch_size=3))
     records = iter(sidecar_records(paths))
     for batch in batches:
-        num_frames = batch["num_frames"]
-        assert num_frames.dtype == torch.int64 and batch["features"].dtype == torch.float32
-        assert batch["features"].shape == (len(batch["video_ids"]), int(num_frames.max()), 1152)
-        for row, video_id in enumerate(batch["video_ids"]):
+        num_frames = batch.num_frames
+        assert num_frames.dtype == torch.int64 and batch.features.dtype == torch.float32
+        assert batch.features.shape == (len(batch.video_ids), int(num_frames.max()), 1152)
+        for row, video_id in enumerate(batch.video_ids):
             record = next(records)
             kept = min(record["num_frames"], max_frames)
             assert video_id == record["id"] and int(num_frames[row]) == kept
             frames = np.concatenate([record["rgb"], record["audio"]], axis=1)[:kept]
-            np.testing.assert_allclose(batch["features"][row, :kept].numpy(), dequantized(frames), rtol=0, atol=1e-6)
-            assert not batch["features"][row, kept:].any()
-            np.testing.assert_array_equal(batch["labels"][row].numpy(), multi_hot(record["labels"], 3862))
+            np.testing.assert_allclose(batch.features[row, :kept].numpy(), dequantized(frames), rtol=0, atol=1e-6)
+            assert not batch.features[row, kept:].any()
+            np.testing.assert_array_equal(batch.labels[row].numpy(), multi_hot(record["labels"], 3862))
     assert next(records, None) is None
 
 
@@ -146,7 +146,7 @@ def test_cache_filled_inside_plain_dataloader_workers_is_complete(tmp_path):
     dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, cache_in_memory=True)
     batches = list(DataLoader(dataset, batch_size=None, num_workers=2))
     assert sorted(ids_of(batches)) == ids
-    assert all(b["labels"].shape == (len(b["video_ids"]), 10) for b in batches)
+    assert all(b.labels.shape == (len(b.video_ids), 10) for b in batches)
 
 
 def test_shuffle_is_seeded_and_changes_with_epoch_and_seed(tmp_path):
@@ -183,8 +183,8 @@ def test_drop_remainder_yields_only_full_batches(tmp_path, cache_in_memory):
     kept = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, cache_in_memory=cache_in_memory))
     dropped = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, drop_remainder=True,
                                    cache_in_memory=cache_in_memory))
-    assert [len(b["video_ids"]) for b in kept] == [4, 4, 4, 4, 3]
-    assert [len(b["video_ids"]) for b in dropped] == [4, 4, 4, 4]
+    assert [len(b.video_ids) for b in kept] == [4, 4, 4, 4, 3]
+    assert [len(b.video_ids) for b in dropped] == [4, 4, 4, 4]
 
 
 def test_cache_serves_the_same_batches_as_streaming(fixtures_dir):
@@ -194,8 +194,8 @@ def test_cache_serves_the_same_batches_as_streaming(fixtures_dir):
     cached = read_all(cached_dataset)
     assert len(cached) == len(streamed)
     for mine, theirs in zip(cached, streamed):
-        assert mine["video_ids"] == theirs["video_ids"]
-        assert torch.equal(mine["features"], theirs["features"]) and torch.equal(mine["labels"], theirs["labels"])
+        assert mine.video_ids == theirs.video_ids
+        assert torch.equal(mine.features, theirs.features) and torch.equal(mine.labels, theirs.labels)
     cached_dataset.shuffle = True
     shuffled = read_all(cached_dataset)
     assert sorted(ids_of(shuffled)) == sorted(ids_of(streamed)) and ids_of(shuffled) != ids_of(streamed)
@@ -208,9 +208,9 @@ def test_memory_filesystem_round_trip():
         writer.write(encode_video_example("abcd", [3, 9], features))
         writer.write(encode_video_example("efgh", None, features))
     (batch,) = read_all(YT8MDataset(f"{folder}/*.tfrecord", SMALL_SPEC, batch_size=8))
-    assert batch["video_ids"] == ["abcd", "efgh"]
-    np.testing.assert_array_equal(batch["features"][1].numpy(), [0.5, -1.0, 2.0, 0.0, 1.0, 1.0])
-    np.testing.assert_array_equal(batch["labels"].numpy(), [multi_hot([3, 9], 10), multi_hot([], 10)])
+    assert batch.video_ids == ["abcd", "efgh"]
+    np.testing.assert_array_equal(batch.features[1].numpy(), [0.5, -1.0, 2.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(batch.labels.numpy(), [multi_hot([3, 9], 10), multi_hot([], 10)])
 
 
 @pytest.mark.parametrize("shard_before", [0, 3])
@@ -245,12 +245,12 @@ def test_in_order_batches_are_whole_across_files_and_reader_buffers(tmp_path, ba
                 writer.write(encode_video_example(f"v{index:02d}", [index % 10], features))
                 index += 1
     batches = read_all(YT8MDataset(str(folder / "*.tfrecord"), spec, batch_size=batch_size))
-    sizes = [len(batch["video_ids"]) for batch in batches]
+    sizes = [len(batch.video_ids) for batch in batches]
     assert sizes == [batch_size] * (21 // batch_size) + ([21 % batch_size] if 21 % batch_size else [])
     assert ids_of(batches) == [f"v{i:02d}" for i in range(21)]
-    features = torch.cat([batch["features"] for batch in batches])
+    features = torch.cat([batch.features for batch in batches])
     assert torch.equal(features[:, :75_000], torch.arange(21, dtype=torch.float32)[:, None].expand(21, 75_000))
-    labels = torch.cat([batch["labels"] for batch in batches])
+    labels = torch.cat([batch.labels for batch in batches])
     assert labels.nonzero()[:, 1].tolist() == [i % 10 for i in range(21)]
 
 
@@ -339,12 +339,12 @@ def test_skip_corrupt_skips_bad_records_and_counts_them(tmp_path, caplog, shuffl
         batches = read_all(dataset, num_workers)
     read = ids_of(batches)
     assert (sorted(read) if shuffle or num_workers else read) == ids
-    short = [len(batch["video_ids"]) for batch in batches if len(batch["video_ids"]) < 4]
+    short = [len(batch.video_ids) for batch in batches if len(batch.video_ids) < 4]
     assert len(short) <= max(num_workers, 1), "only each reader's last batch is short"
     for batch in batches:  # each video's features and label still belong to it
-        indexes = [int(video_id[1:]) for video_id in batch["video_ids"]]
-        assert batch["features"][:, 0].tolist() == indexes
-        assert batch["labels"].nonzero()[:, 1].tolist() == [index % 10 for index in indexes]
+        indexes = [int(video_id[1:]) for video_id in batch.video_ids]
+        assert batch.features[:, 0].tolist() == indexes
+        assert batch.labels.nonzero()[:, 1].tolist() == [index % 10 for index in indexes]
     assert (dataset.skipped_files, dataset.skipped_records) == (1, 5)
     assert dataset.read_stats.id_key_files.keys() == {"id"}
     if num_workers == 0:  # a worker's warnings go to its own stderr
@@ -396,7 +396,7 @@ def test_frame_level_skip_corrupt_skips_bad_videos_and_keeps_batches_full(tmp_pa
     batches = read_all(dataset, num_workers)
     assert sorted(ids_of(batches)) == [f"f{index:02d}" for index in range(12) if index not in (2, 7)]
     if num_workers == 0:  # (two workers share the file: each has its own last batch)
-        assert [len(batch["video_ids"]) for batch in batches] == [3, 3, 3, 1]
+        assert [len(batch.video_ids) for batch in batches] == [3, 3, 3, 1]
     assert (dataset.skipped_files, dataset.skipped_records) == (0, 2)
     with pytest.raises(RecordError, match=r"frames.tfrecord: record at byte offset \d+: feature list 'rgb', frame 0"):
         read_all(YT8MDataset(str(path), spec, batch_size=3), num_workers)
@@ -409,9 +409,9 @@ def test_a_batch_of_only_0_frame_videos_has_one_zero_frame(tmp_path):
         for index, num_frames in enumerate([0, 0, 0, 2]):
             writer.write(frame_record(f"e{index}", num_frames))
     first, second = read_all(YT8MDataset(str(path), spec, batch_size=3))
-    assert first["features"].shape == (3, 1, 6) and not first["features"].any()
-    assert first["num_frames"].tolist() == [0, 0, 0]
-    assert second["features"].shape == (1, 2, 6) and second["num_frames"].tolist() == [2]
+    assert first.features.shape == (3, 1, 6) and not first.features.any()
+    assert first.num_frames.tolist() == [0, 0, 0]
+    assert second.features.shape == (1, 2, 6) and second.num_frames.tolist() == [2]
 
 
 @pytest.mark.parametrize("make_bad, error_type", [

@@ -46,14 +46,14 @@ def expected_segments(paths: list[Path]) -> dict[str, dict]:
 def read_segments(dataset: YT8MDataset, num_workers: int = 0) -> dict[str, dict]:
     found = {}
     for batch in make_loader(dataset, num_workers):
-        assert batch["features"].shape[1:] == (5, 1152) and batch["features"].dtype == torch.float32
-        assert batch["num_frames"].tolist() == [5] * len(batch["video_ids"])
-        assert batch["labels"].dtype == batch["label_weights"].dtype == torch.bool
-        for row, segment_id in enumerate(batch["video_ids"]):
+        assert batch.features.shape[1:] == (5, 1152) and batch.features.dtype == torch.float32
+        assert batch.num_frames.tolist() == [5] * len(batch.video_ids)
+        assert batch.labels.dtype == batch.label_weights.dtype == torch.bool
+        for row, segment_id in enumerate(batch.video_ids):
             assert segment_id not in found
-            found[segment_id] = {"present": set(np.flatnonzero(batch["labels"][row].numpy()).tolist()),
-                                 "rated": set(np.flatnonzero(batch["label_weights"][row].numpy()).tolist()),
-                                 "frames": batch["features"][row].numpy()}
+            found[segment_id] = {"present": set(np.flatnonzero(batch.labels[row].numpy()).tolist()),
+                                 "rated": set(np.flatnonzero(batch.label_weights[row].numpy()).tolist()),
+                                 "frames": batch.features[row].numpy()}
     return found
 
 
@@ -87,8 +87,8 @@ def test_the_segments_of_every_rank_together_are_every_segment_once(fixtures_dir
 def test_segment_size_sets_the_frames_of_an_example(fixtures_dir):
     spec = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True, segment_size=3)
     batch = next(iter(YT8MDataset(str(fixtures_dir / "segment" / "validate00.tfrecord"), spec, 16)))
-    assert batch["features"].shape == (len(batch["video_ids"]), 3, 1152)
-    assert batch["num_frames"].tolist() == [3] * len(batch["video_ids"])
+    assert batch.features.shape == (len(batch.video_ids), 3, 1152)
+    assert batch.num_frames.tolist() == [3] * len(batch.video_ids)
 
 
 def test_segment_mode_needs_frame_features():
@@ -136,5 +136,5 @@ def test_a_bad_segment_record_is_an_error_naming_file_and_offset_or_is_skipped(t
 
     spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10, segment_labels=True)
     skipping = YT8MDataset(str(shard), spec, batch_size=4, skip_corrupt=True)
-    assert [batch["video_ids"] for batch in skipping] == [["v0:0", "v0:5", "v2:5"]]
+    assert [batch.video_ids for batch in skipping] == [["v0:0", "v0:5", "v2:5"]]
     assert skipping.skipped_records == 1

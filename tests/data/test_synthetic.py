@@ -42,7 +42,7 @@ def read_truth(path: str) -> list[tuple[str, list[int]]]:
 
 def read_batches(pattern: str, spec: FeatureSpec) -> tuple[torch.Tensor, torch.Tensor]:
     batches = list(make_loader(YT8MDataset(pattern, spec, batch_size=512), num_workers=0))
-    return torch.cat([b["features"] for b in batches]), torch.cat([b["labels"] for b in batches]).float()
+    return torch.cat([b.features for b in batches]), torch.cat([b.labels for b in batches]).float()
 
 
 def test_layout_and_sizes(video_data):

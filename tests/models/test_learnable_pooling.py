@@ -132,7 +132,7 @@ def real_video(realdata_dir) -> dict:
     """The real 2018 frame-level video (SjJ3, 170 frames, label 11) as the data pipeline batches it."""
     path = realdata_dir / "yt8m_2018_frame_tfrecord" / "SjJ3_derived_from_paddlevideo_example.tfrecord"
     batch = next(iter(YT8MDataset(str(path), FeatureSpec(["rgb", "audio"], [1024, 128], True), 4)))
-    assert batch["features"].shape == (1, 170, 1152)
+    assert batch.features.shape == (1, 170, 1152)
     return batch
 
 
@@ -142,7 +142,7 @@ def test_forward_on_a_real_frame_level_video(name, real_video):
     predictions, the same for the video alone and batched with padding."""
     torch.manual_seed(0)
     model = create_model(name, 1152, 3862, modality_sizes=(1024, 128), **TINY)
-    features, num_frames = real_video["features"], real_video["num_frames"]
+    features, num_frames = real_video.features, real_video.num_frames
     padded = torch.cat([features, torch.zeros(1, 30, 1152)], dim=1).expand(4, -1, -1)
     model.train()
     with torch.no_grad():

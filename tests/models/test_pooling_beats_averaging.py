@@ -19,7 +19,7 @@ CLASSES, SIZES, EPOCHS = 20, (32, 16), 8
 def load(pattern: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch = next(iter(YT8MDataset(pattern, FeatureSpec(["rgb", "audio"], list(SIZES), True, num_classes=CLASSES),
                                   100_000)))
-    return batch["features"], batch["num_frames"], batch["labels"].float()
+    return batch.features, batch.num_frames, batch.labels.float()
 
 
 def averaged(features: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import yaml
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_dir  # noqa: F401
+from yt8m.data.batch import Batch
 from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint
 from yt8m.cli import main as cli_main
 from yt8m.config import ConfigError, TrainConfig, config_from_dict
@@ -110,7 +111,7 @@ def test_a_top_k_file_warns_that_missing_classes_count_as_zero(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="yt8m.tasks.teacher"):
         teacher = StoredTeacher(str(path), NUM_CLASSES)
     assert "at most 2 of the 12 classes" in caplog.text
-    logits = teacher.logits({"video_ids": ["a"], "features": torch.zeros(1, 3)})
+    logits = teacher.logits(Batch(video_ids=["a"], features=torch.zeros(1, 3), labels=None))
     teacher.close()
     assert torch.sigmoid(logits[0, 3]).item() == pytest.approx(0.9) and torch.sigmoid(logits[0, 1]).item() == \
         pytest.approx(0.2)
@@ -123,7 +124,7 @@ def test_an_onnx_export_teaches_as_its_checkpoint(tiny_data, trained_dir, tmp_pa
     assert cli_main(["export", "--train_dir", str(trained_dir), "--output", str(export)]) == 0, capsys.readouterr().err
     capsys.readouterr()
     assert locate_teacher(str(export)) == ("onnx", str(export))
-    batch = {"features": torch.rand(5, 24), "video_ids": list("abcde")}
+    batch = Batch(features=torch.rand(5, 24), video_ids=list("abcde"), labels=None)
     from_onnx = OnnxTeacher(str(export), "cpu").logits(batch)
     from_checkpoint = CheckpointTeacher(latest_checkpoint(str(trained_dir)), torch.device("cpu")).logits(batch)
     torch.testing.assert_close(from_onnx, from_checkpoint, rtol=1e-4, atol=1e-5)
@@ -192,7 +193,8 @@ def test_the_task_mixes_the_losses_by_weight_and_keeps_the_label_metrics():
 
     logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 1.0, -2.0]])
     output = {"logits": logits, "predictions": torch.sigmoid(logits)}
-    batch = {"labels": torch.tensor([[True, False, False], [False, True, False]]), "video_ids": ["a", "b"]}
+    batch = Batch(labels=torch.tensor([[True, False, False], [False, True, False]]), video_ids=["a", "b"],
+                  features=torch.zeros(2, 3))
     label_task = VideoTask(create_loss("CrossEntropyLoss"), 3)
     label_loss = label_task.loss(output, batch)
     distill = distillation_loss(logits, torch.zeros(2, 3), 2.0)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
+from yt8m.data.batch import Batch
 from yt8m.cli import main
 from yt8m.config import TrainConfig, config_from_dict
 from yt8m.data.synthetic import write_synthetic
@@ -82,15 +83,15 @@ def test_the_combined_loss_is_the_weighted_sum_of_the_task_losses(tiny_data, voc
     model = build_multitask_model(config, plan.specs)
     from yt8m.tasks.multitask import MultiTask
 
-    batch = {"features": torch.randn(5, 24), "labels": torch.rand(5, NUM_CLASSES) > 0.7,
-             "video_ids": list("abcde"), "task_source": 0}
+    batch = Batch(features=torch.randn(5, 24), labels=torch.rand(5, NUM_CLASSES) > 0.7,
+                  video_ids=list("abcde"), source=0)
     task = MultiTask(plan)
-    total = task.loss(model(batch["features"]), batch)
+    total = task.loss(model(batch.features), batch)
     losses = task.pop_losses()
     assert total.item() == pytest.approx(losses["main/loss"] + 0.25 * losses["vertical/loss"], rel=1e-6)
-    vertical_labels = plan.tasks["vertical"].mapped(batch)["labels"]
+    vertical_labels = plan.tasks["vertical"].mapped(batch).labels
     for row in range(5):
-        expected = {index % VERTICALS for index in batch["labels"][row].nonzero().flatten().tolist()}
+        expected = {index % VERTICALS for index in batch.labels[row].nonzero().flatten().tolist()}
         assert set(vertical_labels[row].nonzero().flatten().tolist()) == expected
 
 

@@ -93,7 +93,7 @@ def test_fine_tuning_on_segments_through_the_cli_raises_the_segment_map(segment_
 
 def count_segments(pattern: str) -> int:
     spec = FeatureSpec(["rgb", "audio"], list(FEATURE_SIZES), True, num_classes=NUM_CLASSES, segment_labels=True)
-    return sum(len(batch["video_ids"]) for batch in YT8MDataset(pattern, spec, 64))
+    return sum(len(batch.video_ids) for batch in YT8MDataset(pattern, spec, 64))
 
 
 def test_best_metric_segment_map_picks_the_best_export(segment_data, video_run, tmp_path):
@@ -147,20 +147,20 @@ def test_a_metric_the_task_lacks_is_a_one_line_cli_error(segment_data, tmp_path)
 def test_every_frame_model_trains_and_evaluates_on_five_frame_segments(segment_data, tmp_path, model, hparams):
     config = TrainConfig(**frame_values(segment_data, tmp_path, segment_labels=True, model=model, **hparams))
     batch = next(iter(YT8MDataset(segment_data["train"], FeatureSpec.from_config(config), 16)))
-    assert batch["features"].shape == (16, 5, sum(FEATURE_SIZES))
+    assert batch.features.shape == (16, 5, sum(FEATURE_SIZES))
     torch.manual_seed(0)
     network = create_model_from_config(config)
     task = task_from_config(config)
     assert isinstance(task, SegmentTask)
-    loss = task.loss(network(batch["features"], batch["num_frames"]), batch)
+    loss = task.loss(network(batch.features, batch.num_frames), batch)
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in network.parameters()
                                         if p.grad is not None)
     network.eval()
     with torch.no_grad():
-        first = network(batch["features"], batch["num_frames"])["predictions"]
+        first = network(batch.features, batch.num_frames)["predictions"]
         assert first.shape == (16, NUM_CLASSES)
-        assert torch.equal(first, network(batch["features"], batch["num_frames"])["predictions"])
+        assert torch.equal(first, network(batch.features, batch.num_frames)["predictions"])
 
 
 def tune_file(path: Path, data: dict, metric: str, **train_values) -> str:

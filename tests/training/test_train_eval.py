@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from workflow_fixtures import tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
+from yt8m.data.batch import Batch
 from yt8m.io.checkpoints import (
     build_model_from_checkpoint,
     final_checkpoint,
@@ -206,13 +207,13 @@ def bce(output, labels):
     return nn.functional.binary_cross_entropy_with_logits(output["logits"], labels)
 
 
-def batches_of(sizes: list[int], seed: int = 0) -> list[dict]:
+def batches_of(sizes: list[int], seed: int = 0) -> list[Batch]:
     generator = torch.Generator().manual_seed(seed)
     features = torch.randn(sum(sizes), FEATURES, generator=generator)
     labels = (torch.rand(sum(sizes), CLASSES, generator=generator) > 0.5).float()
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return [{"video_ids": [str(i) for i in range(start, start + size)], "features": features[start:start + size],
-             "labels": labels[start:start + size]} for start, size in zip(starts, sizes)]
+    return [Batch(video_ids=[str(i) for i in range(start, start + size)], features=features[start:start + size],
+                  labels=labels[start:start + size]) for start, size in zip(starts, sizes)]
 
 
 def trained_parameters(tmp_path, sizes: list[int], aggregate: int, steps: int, **overrides) -> list[torch.Tensor]:

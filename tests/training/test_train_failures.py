@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
+from yt8m.data.batch import Batch
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.tasks.losses import create_loss
@@ -60,9 +61,9 @@ def test_a_failed_start_leaves_a_finished_run_as_it_was(tiny_data, trained_copy,
 def test_a_nan_loss_stops_training_before_the_update_and_the_next_checkpoint(tmp_path):
     torch.manual_seed(0)
     model = create_model("LogisticModel", 4, 3)
-    batches = [{"video_ids": [f"v{step}-{i}" for i in range(8)], "features": torch.randn(8, 4),
-                "labels": torch.rand(8, 3) > 0.5} for step in range(4)]
-    batches[2]["features"][5, 1] = float("nan")
+    batches = [Batch(video_ids=[f"v{step}-{i}" for i in range(8)], features=torch.randn(8, 4),
+                     labels=torch.rand(8, 3) > 0.5) for step in range(4)]
+    batches[2].features[5, 1] = float("nan")
     config = TrainConfig(train_data_pattern="unused", train_dir=str(tmp_path), model="LogisticModel",
                          feature_sizes="4", num_classes=3, export_model_steps=1, num_epochs=1)
     with pytest.raises(NonFiniteLossError, match=r"step 3: the training loss is nan .* videos v2-0, v2-1, v2-2"):

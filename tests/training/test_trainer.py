@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from workflow_fixtures import tiny_data, tiny_train_config  # noqa: F401  (fixture)
+from yt8m.data.batch import Batch
 from yt8m.io.checkpoints import build_model_from_checkpoint, final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig, load_config
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
@@ -48,11 +49,11 @@ def tiny_loss(output, labels):
     return nn.functional.binary_cross_entropy_with_logits(output["logits"], labels)
 
 
-def tiny_batches(epoch: int, batches: int = 5) -> list[dict]:
+def tiny_batches(epoch: int, batches: int = 5) -> list[Batch]:
     generator = torch.Generator().manual_seed(epoch)
-    return [{"video_ids": [f"v{epoch}-{b}-{i}" for i in range(BATCH)],
-             "features": torch.randn(BATCH, FEATURES, generator=generator),
-             "labels": (torch.rand(BATCH, CLASSES, generator=generator) > 0.5).float()}
+    return [Batch(video_ids=[f"v{epoch}-{b}-{i}" for i in range(BATCH)],
+                  features=torch.randn(BATCH, FEATURES, generator=generator),
+                  labels=(torch.rand(BATCH, CLASSES, generator=generator) > 0.5).float())
             for b in range(batches)]
 
 

@@ -13,14 +13,14 @@ import logging
 import pickle
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Iterable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from yt8m.config import DataConfig
+from yt8m.data.batch import Batch
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame,
                               decode_segment_video, decode_video_batch, dequantize, record_id_key)
@@ -31,12 +31,7 @@ SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
 # Framing bytes around each payload: length, length CRC, payload CRC.
 RECORD_OVERHEAD_BYTES = 16
 _RANDOM_BLOCK = 4096
-# Keys of what a DataLoader worker sends besides batches, taken out again by BatchLoader in the main process.
-READ_STATS_KEY = "read_stats"
-DATA_ERROR_KEY = "data_error"
-
 logger = logging.getLogger(__name__)
-Batch = dict
 Record = tuple  # (path, (byte offset, payload)): built by zip, with no Python frame per record
 
 
@@ -51,15 +46,31 @@ class ReadStats:
     skipped_files: int = 0
     skipped_records: int = 0
     id_key_files: dict[str, str] = field(default_factory=dict)
+    record_bytes: int = 0  # the TFRecord bytes of the records read (framing included), where the dataset counts them
 
     def add(self, other: "ReadStats") -> None:
         self.skipped_files += other.skipped_files
         self.skipped_records += other.skipped_records
+        self.record_bytes += other.record_bytes
         for key, path in other.id_key_files.items():
             self.id_key_files.setdefault(key, path)
 
     def __bool__(self) -> bool:
-        return bool(self.skipped_files or self.skipped_records or self.id_key_files)
+        return bool(self.skipped_files or self.skipped_records or self.id_key_files or self.record_bytes)
+
+
+@dataclass
+class _Delivery:
+    """What a DataLoader worker sends: a batch, and what it met since the last one (its read counts, or the data
+    error that ended its reading); BatchLoader takes the counts and the error out in the main process."""
+
+    batch: Optional[Batch] = None
+    read_stats: Optional[ReadStats] = None
+    error: Optional[BaseException] = None
+
+    def pin_memory(self) -> "_Delivery":
+        """Called by the DataLoader's pinning thread (pin_memory=True): the batch's tensors go to pinned memory."""
+        return _Delivery(self.batch.pin_memory() if self.batch is not None else None, self.read_stats, self.error)
 
 
 @dataclass
@@ -85,7 +96,9 @@ class FeatureSpec:
             raise ValueError("segment_labels reads the segments of frame-level data: set frame_features")
 
     @classmethod
-    def from_config(cls, config: DataConfig) -> "FeatureSpec":
+    def from_config(cls, config: Any) -> "FeatureSpec":
+        """The spec of a config's data fields (feature_names, feature_sizes, frame_features, max_frames, num_classes,
+        segment_labels, segment_size)."""
         return cls(list(config.feature_names), list(config.feature_sizes), config.frame_features, config.max_frames,
                    config.num_classes, config.segment_labels, config.segment_size)
 
@@ -158,7 +171,7 @@ LABEL_ID_KEYS = ("labels", "label_weights")
 
 
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
-    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot "labels" tensor, and "label_weights" where
+    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot `labels` tensor, and `label_weights` where
     the batch has them (no-op when done).
 
     bool: a quarter of float32's bytes to build and copy to a GPU (float32 labels at 3862 classes would take
@@ -166,9 +179,9 @@ def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Ba
     fresh shared memory costs a page fault per 4 KB, which made workers slower than reading in-process.
     """
     for key in LABEL_ID_KEYS:
-        if isinstance(batch.get(key), LabelIds):
-            expanded = torch.from_numpy(batch[key].multi_hot(num_classes))
-            batch[key] = expanded.pin_memory() if pin_memory else expanded
+        if isinstance(getattr(batch, key), LabelIds):
+            expanded = torch.from_numpy(getattr(batch, key).multi_hot(num_classes))
+            setattr(batch, key, expanded.pin_memory() if pin_memory else expanded)
     return batch
 
 
@@ -232,8 +245,7 @@ class _VideoBatchBuilder:
 
     def finish(self) -> tuple[Batch, int]:
         features = self.features[:self.count] if self.room else self.features
-        return ({"video_ids": self.video_ids, "features": features, "labels": LabelIds.concat(self.labels)},
-                self.record_bytes)
+        return Batch(self.video_ids, features, LabelIds.concat(self.labels)), self.record_bytes
 
 
 def _next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
@@ -255,8 +267,8 @@ def _frame_batch(videos: list[DecodedFrames], spec: FeatureSpec) -> Batch:
     padded = features.numpy()
     for row, (_, _, frames, _) in enumerate(videos):
         dequantize(frames, out=padded[row, :len(frames)])
-    return {"video_ids": [video[0] for video in videos], "features": features,
-            "num_frames": torch.from_numpy(num_frames), "labels": LabelIds.from_lists([video[1] for video in videos])}
+    return Batch([video[0] for video in videos], features, LabelIds.from_lists([video[1] for video in videos]),
+                 num_frames=torch.from_numpy(num_frames))
 
 
 DecodedSegment = tuple  # (segment id, present class ids, rated class ids, uint8 frames [S, D], record bytes)
@@ -280,21 +292,20 @@ def _segment_batch(segments: list[DecodedSegment], spec: FeatureSpec) -> Batch:
     (rated either way) as LabelIds."""
     features = _zero_features((len(segments), spec.segment_size, spec.feature_size))
     dequantize(np.stack([segment[3] for segment in segments]), out=features.numpy())
-    return {"video_ids": [segment[0] for segment in segments], "features": features,
-            "num_frames": torch.full((len(segments),), spec.segment_size, dtype=torch.int64),
-            "labels": LabelIds.from_lists([segment[1] for segment in segments]),
-            "label_weights": LabelIds.from_lists([segment[2] for segment in segments])}
+    return Batch([segment[0] for segment in segments], features, LabelIds.from_lists([segment[1] for segment in segments]),
+                 num_frames=torch.full((len(segments),), spec.segment_size, dtype=torch.int64),
+                 label_weights=LabelIds.from_lists([segment[2] for segment in segments]))
 
 
 class YT8MDataset(IterableDataset):
-    """Whole batches (dicts of tensors) from YT8M shards, one epoch per `iter()`.
+    """Whole batches (yt8m.data.batch.Batch) from YT8M shards, one epoch per `iter()`.
 
     The records are split over distributed ranks and DataLoader workers so that each is read exactly once
     per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded
     shuffle buffer; without it the order is fixed. With the spec's `segment_labels`, each rated segment of a record
-    is an example (a record without ratings gives none), with "label_weights" beside "labels". `cache_in_memory`
-    (video level) decodes this rank's records once and serves later epochs from RAM; `record_bytes` adds each
-    batch's record bytes read.
+    is an example (a record without ratings gives none), with `label_weights` beside `labels`. `cache_in_memory`
+    (video level) decodes this rank's records once and serves later epochs from RAM; `record_bytes` counts the
+    record bytes read in `read_stats`.
 
     With `skip_corrupt`, a shard with a framing error (CRC, truncation) is read up to it and the rest skipped, and a
     record that fails to decode is skipped, each with a warning naming the file and offset. `read_stats` (ReadStats;
@@ -327,7 +338,7 @@ class YT8MDataset(IterableDataset):
         self.read_stats = ReadStats()
         self._unsent = ReadStats()  # read since the last batch: absorbed into read_stats, or sent by a worker
         self.cache: Optional[VideoCache] = None
-        self.defer_labels = False  # set in make_loader's workers: the main process expands the labels
+        self.batch_loader_worker = False  # set in make_loader's workers: they send _Delivery items to BatchLoader
 
     @property
     def skipped_files(self) -> int:
@@ -341,23 +352,30 @@ class YT8MDataset(IterableDataset):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
-        in_worker = get_worker_info() is not None
+        if self.batch_loader_worker:
+            return self._deliveries()
+        return self._batches_in_process()
+
+    def _batches_in_process(self) -> Iterator[Batch]:
+        """In this process (or a worker of a DataLoader of one's own): batches with their labels expanded."""
+        for batch in self._batches():
+            self.absorb(self._take_unsent())
+            yield finish_batch(batch, self.spec.num_classes)
+        self.absorb(self._take_unsent())
+
+    def _deliveries(self) -> Iterator[_Delivery]:
+        """In a worker of make_loader's BatchLoader: each batch (labels as LabelIds) with what was read since the last,
+        then what was read after it; a data error is sent as data."""
         try:
             for batch in self._batches():
-                if not in_worker:
-                    self.absorb(self._take_unsent())
-                elif self._unsent:
-                    batch[READ_STATS_KEY] = self._take_unsent()
-                yield batch if self.defer_labels and in_worker else finish_batch(batch, self.spec.num_classes)
-            if not in_worker:
-                self.absorb(self._take_unsent())
-            elif self._unsent:  # what the worker met after its last batch
-                yield {READ_STATS_KEY: self._take_unsent()}
+                yield _Delivery(batch, self._take_unsent() or None)
+            if self._unsent:
+                yield _Delivery(read_stats=self._take_unsent())
         except (ValueError, OSError) as err:
-            if not in_worker or not _sendable(err):
+            if not _sendable(err):
                 raise
             # Sent as data: torch would re-create it with the worker's traceback in its message.
-            yield {DATA_ERROR_KEY: err}
+            yield _Delivery(error=err)
 
     def _batches(self) -> Iterator[Batch]:
         if self.cache_in_memory and self.cache is None:
@@ -467,10 +485,10 @@ class YT8MDataset(IterableDataset):
             else:
                 batches = self._shuffled_video_batches(records)
         for batch, record_bytes in batches:
-            if len(batch["video_ids"]) < self.batch_size and self.drop_remainder:
+            if len(batch) < self.batch_size and self.drop_remainder:
                 return
             if self.record_bytes:
-                batch["record_bytes"] = record_bytes
+                self._unsent.record_bytes += record_bytes
             yield batch
 
     def _frame_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
@@ -559,11 +577,11 @@ class VideoCache:
     def from_batches(cls, batches: Iterable[Batch], feature_size: int) -> "VideoCache":
         ids, features, values, counts = [], [], [], []
         for batch in batches:
-            ids.extend(batch["video_ids"])
-            features.append(batch["features"].numpy())
-            rows, classes = np.nonzero(batch["labels"].numpy())
+            ids.extend(batch.video_ids)
+            features.append(batch.features.numpy())
+            rows, classes = np.nonzero(batch.labels.numpy())
             values.append(classes)
-            counts.append(np.bincount(rows, minlength=len(batch["video_ids"])))
+            counts.append(np.bincount(rows, minlength=len(batch)))
         if not features:
             return cls(np.array([], str), np.zeros((0, feature_size), np.float32), np.zeros(0, np.int64),
                        np.zeros(1, np.int64))
@@ -578,8 +596,8 @@ class VideoCache:
         offsets = np.concatenate([[0], np.cumsum(counts)])
         # Each row's label slice, gathered at once: position j of row r is starts[r] + j.
         positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
-        return {"video_ids": self.video_ids[indices].tolist(), "features": torch.from_numpy(self.features[indices]),
-                "labels": LabelIds(self.label_values[positions], offsets)}
+        return Batch(self.video_ids[indices].tolist(), torch.from_numpy(self.features[indices]),
+                     LabelIds(self.label_values[positions], offsets))
 
 
 class BatchLoader(DataLoader):
@@ -589,13 +607,16 @@ class BatchLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Batch]:
         dataset = self.dataset
-        for batch in super().__iter__():
-            if DATA_ERROR_KEY in batch:
-                raise batch[DATA_ERROR_KEY]
-            if READ_STATS_KEY in batch:
-                dataset.absorb(batch.pop(READ_STATS_KEY))
-            if "video_ids" in batch:
-                yield finish_batch(batch, dataset.spec.num_classes, self.pin_memory)
+        if self.num_workers == 0:  # the batches themselves (pinned by the DataLoader where asked)
+            yield from super().__iter__()
+            return
+        for delivery in super().__iter__():
+            if delivery.error is not None:
+                raise delivery.error
+            if delivery.read_stats is not None:
+                dataset.absorb(delivery.read_stats)
+            if delivery.batch is not None:
+                yield finish_batch(delivery.batch, dataset.spec.num_classes, self.pin_memory)
 
     @property
     def read_stats(self) -> ReadStats:
@@ -614,12 +635,12 @@ def _sendable(err: BaseException) -> bool:
     return True
 
 
-def _defer_labels_in_worker(worker_id: int) -> None:
-    get_worker_info().dataset.defer_labels = True
+def _deliver_to_batch_loader(worker_id: int) -> None:
+    get_worker_info().dataset.batch_loader_worker = True
 
 
-def _as_is(batch: Batch) -> Batch:
-    return batch
+def _as_is(item: Any) -> Any:
+    return item
 
 
 def make_loader(dataset: YT8MDataset, num_workers: int, pin_memory: bool = False) -> DataLoader:
@@ -637,5 +658,5 @@ def make_loader(dataset: YT8MDataset, num_workers: int, pin_memory: bool = False
             dataset.load_cache(num_workers)
         num_workers = 0
     return BatchLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
-                       worker_init_fn=_defer_labels_in_worker, persistent_workers=False,
+                       worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
                        prefetch_factor=2 if num_workers > 0 else None)

@@ -19,15 +19,15 @@ def read_throughput(pattern: str, spec: FeatureSpec, batch_size: int, num_worker
     The time includes starting the workers; MB are 10^6 bytes of TFRecord records (framing included).
     """
     dataset = YT8MDataset(pattern, spec, batch_size, record_bytes=True)
-    examples = batches = record_bytes = 0
+    examples = batches = 0
     start = time.perf_counter()
     for batch in make_loader(dataset, num_workers):
-        examples += len(batch["video_ids"])
-        record_bytes += batch["record_bytes"]
+        examples += len(batch)
         batches += 1
         if max_batches is not None and batches >= max_batches:
             break
     seconds = time.perf_counter() - start
+    record_bytes = dataset.read_stats.record_bytes
     return {"examples": examples, "batches": batches, "seconds": round(seconds, 6),
             "examples_per_sec": round(examples / seconds, 1), "mb_per_sec": round(record_bytes / MEGABYTE / seconds, 3),
             "num_workers": num_workers, "batch_size": batch_size, "frame_features": spec.frame_features}

@@ -33,7 +33,8 @@ from yt8m.config import (
 from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
                                rank_and_world_size, training_device)
 from yt8m.io.files import write_file_atomically
-from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.models.base import forward
+from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.video import Task, task_from_config
 from yt8m.training.summaries import summary_writer, write_scalars
 
@@ -65,12 +66,12 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Ta
                 tqdm(unit="video", desc="eval", dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:
             with together() if across_ranks else contextlib.nullcontext():
                 for index, batch in enumerate(dataset_or_loader, start=1):
-                    batch = to_device(batch, device)
-                    output = model(batch["features"], batch.get("num_frames"))
+                    batch = batch.to(device)
+                    output = forward(model, batch)
                     loss = task.loss(output, batch).item()
                     task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
-                    videos += batch["labels"].shape[0]
-                    bar.update(batch["labels"].shape[0])
+                    videos += len(batch)
+                    bar.update(len(batch))
                     log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
                              videos / max(time.perf_counter() - started, 1e-9))
             if not across_ranks:

@@ -207,10 +207,20 @@ def _listed(video_ids: list[str], count: int) -> str:
 
 # Aligned batches ---------------------------------------------------------------------------------------------------
 
+@dataclass
+class AlignedBatch:
+    """The same videos' predictions by every input: `labels` bool [B, C] (None without shards), `probabilities`
+    one float32 [B, C] per input."""
+
+    video_ids: list[str]
+    labels: Optional[torch.Tensor]
+    probabilities: list[torch.Tensor]
+
+
 def aligned_batches(inputs: Sequence[Input], pattern: str, num_classes: int, batch_size: int,
-                    num_readers: str = "auto") -> Iterator[dict]:
-    """Batches of {"video_ids", "labels" (bool [B, C], or None without shards), "probabilities" (one float32
-    [B, C] per input)}: the videos of `pattern`, or without one the first prediction file's, in their order."""
+                    num_readers: str = "auto") -> Iterator[AlignedBatch]:
+    """The videos of `pattern`, or without one the first prediction file's, in their order, each batch predicted by
+    every input."""
     files = {index: item for index, item in enumerate(inputs) if isinstance(item, FileInput)}
     if any(isinstance(item, ModelInput) for item in inputs):
         batches = _model_batches(inputs, pattern, batch_size, num_readers)
@@ -222,8 +232,7 @@ def aligned_batches(inputs: Sequence[Input], pattern: str, num_classes: int, bat
     for video_ids, labels, probabilities in batches:
         for index, file in files.items():
             probabilities[index] = file.probabilities(video_ids, num_classes)
-        yield {"video_ids": video_ids, "labels": labels,
-               "probabilities": [probabilities[index] for index in range(len(inputs))]}
+        yield AlignedBatch(video_ids, labels, [probabilities[index] for index in range(len(inputs))])
 
 
 def _model_batches(inputs: Sequence[Input], pattern: str, batch_size: int,
@@ -242,18 +251,18 @@ def _model_batches(inputs: Sequence[Input], pattern: str, batch_size: int,
         loaders.append(make_loader(YT8MDataset(pattern, spec, batch_size),
                                    reader_workers(num_readers, spec.frame_features)))
     for batches in itertools.zip_longest(*loaders):
-        if any(batch is None for batch in batches) or any(batch["video_ids"] != batches[0]["video_ids"]
+        if any(batch is None for batch in batches) or any(batch.video_ids != batches[0].video_ids
                                                          for batch in batches):
             raise ValueError(f"{pattern}: the inputs' feature readers met the videos in different orders")
         probabilities = {}
         for batch, members in zip(batches, groups.values()):
             for index in members:
                 predicted = inputs[index].predict(batch).float()
-                if predicted.shape != batch["labels"].shape:
+                if predicted.shape != batch.labels.shape:
                     raise ValueError(f"ensemble input {inputs[index].source} predicted a {list(predicted.shape)} "
-                                     f"batch, expected {list(batch['labels'].shape)}")
+                                     f"batch, expected {list(batch.labels.shape)}")
                 probabilities[index] = predicted
-        yield batches[0]["video_ids"], batches[0]["labels"], probabilities
+        yield batches[0].video_ids, batches[0].labels, probabilities
 
 
 def _listed_batches(videos: Iterator[tuple[str, Optional[list[int]]]], batch_size: int,
@@ -372,7 +381,7 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
     ignored = check_pattern_coverage([item for item in inputs if isinstance(item, FileInput)], pattern, num_classes,
                                      "fit_videos")
     started = time.perf_counter()
-    pieces = [Candidates.of_batch(batch["probabilities"], batch["labels"], fit_top_k)
+    pieces = [Candidates.of_batch(batch.probabilities, batch.labels, fit_top_k)
               for batch in aligned_batches(inputs, pattern, num_classes, batch_size, num_readers)]
     if not pieces or not any(bool(piece.labels.any()) for piece in pieces):
         raise ValueError(f"{pattern}: the shards hold no labels to fit the weights on")
@@ -435,6 +444,6 @@ def _write(inputs: Sequence[Input], weights: Sequence[float], config: EnsembleCo
         ignored = check_coverage(files[1:], files[0].table, files[0].source)
     batches = aligned_batches(inputs, pattern, config.num_classes, config.batch_size, config.num_readers)
     videos = write_file_atomically(config.output_file, lambda out: write_predictions(
-        lambda batch: combine(batch["probabilities"], weights), batches, out, config.top_k, config.output_format,
+        lambda batch: combine(batch.probabilities, weights), batches, out, config.top_k, config.output_format,
         config.output_file, locate))
     return videos, ignored

@@ -25,15 +25,17 @@ from yt8m.config import ConfigError, PredictConfig, config_problems
 from yt8m.distributed.ranks import (all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream,
                                training_device)
 from yt8m.io.files import write_file_atomically
-from yt8m.runtime import reader_workers, resolve_device, to_device
+from yt8m.data.batch import Batch
+from yt8m.models.base import forward
+from yt8m.runtime import reader_workers, resolve_device
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 
 log = logging.getLogger("yt8m.inference.predict")
 
 CSV_HEADER = "VideoId,LabelConfidencePairs\n"
 
-# A batch dict of YT8MDataset -> probabilities [batch, classes] on the CPU.
-Predictor = Callable[[dict], torch.Tensor]
+# A Batch of YT8MDataset (its features and num_frames) -> probabilities [batch, classes] on the CPU.
+Predictor = Callable[[Batch], torch.Tensor]
 # A video id -> where the input holds it ("FILE (record at byte N)", each place), for error messages.
 Locator = Callable[[str], list[str]]
 # What a CSV field written unquoted cannot hold (`yt8m score` and Kaggle split lines at commas and strip spaces).
@@ -62,7 +64,7 @@ def format_rows(video_ids: Sequence[str], predictions: torch.Tensor, top_k: int,
                    for video_id, classes, confidences in zip(video_ids, indices.tolist(), values.tolist()))
 
 
-def write_predictions(predict: Predictor, batches: Iterable[dict], out: TextIO, top_k: int,
+def write_predictions(predict: Predictor, batches: Iterable[Batch], out: TextIO, top_k: int,
                       output_format: str = "csv", output_file: str = "the output",
                       locate: Optional[Locator] = None) -> int:
     """Write (for CSV, the header and) one row per video of `batches` to `out`; returns the number of videos.
@@ -79,12 +81,12 @@ def write_predictions(predict: Predictor, batches: Iterable[dict], out: TextIO, 
 Rows = tuple[list[str], str]
 
 
-def predicted_rows(predict: Predictor, batches: Iterable[dict], top_k: int, output_format: str, output_file: str,
+def predicted_rows(predict: Predictor, batches: Iterable[Batch], top_k: int, output_format: str, output_file: str,
                    locate: Optional[Locator] = None) -> Iterator[Rows]:
     """Each batch's video ids and rows, checked (see write_predictions) but for duplicates: write_rows finds those."""
     videos, started = 0, time.perf_counter()
     for batch in batches:
-        video_ids, predictions = list(batch["video_ids"]), predict(batch)
+        video_ids, predictions = list(batch.video_ids), predict(batch)
         check_video_ids(video_ids, output_format, output_file, locate)
         check_finite(predictions, video_ids, output_file, locate)
         yield video_ids, format_rows(video_ids, predictions, top_k, output_format)
@@ -190,18 +192,17 @@ def checkpoint_predictor(model: nn.Module, device: torch.device) -> Predictor:
     model.eval()
 
     @torch.no_grad()
-    def predict(batch: dict) -> torch.Tensor:
-        inputs = to_device(batch, device)
-        return model(inputs["features"], inputs.get("num_frames"))["predictions"].cpu()
+    def predict(batch: Batch) -> torch.Tensor:
+        return forward(model, batch.to(device))["predictions"].cpu()
 
     return predict
 
 
 def onnx_predictor(exported: Any) -> Predictor:
     """Predictions of an `ExportedModel` (onnxruntime) on the dataset's batches."""
-    def predict(batch: dict) -> torch.Tensor:
-        num_frames = batch.get("num_frames")
-        return torch.from_numpy(exported.predict(batch["features"].numpy(),
+    def predict(batch: Batch) -> torch.Tensor:
+        num_frames = batch.num_frames
+        return torch.from_numpy(exported.predict(batch.features.numpy(),
                                                  None if num_frames is None else num_frames.numpy()))
 
     return predict
@@ -288,7 +289,7 @@ def _run_predict(config: PredictConfig) -> dict[str, Any]:
             **source, **skipped, **processes, "seconds": round(seconds, 3)}
 
 
-def _write_across_ranks(config: PredictConfig, predict: Predictor, batches: Iterable[dict], locate: Locator) -> int:
+def _write_across_ranks(config: PredictConfig, predict: Predictor, batches: Iterable[Batch], locate: Locator) -> int:
     """Every process predicts its batches into a temporary file; once all have succeeded, rank 0 writes its own
     rows and then each other process's, in rank order, to the output (checking ids for duplicates over all).
     Returns the videos written (at rank 0; the others: 0)."""

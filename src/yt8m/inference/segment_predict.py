@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.config import ConfigError, PredictConfig
+from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.io.files import write_file_atomically
 from yt8m.inference.predict import Predictor, check_finite, find_video, unwritable_id
@@ -302,9 +303,9 @@ class SegmentScorer:
     def _segments(self, batches: Iterable[dict], seen: KeyedTable) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Each batch's segments, its videos entered in the table (ids checked) before they are scored."""
         for batch in batches:
-            video_ids = batch["video_ids"]
+            video_ids = batch.video_ids
             self._check_ids(video_ids, seen)
-            segments, real_frames, per_video = split_segments(batch["features"], batch["num_frames"],
+            segments, real_frames, per_video = split_segments(batch.features, batch.num_frames,
                                                               self.segment_size)
             self.videos.add(video_ids, per_video.numpy())
             yield segments, real_frames
@@ -325,7 +326,7 @@ class SegmentScorer:
         return f" (in {' and '.join(places)})" if places else ""
 
     def _score(self, features: torch.Tensor, num_frames: torch.Tensor) -> None:
-        predictions = self.predict({"features": features, "num_frames": num_frames})
+        predictions = self.predict(Batch([], features, None, num_frames))
         scores = predictions.float().numpy().T[self.classes]  # [classes written, segments]
         if not np.isfinite(scores).all():
             numbers = np.arange(self.scored, self.scored + len(predictions))

@@ -4,12 +4,13 @@ plus the starter kit's L2 weight penalties."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.data.batch import Batch
 from yt8m.fields import setting
 
 
@@ -114,6 +115,14 @@ class BaseModel(nn.Module):
         if features.dim() != (3 if self.frame_level else 2) or features.shape[-1] != self.feature_size:
             raise ValueError(f"{type(self).__name__} expects input {expected} with features = "
                              f"{self.feature_size}, got shape {tuple(features.shape)}")
+
+
+def forward(model: nn.Module, batch: Batch, heads: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """The model's output on a batch, the one call training, evaluation and prediction make: `{"logits",
+    "predictions"}`, or for a multi-head model (yt8m.models.multihead) those of `heads`, `{key: {head: tensor}}`."""
+    if heads is None:
+        return model(batch.features, batch.num_frames)
+    return model(batch.features, batch.num_frames, heads)
 
 
 def starter_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:

@@ -5,6 +5,7 @@ vocabulary.csv) maps each entity class to one class of the task, so a video's ta
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
@@ -68,7 +69,7 @@ class LabelMappedTask:
         self.metric_names, self.num_classes = task.metric_names, task.num_classes
 
     def mapped(self, batch: dict) -> dict:
-        return {**batch, "labels": self.mapping(batch["labels"])}
+        return dataclasses.replace(batch, labels=self.mapping(batch.labels))
 
     def loss(self, output: dict[str, torch.Tensor], batch: dict) -> torch.Tensor:
         return self.task.loss(output, self.mapped(batch))

@@ -20,7 +20,6 @@ from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
 from yt8m.tasks.spec import TaskSpec, resolve_tasks
 from yt8m.tasks.video import SegmentTask, VideoTask
 
-SOURCE_KEY = "task_source"  # the batch entry naming the data source (an index into MultiTaskPlan.sources)
 
 
 @dataclass
@@ -158,15 +157,15 @@ class MultiTask:
 
     def heads_of(self, batch: dict) -> list[str]:
         """The heads the tasks of `batch`'s source read."""
-        return list(dict.fromkeys(self.heads[name] for name in self.plan.sources[batch[SOURCE_KEY]].tasks))
+        return list(dict.fromkeys(self.heads[name] for name in self.plan.sources[batch.source].tasks))
 
     def loss(self, output: dict[str, dict[str, torch.Tensor]], batch: dict) -> torch.Tensor:
         total = None
-        for name in self.plan.sources[batch[SOURCE_KEY]].tasks:
+        for name in self.plan.sources[batch.source].tasks:
             loss = self.plan.tasks[name].loss(head_output(output, self.heads[name]), batch)
             sums = self._losses.setdefault(name, [torch.zeros((), dtype=torch.float64, device=loss.device), 0])
-            sums[0] += loss.detach().double() * len(batch["video_ids"])
-            sums[1] += len(batch["video_ids"])
+            sums[0] += loss.detach().double() * len(batch)
+            sums[1] += len(batch)
             total = loss * self.weights[name] if total is None else total + loss * self.weights[name]
         return total
 
@@ -177,7 +176,7 @@ class MultiTask:
         return losses
 
     def batch_metrics(self, predictions: dict[str, torch.Tensor], batch: dict) -> dict[str, float]:
-        return {f"{name}/{metric}": value for name in self.plan.sources[batch[SOURCE_KEY]].tasks
+        return {f"{name}/{metric}": value for name in self.plan.sources[batch.source].tasks
                 for metric, value in self.plan.tasks[name].batch_metrics(predictions[self.heads[name]], batch).items()}
 
 
@@ -256,7 +255,7 @@ def naming_tasks(source: TaskSource) -> Iterator[None]:
 def tagged(batches: Iterable[dict], index: int, source: TaskSource) -> Iterator[dict]:
     with naming_tasks(source):
         for batch in batches:
-            batch[SOURCE_KEY] = index
+            batch.source = index
             yield batch
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.models.base import forward
 from yt8m.tasks.video import Task, task_from_config
 
 log = logging.getLogger("yt8m.tasks.teacher")
@@ -175,7 +176,7 @@ class CheckpointTeacher:
 
     def logits(self, batch: dict) -> torch.Tensor:
         with torch.no_grad():
-            return self.model(batch["features"], batch.get("num_frames"))["logits"].float()
+            return forward(self.model, batch)["logits"].float()
 
     def close(self) -> None:
         pass
@@ -194,7 +195,7 @@ class OnnxTeacher:
 
     @torch.compiler.disable  # onnxruntime runs outside the graph of a --compile run
     def logits(self, batch: dict) -> torch.Tensor:
-        features, num_frames = batch["features"], batch.get("num_frames")
+        features, num_frames = batch.features, batch.num_frames
         logits = self.exported.predict(features.float().cpu().numpy(),
                                        None if num_frames is None else num_frames.cpu().numpy(), output="logits")
         return torch.from_numpy(logits).float().to(features.device)
@@ -237,7 +238,7 @@ class StoredTeacher:
 
     @torch.compiler.disable  # SQLite look-ups run outside the graph of a --compile run
     def logits(self, batch: dict) -> torch.Tensor:
-        video_ids = batch["video_ids"]
+        video_ids = batch.video_ids
         rows = self.table.rows_of(video_ids)
         missing = [video_id for video_id in video_ids if video_id not in rows]
         if missing:
@@ -250,7 +251,7 @@ class StoredTeacher:
         values = torch.from_numpy(np.concatenate([values for _, values in lists]))
         self._check_probabilities(values, video_ids, video_rows)
         probabilities[torch.from_numpy(video_rows), torch.from_numpy(classes)] = values
-        return probability_logits(probabilities).to(batch["features"].device)
+        return probability_logits(probabilities).to(batch.features.device)
 
     def _missing_message(self, missing: Sequence[str]) -> str:
         named = ", ".join(repr(video_id) for video_id in missing[:_VIDEOS_NAMED])

@@ -29,7 +29,7 @@ class VideoTask:
         self.loss_fn, self.num_classes, self.top_k = loss_fn, num_classes, top_k
 
     def loss(self, output: dict[str, torch.Tensor], batch: dict) -> torch.Tensor:
-        return self.loss_fn(output, batch["labels"])
+        return self.loss_fn(output, batch.labels)
 
     def metrics(self) -> ContextManager:
         """A fresh accumulator for `accumulate`, as a context manager that frees it."""
@@ -38,7 +38,7 @@ class VideoTask:
         return EvaluationMetrics(self.num_classes, self.top_k)
 
     def accumulate(self, metrics: Any, predictions: np.ndarray, batch: dict, loss: float) -> None:
-        metrics.accumulate(predictions, batch["labels"].cpu().numpy(), loss)
+        metrics.accumulate(predictions, batch.labels.cpu().numpy(), loss)
 
     def results(self, metrics: Any, source: str) -> dict[str, Any]:
         """The accumulated metrics; shards without a single label (`source`'s) are an error, not metrics of 0."""
@@ -52,14 +52,14 @@ class VideoTask:
         from yt8m.eval.metrics import EvaluationMetrics
 
         metrics = EvaluationMetrics(predictions.shape[1])
-        metrics.accumulate(predictions.detach().float().cpu().numpy(), batch["labels"].detach().cpu().numpy())
+        metrics.accumulate(predictions.detach().float().cpu().numpy(), batch.labels.detach().cpu().numpy())
         scores = metrics.get()
         return {"hit_at_one": scores["hit_at_one"], "perr": scores["perr"], "gap": scores["gap"]}
 
 
 class SegmentTask:
     """2019 segment ratings: each example is a rated segment, "labels" marks the classes rated present and
-    "label_weights" every class rated there; only rated (segment, class) pairs count in the loss (weighted by
+    `label_weights` every class rated there; only rated (segment, class) pairs count in the loss (weighted by
     label_weights, as the starter kit) and in the metrics (segment mAP@top_n per class, GAP; SegmentMetrics)."""
 
     metric_names = SEGMENT_METRICS
@@ -68,7 +68,7 @@ class SegmentTask:
         self.loss_fn, self.num_classes, self.top_n = loss_fn, num_classes, top_n
 
     def loss(self, output: dict[str, torch.Tensor], batch: dict) -> torch.Tensor:
-        return self.loss_fn(output, batch["labels"], batch["label_weights"])
+        return self.loss_fn(output, batch.labels, batch.label_weights)
 
     def metrics(self) -> ContextManager:
         from yt8m.eval.segment_metrics import SegmentMetrics
@@ -76,7 +76,7 @@ class SegmentTask:
         return contextlib.nullcontext(SegmentMetrics(self.num_classes, self.top_n))
 
     def accumulate(self, metrics: Any, predictions: np.ndarray, batch: dict, loss: float) -> None:
-        metrics.accumulate(predictions, batch["labels"].cpu().numpy(), batch["label_weights"].cpu().numpy(), loss)
+        metrics.accumulate(predictions, batch.labels.cpu().numpy(), batch.label_weights.cpu().numpy(), loss)
 
     def results(self, metrics: Any, source: str) -> dict[str, Any]:
         result = metrics.get()

@@ -27,7 +27,9 @@ from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0
 from yt8m.models.multihead import MultiTaskModel
 from yt8m.tasks.multitask import MultiTask
 from yt8m.training.optim import apply_update, l2_terms
-from yt8m.runtime import amp_dtype, autocast, to_device
+from yt8m.data.batch import Batch
+from yt8m.models.base import forward
+from yt8m.runtime import amp_dtype, autocast
 from yt8m.tasks.video import Task, task_from_config
 from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
@@ -212,7 +214,7 @@ class TrainingLoop:
         while True:
             self.meter.start_wait()
             group = list(itertools.islice(batches, config.numbatches_to_aggregate))
-            examples = all_reduce_sum(sum(batch["labels"].shape[0] for batch in group), self.device)
+            examples = all_reduce_sum(sum(len(batch) for batch in group), self.device)
             if examples == 0:  # every process has finished its share of the epoch
                 self._end_epoch()
                 return
@@ -245,7 +247,7 @@ class TrainingLoop:
             return
         skipped = collections.deque(itertools.islice(batches, self.progress.batches_in_epoch), maxlen=1)
         if skipped:  # a process whose share ran out before the checkpoint needs a stand-in batch at once
-            self.last_batch = to_device(skipped[0], self.device)
+            self.last_batch = skipped[0].to(self.device)
         if self.chief:
             restore_rng_state(self.resume["rng"])
         else:
@@ -260,7 +262,7 @@ class TrainingLoop:
         lr = learning_rate(config, progress.examples) * progress.lr_factor
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
-        group = [to_device(batch, self.device) for batch in group]
+        group = [batch.to(self.device) for batch in group]
         self.meter.data_ready()
         last_output = self._accumulate_gradients(group, examples)
         self._refuse_non_finite_loss(group)
@@ -294,7 +296,7 @@ class TrainingLoop:
         A process whose share of the epoch has run out still joins the step's gradient averaging, on its
         last batch weighted 0. Returns the output of the group's last batch (None without one)."""
         self.optimizer.zero_grad(set_to_none=True)
-        weighted = [(batch, batch["labels"].shape[0] * self.world_size / examples) for batch in group]
+        weighted = [(batch, len(batch) * self.world_size / examples) for batch in group]
         if not weighted:
             weighted = [(self._stand_in_batch(), 0.0)]
         label_loss_sum, output = torch.zeros((), dtype=torch.float64, device=self.device), None
@@ -304,10 +306,10 @@ class TrainingLoop:
                 with autocast(self.device, self.config.mixed_precision):
                     output, label_loss, loss = self.forward_loss(self.network, self.task, batch, weight)
                 self.scaler.scale(loss).backward()
-            label_loss_sum += label_loss.detach().double() * batch["labels"].shape[0]
+            label_loss_sum += label_loss.detach().double() * len(batch)
         if group:
             self.last_batch = group[-1]
-            self.loss_value = label_loss_sum.item() / sum(batch["labels"].shape[0] for batch in group)
+            self.loss_value = label_loss_sum.item() / sum(len(batch) for batch in group)
             return output
         return None
 
@@ -317,7 +319,7 @@ class TrainingLoop:
         bad_processes = all_reduce_sum(int(bool(group) and not math.isfinite(self.loss_value)), self.device)
         if not bad_processes:
             return
-        videos = [video_id for batch in group for video_id in batch["video_ids"]][:3]
+        videos = [video_id for batch in group for video_id in batch.video_ids][:3]
         last = latest_checkpoint(self.config.train_dir)
         where = f" (this process's batch starts with videos {', '.join(videos)})" if group and videos else ""
         raise NonFiniteLossError(
@@ -343,7 +345,7 @@ class TrainingLoop:
             return contextlib.nullcontext()
         return self.network.no_sync()
 
-    def _stand_in_batch(self) -> dict:
+    def _stand_in_batch(self) -> Batch:
         if self.last_batch is None:
             raise ValueError(f"process {self.rank} of {self.world_size} got no training records in epoch "
                              f"{self.progress.epoch + 1}: {self.config.train_data_pattern} has fewer records "
@@ -442,14 +444,14 @@ def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
                                    find_unused_parameters=isinstance(model, MultiTaskModel))
 
 
-def model_loss(model: nn.Module, task: Task, batch: dict, example_weight: float = 1.0):
+def model_loss(model: nn.Module, task: Task, batch: Batch, example_weight: float = 1.0):
     """(model output, the task's label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
     The L2 penalties are not in it: the optimizer step adds their gradient (optim.apply_update)."""
     if isinstance(task, MultiTask):  # only the heads of the batch's tasks: the others get no gradient from it
-        output = model(batch["features"], batch.get("num_frames"), task.heads_of(batch))
+        output = forward(model, batch, task.heads_of(batch))
     else:
-        output = model(batch["features"], batch.get("num_frames"))
+        output = forward(model, batch)
     label_loss = task.loss(output, batch)
     return output, label_loss, label_loss * example_weight
 

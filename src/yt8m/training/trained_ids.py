@@ -14,4 +14,4 @@ def record_trained_ids(rank: int, epoch: int, group: list[dict]) -> None:
     if not directory:
         return
     with open(os.path.join(directory, f"rank-{rank}.txt"), "a") as fh:
-        fh.writelines(f"{epoch} {video_id}\n" for batch in group for video_id in batch["video_ids"])
+        fh.writelines(f"{epoch} {video_id}\n" for batch in group for video_id in batch.video_ids)
