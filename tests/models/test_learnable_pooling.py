@@ -18,7 +18,7 @@ from yt8m.models.pooling_layers import FrameBatchNorm
 
 from model_helpers import TINY, export_then_predict, train_frames, write_eight_frame_data
 
-POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "NeXtVLADModel"]
+POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "GatedDbofModel", "NeXtVLADModel"]
 
 
 def one_video(frames: int = 5, size: int = 3, seed: int = 0) -> torch.Tensor:
@@ -52,15 +52,17 @@ def test_netvlad_sums_assignment_weighted_residuals_per_cluster():
 
 
 def test_netfv_first_and_second_order_statistics():
+    """LOUPE's NetFV: standard deviations sigma = w^2 + 1e-6; the first order intra- and globally normalized, the
+    second only globally (tests/models/test_faithful_to_originals.py checks it against LOUPE's code)."""
     torch.manual_seed(0)
     pooling = NetFv(3, 2, batch_norm=True).double().eval()
     video = one_video()
     assignment = loop_assignment(pooling, video)
-    sigma = torch.sqrt(pooling.deviations.square() + 1e-6)
+    sigma = pooling.deviation_roots.square() + 1e-6
     centered = (video[0][:, None, :] - pooling.centers) / sigma  # [frames, clusters, size]
     first = (assignment[..., None] * centered).sum(0)
     second = (assignment[..., None] * (centered.square() - 1)).sum(0)
-    flat = [F.normalize(F.normalize(part, dim=1).flatten(), dim=0) for part in (first, second)]
+    flat = [F.normalize(F.normalize(first, dim=1).flatten(), dim=0), F.normalize(second.flatten(), dim=0)]
     torch.testing.assert_close(pooling(video, torch.ones(1, 5, 1, dtype=torch.float64))[0], torch.cat(flat))
 
 
@@ -78,7 +80,7 @@ def test_frame_batch_norm_statistics_cover_only_real_frames():
     frames = torch.randn(3, 6, 4)
     lengths = torch.tensor([6, 2, 4])
     mask = (torch.arange(6) < lengths[:, None]).unsqueeze(-1).float()
-    norm, reference = FrameBatchNorm(4), torch.nn.BatchNorm1d(4, eps=1e-3, momentum=0.01)
+    norm, reference = FrameBatchNorm(4), torch.nn.BatchNorm1d(4, eps=1e-3, momentum=0.001)  # slim's
     real = frames[mask[..., 0].bool()]
     out = norm(frames.masked_fill(mask == 0, 1e3), mask)  # padding full of garbage
     torch.testing.assert_close(out[mask[..., 0].bool()], reference(real))
@@ -122,7 +124,7 @@ def test_bad_sizes_are_clear_errors():
 def test_willow_gates_hidden_units_and_probabilities_by_default():
     model = create_model("NetVLADModel", 12, 5, **TINY)
     assert model.probability_gating is not None and len(model.head) == 2
-    assert model.l2_penalties()[0][0] is model.probability_gating.weight
+    assert all(weight is not model.probability_gating.weight for weight, _ in model.l2_penalties())  # as WILLOW's
     plain = create_model("NetVLADModel", 12, 5, **{**TINY, "context_gating": False, "moe_prob_gating": False})
     assert plain.probability_gating is None and isinstance(plain.head[1], torch.nn.Identity)
 
