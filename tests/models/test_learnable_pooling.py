@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -156,11 +157,14 @@ def test_forward_on_a_real_frame_level_video(name, real_video):
     torch.testing.assert_close(batched, alone.expand(4, -1), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("recipe", ["nextvlad", "netvlad", "netfv", "softdbof"])
-def test_published_recipes_parse_and_build(recipe):
+@pytest.mark.parametrize("recipe", ["nextvlad", "netvlad", "netrvlad", "netfv", "softdbof", "gateddbof"])
+def test_published_recipes_parse_and_build(recipe, tmp_path, monkeypatch):
     """configs/<recipe>.yaml is a whole `yt8m train` config whose model builds at the 2018 sizes (on the meta device:
-    no memory for the weights)."""
+    no memory for the weights), where the PCA release's eigenvalues lie where the NeXtVLAD recipe says."""
     path = Path(__file__).resolve().parents[2] / "configs" / f"{recipe}.yaml"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "yt8m_pca").mkdir(parents=True)
+    np.save(tmp_path / "data" / "yt8m_pca" / "eigenvals.npy", np.linspace(15, 0.001, 2048)[:, None])  # its shape
     config = parse_args(["--config", str(path)])
     assert config.frame_features and config.feature_sizes == [1024, 128] and config.num_classes == 3862
     with torch.device("meta"):
