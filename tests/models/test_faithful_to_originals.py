@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from yt8m.models import create_model
+from yt8m.models.gating import ContextGating
 from yt8m.models.learnable_pooling import GatedBagOfFrames, NetFv, NetVlad, SoftBagOfFrames
 
 SIZES, CLASSES = (8, 4), 5  # rgb and audio dimensions
@@ -46,7 +47,8 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def slim_batch_norm(x: np.ndarray, norm: torch.nn.BatchNorm1d, order: np.ndarray | slice = slice(None)) -> np.ndarray:
+def slim_batch_norm_eval(x: np.ndarray, norm: torch.nn.BatchNorm1d,
+                         order: np.ndarray | slice = slice(None)) -> np.ndarray:
     """slim.batch_norm(center=True, scale=True, is_training=False): the moving statistics and slim's epsilon 0.001
     (the layer's own epsilon is not read). `order` puts yt8m's per-unit values in the original's unit order."""
     mean, var = as_np(norm.running_mean)[order], as_np(norm.running_var)[order]
@@ -64,7 +66,7 @@ def context_gating(x: np.ndarray, gating, batch_norm: bool) -> np.ndarray:
     """LOUPE PoolingBaseModel.context_gating (= WILLOW NetVLADModelLF's gating block, whose bias form is LOUPE's):
     x * sigmoid(BN(x gating_weights)), or x * sigmoid(x gating_weights + gating_biases)."""
     gates = x @ as_np(gating.weight)
-    gates = slim_batch_norm(gates, gating.norm) if batch_norm else gates + as_np(gating.bias)
+    gates = slim_batch_norm_eval(gates, gating.norm) if batch_norm else gates + as_np(gating.bias)
     return x * sigmoid(gates)
 
 
@@ -89,7 +91,7 @@ def soft_assignment(x: np.ndarray, assignment, batch_norm: bool) -> np.ndarray:
     """loupe.py NetVLAD.forward (and NetRVLAD, NetFV, SoftDBoW; WILLOW's GatedDBoF): softmax(BN(x cluster_weights)),
     or softmax(x cluster_weights + cluster_biases)."""
     logits = x @ as_np(assignment.weight)
-    return softmax(slim_batch_norm(logits, assignment.norm) if batch_norm else logits + as_np(assignment.bias))
+    return softmax(slim_batch_norm_eval(logits, assignment.norm) if batch_norm else logits + as_np(assignment.bias))
 
 
 def netvlad(x: np.ndarray, pool: NetVlad, batch_norm: bool) -> np.ndarray:
@@ -125,7 +127,7 @@ def gated_dbof(x: np.ndarray, pool: GatedBagOfFrames, batch_norm: bool) -> np.nd
     cluster_weights_2)) (cluster_biases_2 without batch norm), then l2_normalize."""
     a = soft_assignment(x, pool.assignment, batch_norm)
     gates = l2_normalize(a.max(axis=0), axis=0) @ as_np(pool.reduce) @ as_np(pool.expand)
-    gates = slim_batch_norm(gates, pool.norm) if batch_norm else gates + as_np(pool.bias)
+    gates = slim_batch_norm_eval(gates, pool.norm) if batch_norm else gates + as_np(pool.bias)
     return l2_normalize(sigmoid(gates) * a.sum(axis=0), axis=0)
 
 
@@ -158,7 +160,7 @@ def willow(model, videos: list, batch_norm: bool, gating: bool) -> np.ndarray:
     for frames in videos:
         x = starter_input(frames)
         if batch_norm:
-            x = slim_batch_norm(x, model.input_norm)
+            x = slim_batch_norm_eval(x, model.input_norm)
         parts = np.split(x, np.cumsum(SIZES)[:-1], axis=1)
         pooled = np.concatenate([ORIGINAL_POOLINGS[type(pool)](part, pool, batch_norm)
                                  for pool, part in zip(model.poolings, parts)])
@@ -177,12 +179,12 @@ def nextvlad_pooling(x: np.ndarray, mask: np.ndarray, pool) -> np.ndarray:
     frames = len(x)
     expanded = x @ as_np(pool.expand.weight).T + as_np(pool.expand.bias)
     attention = sigmoid(expanded @ as_np(pool.attention.weight).T + as_np(pool.attention.bias)) * mask[:, None]
-    activation = slim_batch_norm(expanded @ as_np(pool.assignment.weight).T, pool.assignment_norm)
+    activation = slim_batch_norm_eval(expanded @ as_np(pool.assignment.weight).T, pool.assignment_norm)
     activation = softmax(activation.reshape(frames * pool.groups, pool.clusters)) * attention.reshape(-1, 1)
     residual_weight = activation.sum(axis=0) * as_np(pool.centers).T  # a_sum * cluster_weights2
     vlad = (activation.T @ expanded.reshape(frames * pool.groups, pool.group_size)).T - residual_weight
     order = dims_major(pool.clusters, pool.group_size)
-    return slim_batch_norm(l2_normalize(vlad, axis=0).reshape(-1), pool.output_norm, order)
+    return slim_batch_norm_eval(l2_normalize(vlad, axis=0).reshape(-1), pool.output_norm, order)
 
 
 def lin_input(frames: np.ndarray, length: int, eigenvalues: np.ndarray | None) -> np.ndarray:
@@ -211,8 +213,8 @@ def nextvlad(model, videos: list, length: int, eigenvalues: np.ndarray | None) -
         x, mask = lin_input(frames, length, eigenvalues), (np.arange(length) < len(frames)).astype(float)
         parts = np.split(x, np.cumsum(SIZES)[:-1], axis=1)
         pooled = np.concatenate([nextvlad_pooling(part, mask, pool) for pool, part in zip(model.poolings, parts)])
-        activation = slim_batch_norm(pooled @ weights, hidden_norm)
-        squeezed = np.maximum(slim_batch_norm(activation @ as_np(gating.squeeze.weight).T, gating.norm), 0)
+        activation = slim_batch_norm_eval(pooled @ weights, hidden_norm)
+        squeezed = np.maximum(slim_batch_norm_eval(activation @ as_np(gating.squeeze.weight).T, gating.norm), 0)
         activation = activation * sigmoid(squeezed @ as_np(gating.excite.weight).T)
         linear = model.classifier.linear
         rows.append(sigmoid(activation @ as_np(linear.weight).T + as_np(linear.bias)))
@@ -280,8 +282,6 @@ def test_nextvlad_computes_the_originals_forward_pass(whitened, tmp_path):
 
 @pytest.mark.parametrize("batch_norm", [True, False])
 def test_context_gating_is_loupes(batch_norm):
-    from yt8m.models.gating import ContextGating
-
     gating = trained_looking(ContextGating(6, batch_norm))
     x = np.random.default_rng(2).normal(size=(3, 6))
     with torch.no_grad():
