@@ -19,8 +19,8 @@ from yt8m.models import BaseModel, create_model, is_frame_level
 
 TINY = dataclasses.asdict(ModelConfig(dbof_cluster_size=64, dbof_hidden_size=32, iterations=8, lstm_cells=32,
                                      netvlad_cluster_size=4, fv_cluster_size=4, softdbof_cluster_size=16,
-                                     willow_hidden_size=16, nextvlad_cluster_size=4, nextvlad_hidden_size=16,
-                                     nextvlad_groups=2, deep_hidden_size=32,
+                                     gateddbof_cluster_size=16, willow_hidden_size=16, nextvlad_cluster_size=4,
+                                     nextvlad_hidden_size=16, nextvlad_groups=2, deep_hidden_size=32,
                                      transformer_hidden_size=16, transformer_heads=2, transformer_max_frames=6))
 
 

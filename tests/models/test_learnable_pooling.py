@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from yt8m.models.pooling_layers import FrameBatchNorm
 
 from model_helpers import TINY, export_then_predict, train_frames, write_eight_frame_data
 
-POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "NeXtVLADModel"]
+POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "GatedDbofModel", "NeXtVLADModel"]
 
 
 def one_video(frames: int = 5, size: int = 3, seed: int = 0) -> torch.Tensor:
@@ -52,15 +53,17 @@ def test_netvlad_sums_assignment_weighted_residuals_per_cluster():
 
 
 def test_netfv_first_and_second_order_statistics():
+    """LOUPE's NetFV: standard deviations sigma = w^2 + 1e-6; the first order intra- and globally normalized, the
+    second only globally (tests/models/test_faithful_to_originals.py checks it against LOUPE's code)."""
     torch.manual_seed(0)
     pooling = NetFv(3, 2, batch_norm=True).double().eval()
     video = one_video()
     assignment = loop_assignment(pooling, video)
-    sigma = torch.sqrt(pooling.deviations.square() + 1e-6)
+    sigma = pooling.deviation_roots.square() + 1e-6
     centered = (video[0][:, None, :] - pooling.centers) / sigma  # [frames, clusters, size]
     first = (assignment[..., None] * centered).sum(0)
     second = (assignment[..., None] * (centered.square() - 1)).sum(0)
-    flat = [F.normalize(F.normalize(part, dim=1).flatten(), dim=0) for part in (first, second)]
+    flat = [F.normalize(F.normalize(first, dim=1).flatten(), dim=0), F.normalize(second.flatten(), dim=0)]
     torch.testing.assert_close(pooling(video, torch.ones(1, 5, 1, dtype=torch.float64))[0], torch.cat(flat))
 
 
@@ -78,7 +81,7 @@ def test_frame_batch_norm_statistics_cover_only_real_frames():
     frames = torch.randn(3, 6, 4)
     lengths = torch.tensor([6, 2, 4])
     mask = (torch.arange(6) < lengths[:, None]).unsqueeze(-1).float()
-    norm, reference = FrameBatchNorm(4), torch.nn.BatchNorm1d(4, eps=1e-3, momentum=0.01)
+    norm, reference = FrameBatchNorm(4), torch.nn.BatchNorm1d(4, eps=1e-3, momentum=0.001)  # slim's
     real = frames[mask[..., 0].bool()]
     out = norm(frames.masked_fill(mask == 0, 1e3), mask)  # padding full of garbage
     torch.testing.assert_close(out[mask[..., 0].bool()], reference(real))
@@ -122,7 +125,7 @@ def test_bad_sizes_are_clear_errors():
 def test_willow_gates_hidden_units_and_probabilities_by_default():
     model = create_model("NetVLADModel", 12, 5, **TINY)
     assert model.probability_gating is not None and len(model.head) == 2
-    assert model.l2_penalties()[0][0] is model.probability_gating.weight
+    assert all(weight is not model.probability_gating.weight for weight, _ in model.l2_penalties())  # as WILLOW's
     plain = create_model("NetVLADModel", 12, 5, **{**TINY, "context_gating": False, "moe_prob_gating": False})
     assert plain.probability_gating is None and isinstance(plain.head[1], torch.nn.Identity)
 
@@ -154,11 +157,14 @@ def test_forward_on_a_real_frame_level_video(name, real_video):
     torch.testing.assert_close(batched, alone.expand(4, -1), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("recipe", ["nextvlad", "netvlad", "netfv", "softdbof"])
-def test_published_recipes_parse_and_build(recipe):
+@pytest.mark.parametrize("recipe", ["nextvlad", "netvlad", "netrvlad", "netfv", "softdbof", "gateddbof"])
+def test_published_recipes_parse_and_build(recipe, tmp_path, monkeypatch):
     """configs/<recipe>.yaml is a whole `yt8m train` config whose model builds at the 2018 sizes (on the meta device:
-    no memory for the weights)."""
+    no memory for the weights), where the PCA release's eigenvalues lie where the NeXtVLAD recipe says."""
     path = Path(__file__).resolve().parents[2] / "configs" / f"{recipe}.yaml"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "yt8m_pca").mkdir(parents=True)
+    np.save(tmp_path / "data" / "yt8m_pca" / "eigenvals.npy", np.linspace(15, 0.001, 2048)[:, None])  # its shape
     config = parse_args(["--config", str(path)])
     assert config.frame_features and config.feature_sizes == [1024, 128] and config.num_classes == 3862
     with torch.device("meta"):

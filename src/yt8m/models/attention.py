@@ -102,6 +102,7 @@ class TransformerModel(BaseModel):
                                                  transformer_dropout) for _ in range(transformer_layers))
         self._init_like_bert()
         self.gating = ContextGating(size, batch_norm=False)
+        nn.init.zeros_(self.gating.bias)  # BERT's zero biases (_init_like_bert), not WILLOW's random ones
         self.classifier = create_classifier(video_level_classifier_model, size, num_classes,
                                             moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
 
@@ -162,4 +163,4 @@ class TransformerModel(BaseModel):
         return self.slot_embedding.shape[-1]
 
     def penalized_weights(self) -> list[torch.Tensor]:
-        return self.gating.weights()
+        return [self.gating.weight]

@@ -65,11 +65,14 @@ class BaseModel(nn.Module):
         if self.frame_level and features.shape[1] == 0:
             # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
             features = features.new_zeros(features.shape[0], 1, features.shape[2])
-        # The starter kit L2-normalizes along the feature axis (per frame for frame-level input);
-        # all-zero padding frames stay zero.
         if not self.normalizes_input:
-            features = F.normalize(features, dim=-1)
+            features = self.normalize_input(features)
         return features
+
+    def normalize_input(self, features: torch.Tensor) -> torch.Tensor:
+        """The starter kit's input: L2-normalized along the feature axis (per frame for frame-level input, all-zero
+        padding frames staying zero). A model whose paper feeds it otherwise overrides this."""
+        return F.normalize(features, dim=-1)
 
     def compute_output(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> dict[str, torch.Tensor]:
         """The output dict from what `compute_logits` takes; a model whose last step gives the probabilities
@@ -123,6 +126,16 @@ def forward(model: nn.Module, batch: Batch, heads: Optional[Sequence[str]] = Non
     if heads is None:
         return model(batch.features, batch.num_frames)
     return model(batch.features, batch.num_frames, heads)
+
+
+# slim.batch_norm's moving-average decay, which every TensorFlow model this package reproduces kept.
+SLIM_DECAY = 0.999
+
+
+def slim_batch_norm(size: int, decay: float = SLIM_DECAY) -> nn.BatchNorm1d:
+    """nn.BatchNorm1d as slim.batch_norm's defaults make it: epsilon 1e-3 (torch: 1e-5) and moving averages that
+    keep `decay` of their value a step (torch momentum = 1 - decay)."""
+    return nn.BatchNorm1d(size, eps=1e-3, momentum=1 - decay)
 
 
 def starter_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:

@@ -10,40 +10,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m.models.base import BaseModel, MoeHParams
+from yt8m.models.base import SLIM_DECAY, BaseModel, MoeHParams, slim_batch_norm
 from yt8m.models.registry import register_model
 from yt8m.models.video import MoeModel, log_add_exp
 
 
 class ContextGating(nn.Module):
-    """y = x * sigmoid(gate(x)): each unit re-weighted by what the others say (WILLOW, Sec. 3.2).
+    """y = x * sigmoid(BN(x W)), or x * sigmoid(x W + b) without batch norm: each unit re-weighted by what the others
+    say (WILLOW Sec. 3.2; LOUPE's PoolingBaseModel.context_gating). W is [size, size]; the batch norm is slim's
+    (epsilon 1e-3, moving averages decayed by `decay`)."""
 
-    gate(x) is one [size, size] layer, batch-normalized (WILLOW's default) or with a bias; `reduction` > 1 makes it
-    a squeeze-and-excitation bottleneck (size -> size / reduction, ReLU, -> size), NeXtVLAD's SE gating (Lin et al.
-    2018, Sec. 3.3), which costs 2 / reduction of the full layer's weights.
-    """
-
-    def __init__(self, size: int, batch_norm: bool = True, reduction: int = 1):
+    def __init__(self, size: int, batch_norm: bool = True, decay: float = SLIM_DECAY):
         super().__init__()
-        if reduction < 1 or size // reduction < 1:
-            raise ValueError(f"gating reduction must be in [1, {size}], got {reduction}")
-        self.squeeze = nn.Linear(size, size // reduction, bias=False) if reduction > 1 else None
-        inner = size // reduction
-        self.weight = nn.Parameter(torch.randn(inner, size) / math.sqrt(inner))
-        self.norm = nn.BatchNorm1d(size) if batch_norm else None
-        self.bias = None if batch_norm else nn.Parameter(torch.zeros(size))
+        scale = 1 / math.sqrt(size)  # LOUPE's initializers of gating_weights and gating_biases
+        self.weight = nn.Parameter(torch.randn(size, size) * scale)
+        self.norm = slim_batch_norm(size, decay) if batch_norm else None
+        self.bias = None if batch_norm else nn.Parameter(torch.randn(size) * scale)
 
     def gate_logits(self, features: torch.Tensor) -> torch.Tensor:
-        hidden = features if self.squeeze is None else F.relu(self.squeeze(features))
-        gates = hidden @ self.weight
+        gates = features @ self.weight
         return self.norm(gates) if self.norm is not None else gates + self.bias
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return features * torch.sigmoid(self.gate_logits(features))
-
-    def weights(self) -> list[torch.Tensor]:
-        """The weights an owner's L2 penalty covers."""
-        return [self.weight] + ([self.squeeze.weight] if self.squeeze is not None else [])
 
 
 def gated_logits(logits: torch.Tensor, gate_logits: torch.Tensor) -> torch.Tensor:
@@ -55,8 +44,9 @@ def gated_logits(logits: torch.Tensor, gate_logits: torch.Tensor) -> torch.Tenso
 
 @register_model(MoeHParams)
 class GatedMoeModel(BaseModel):
-    """MoeModel whose class probabilities go through context gating (WILLOW's classifier, Sec. 3.2 and 4.1):
-    p_gated = p * sigmoid(BN(p W)), W [classes, classes], so that a class's score can depend on the others'."""
+    """MoeModel whose class probabilities go through context gating (WILLOW's classifier, Sec. 3.2 and 4.1; its
+    video_level_models.MoeModel with --moe_prob_gating): p_gated = p * sigmoid(BN(p W)), W [classes, classes], so
+    that a class's score can depend on the others'. As there, only the MoE's weights are L2-penalized, not W."""
 
     def __init__(self, feature_size: int, num_classes: int, moe_num_mixtures: int = 2, l2_penalty: float = 1e-8):
         super().__init__(feature_size, num_classes, l2_penalty)
@@ -66,6 +56,3 @@ class GatedMoeModel(BaseModel):
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         logits = self.moe.compute_logits(features, None)
         return gated_logits(logits, self.gating.gate_logits(torch.sigmoid(logits)))
-
-    def penalized_weights(self) -> list[torch.Tensor]:
-        return self.gating.weights()

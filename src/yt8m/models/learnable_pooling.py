@@ -1,19 +1,21 @@
 """WILLOW's learnable temporal pooling (Miech, Laptev, Sivic 2017, "Learnable pooling with Context Gating for
-video classification"): NetVLADModel, NetRVLADModel, NetFVModel and SoftDbofModel, each pooling rgb and audio apart.
+video classification"): NetVLADModel, NetRVLADModel, NetFVModel, SoftDbofModel and GatedDbofModel.
 
-Each model (Sec. 3 and Fig. 1): batch norm of the input frames, a pooling per modality over the real frames (the
-audio one with a fraction of the visual one's clusters: half, an eighth for Soft-DBoF), the pooled vectors
-concatenated, a hidden fully connected layer, context gating (Sec. 3.2), then the video-level classifier
+Each model (Sec. 3 and Fig. 1; the authors' Youtube-8M-WILLOW frame_level_models.py, its pooling layers also in
+LOUPE's loupe.py): batch norm of the input frames, a pooling per modality over the real frames (the audio one with a
+fraction of the visual one's clusters: half, an eighth for the bags of frames), the pooled vectors concatenated, a
+hidden fully connected layer, context gating (Sec. 3.2), then the video-level classifier
 (--video_level_classifier_model, MoeModel) whose probabilities go through context gating too (--moe_prob_gating),
 which makes the MoE WILLOW's gated MoE (GatedMoeModel). The gate on the probabilities is the frame model's own
 hyper-parameter rather than a different classifier default, so that DbofModel's and LstmModel's MoeModel default
-(one flag, one default) stays as it is.
+(one flag, one default) stays as it is. Without --willow_batch_norm every batch norm but the probability gate's
+becomes a bias, as in the originals (whose MoE gate has no other form).
 
-Frames: all real frames, each weighted 1 (the published models sample 300 of at most 300 frames at random); padding
-has zero weight in every cluster assignment and in the batch-norm statistics, so it never changes the output, and
-evaluation is deterministic. Defaults are the published single models (the authors' Kaggle recipes, batch size 80,
-learning rate 0.0002 decayed by 0.8, MoE L2 1e-6: configs/netvlad.yaml): NetVLAD and NetRVLAD 256 clusters, NetFV
-128 Gaussians, Soft-DBoF 8000 clusters, a hidden layer of 1024 units with a bias and no ReLU.
+Frames: all real frames, each weighted 1 (the published models sample 300 frames with replacement from the real
+ones, utils.SampleRandomFrames); padding has zero weight in every cluster assignment and in the batch-norm
+statistics, so it never changes the output, and evaluation is deterministic. Defaults are the published single
+models (the authors' README recipes: configs/netvlad.yaml and the others): NetVLAD and NetRVLAD 256 clusters, NetFV
+128 Gaussians, Soft-DBoF 8000 clusters, Gated Soft-DBoF 4096, a hidden layer of 1024 units with a bias and no ReLU.
 """
 
 from __future__ import annotations
@@ -27,20 +29,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m.fields import setting
-from yt8m.models.frame import FrameClassifierHParams
+from yt8m.models.base import SLIM_DECAY, slim_batch_norm
 from yt8m.models.gating import ContextGating
-from yt8m.models.pooling_layers import FrameBatchNorm, PooledModalitiesModel, modality_split
+from yt8m.models.pooling_layers import FrameBatchNorm, PooledModalitiesModel, PoolingHParams, modality_split
 from yt8m.models.registry import create_classifier, register_model
 
 
 @dataclass
-class WillowHParams(FrameClassifierHParams):
+class WillowHParams(PoolingHParams):
     """What every WILLOW model has besides its number of clusters."""
 
-    willow_hidden_size: int = setting(1024, "NetVLADModel, NetRVLADModel, NetFVModel, SoftDbofModel (WILLOW): units "
-                                            "of the hidden layer on the pooled features.", at_least=1)
-    willow_batch_norm: bool = setting(True, "WILLOW models: batch-normalize the input frames and the cluster logits "
-                                            "(else a cluster bias).")
+    willow_hidden_size: int = setting(1024, "WILLOW models (NetVLADModel, NetRVLADModel, NetFVModel, SoftDbofModel, "
+                                            "GatedDbofModel): units of the hidden layer on the pooled features.",
+                                      at_least=1)
+    willow_batch_norm: bool = setting(True, "WILLOW models: batch-normalize the input frames, the cluster logits and "
+                                            "the hidden layer's context gating (else biases).")
     context_gating: bool = setting(True, "WILLOW models: context gating on the hidden layer (Miech et al. Sec. 3.2).")
     moe_prob_gating: bool = setting(True, "WILLOW models: context gating on the classifier's probabilities "
                                           "(with MoeModel: WILLOW's gated MoE).")
@@ -64,14 +67,21 @@ class SoftDbofHParams(WillowHParams):
                                                "(audio) get an eighth.", at_least=1)
 
 
+@dataclass
+class GatedDbofHParams(WillowHParams):
+    gateddbof_cluster_size: int = setting(4096, "GatedDbofModel: clusters of the first (rgb) feature, whose bag is "
+                                                "gated; the others (audio, plain Soft-DBoF) get an eighth.",
+                                          at_least=1)
+
+
 class ClusterAssignment(nn.Module):
     """Soft assignment of each frame to `clusters` (softmax of a linear map, batch-normalized or with a bias),
     weighted by the frame mask so that padding is in no cluster."""
 
-    def __init__(self, size: int, clusters: int, batch_norm: bool):
+    def __init__(self, size: int, clusters: int, batch_norm: bool, decay: float = SLIM_DECAY):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(size, clusters) / math.sqrt(size))
-        self.norm = FrameBatchNorm(clusters) if batch_norm else None
+        self.norm = FrameBatchNorm(clusters, decay) if batch_norm else None
         self.bias = None if batch_norm else nn.Parameter(torch.randn(clusters) / math.sqrt(size))
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -90,9 +100,10 @@ class NetVlad(nn.Module):
     """NetVLAD (WILLOW Sec. 3.1): sum over frames of a_k(x) (x - c_k) per cluster k; without `residuals`, NetRVLAD:
     sum of a_k(x) x, no cluster centres (fewer parameters, about as accurate)."""
 
-    def __init__(self, size: int, clusters: int, batch_norm: bool, residuals: bool = True):
+    def __init__(self, size: int, clusters: int, batch_norm: bool, decay: float = SLIM_DECAY,
+                 residuals: bool = True):
         super().__init__()
-        self.assignment = ClusterAssignment(size, clusters, batch_norm)
+        self.assignment = ClusterAssignment(size, clusters, batch_norm, decay)
         self.centers = nn.Parameter(torch.randn(clusters, size) / math.sqrt(size)) if residuals else None
         self.output_size = clusters * size
 
@@ -105,39 +116,62 @@ class NetVlad(nn.Module):
 
 
 class NetFv(nn.Module):
-    """NetFV (WILLOW Sec. 3.1): a learnable Fisher vector; per Gaussian k (soft assignment a_k, mean c_k, diagonal
-    standard deviation s_k), first order sum a_k (x - c_k) / s_k and second order sum a_k ((x - c_k)^2 / s_k^2 - 1),
-    each normalized as NetVLAD's."""
+    """NetFV (WILLOW Sec. 3.1; LOUPE's NetFV.forward): a learnable Fisher vector. Per Gaussian k (soft assignment
+    a_k, mean c_k, diagonal standard deviation s_k = w_k^2 + 1e-6), the first order sum a_k (x - c_k) / s_k,
+    normalized as NetVLAD's, and the second order sum a_k ((x - c_k)^2 / s_k^2 - 1), only L2-normalized whole."""
 
-    def __init__(self, size: int, clusters: int, batch_norm: bool):
+    def __init__(self, size: int, clusters: int, batch_norm: bool, decay: float = SLIM_DECAY):
         super().__init__()
-        self.assignment = ClusterAssignment(size, clusters, batch_norm)
+        self.assignment = ClusterAssignment(size, clusters, batch_norm, decay)
         self.centers = nn.Parameter(torch.randn(clusters, size) / math.sqrt(size))
-        self.deviations = nn.Parameter(1 + torch.randn(clusters, size) / math.sqrt(size))
+        self.deviation_roots = nn.Parameter(1 + torch.randn(clusters, size) / math.sqrt(size))
         self.output_size = 2 * clusters * size
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         assignment = self.assignment(frames, mask)
         weights = assignment.sum(dim=1).unsqueeze(-1)
-        variance = self.deviations.square() + 1e-6  # the squared parameter keeps it positive
+        deviation = self.deviation_roots.square() + 1e-6  # LOUPE's covar_weights: squared, so positive
         moment1 = assignment.transpose(1, 2) @ frames
         moment2 = assignment.transpose(1, 2) @ frames.square()
-        first = (moment1 - weights * self.centers) / variance.sqrt()
-        second = (moment2 - 2 * moment1 * self.centers + weights * self.centers.square()) / variance - weights
-        return torch.cat([flat_normalized(first), flat_normalized(second)], dim=-1)
+        first = (moment1 - weights * self.centers) / deviation
+        second = (moment2 - 2 * moment1 * self.centers + weights * self.centers.square()) / deviation.square()
+        second = (second - weights).flatten(1)
+        return torch.cat([flat_normalized(first), F.normalize(second, dim=-1)], dim=-1)
 
 
 class SoftBagOfFrames(nn.Module):
     """Soft-DBoF (WILLOW Sec. 3.1): the sum over frames of the soft cluster assignments (a soft bag of visual
     words), L2-normalized."""
 
-    def __init__(self, size: int, clusters: int, batch_norm: bool):
+    def __init__(self, size: int, clusters: int, batch_norm: bool, decay: float = SLIM_DECAY):
         super().__init__()
-        self.assignment = ClusterAssignment(size, clusters, batch_norm)
+        self.assignment = ClusterAssignment(size, clusters, batch_norm, decay)
         self.output_size = clusters
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.assignment(frames, mask).sum(dim=1), dim=-1)
+
+
+class GatedBagOfFrames(nn.Module):
+    """Gated Soft-DBoF (WILLOW's GatedDBoF, frame_level_models.py): the soft bag of frames re-weighted per cluster
+    by a gate read from each cluster's strongest assignment over the frames, through a low-rank map (R [clusters,
+    size], W [size, clusters]): L2(sigmoid(BN(L2(max_t a_t) R W)) * sum_t a_t), a bias in place of BN without it."""
+
+    def __init__(self, size: int, clusters: int, batch_norm: bool, decay: float = SLIM_DECAY):
+        super().__init__()
+        self.assignment = ClusterAssignment(size, clusters, batch_norm, decay)
+        self.reduce = nn.Parameter(torch.randn(clusters, size) / math.sqrt(size))
+        self.expand = nn.Parameter(torch.randn(size, clusters) / math.sqrt(size))
+        self.norm = slim_batch_norm(clusters, decay) if batch_norm else None  # a video-level batch norm
+        self.bias = None if batch_norm else nn.Parameter(torch.randn(clusters) / math.sqrt(size))
+        self.output_size = clusters
+
+    def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        assignment = self.assignment(frames, mask)
+        # Padding's assignments are 0, below any real frame's (a softmax is positive): the maximum is the real ones'.
+        logits = F.normalize(assignment.amax(dim=1), dim=-1) @ self.reduce @ self.expand
+        logits = self.norm(logits) if self.norm is not None else logits + self.bias
+        return F.normalize(torch.sigmoid(logits) * assignment.sum(dim=1), dim=-1)
 
 
 class WillowModel(PooledModalitiesModel):
@@ -148,23 +182,27 @@ class WillowModel(PooledModalitiesModel):
     def __init__(self, feature_size: int, num_classes: int, cluster_size: int, willow_hidden_size: int,
                  willow_batch_norm: bool, context_gating: bool, moe_prob_gating: bool,
                  video_level_classifier_model: str, moe_num_mixtures: int, l2_penalty: float,
-                 modality_sizes: Sequence[int]):
+                 pooling_batch_norm_decay: float, modality_sizes: Sequence[int]):
         super().__init__(feature_size, num_classes, l2_penalty, modality_sizes)
+        decay = pooling_batch_norm_decay
         audio_clusters = max(1, cluster_size // self.audio_cluster_divisor)
         clusters = modality_split(self.modality_sizes, cluster_size, audio_clusters)
-        self.input_norm = FrameBatchNorm(feature_size) if willow_batch_norm else None
-        self.poolings = nn.ModuleList(self.make_pooling(size, count, willow_batch_norm)
-                                      for size, count in zip(self.modality_sizes, clusters))
+        self.input_norm = FrameBatchNorm(feature_size, decay) if willow_batch_norm else None
+        self.poolings = nn.ModuleList(self.make_pooling(modality, size, count, willow_batch_norm, decay)
+                                      for modality, (size, count) in enumerate(zip(self.modality_sizes, clusters)))
         hidden = nn.Linear(sum(pool.output_size for pool in self.poolings), willow_hidden_size)
         nn.init.normal_(hidden.weight, std=1 / math.sqrt(cluster_size))  # as published; the pooled parts have norm 1
         nn.init.normal_(hidden.bias, std=0.01)
-        self.head = nn.Sequential(hidden, ContextGating(willow_hidden_size) if context_gating else nn.Identity())
+        gating = ContextGating(willow_hidden_size, willow_batch_norm, decay) if context_gating else nn.Identity()
+        self.head = nn.Sequential(hidden, gating)
         self.head_size = willow_hidden_size
         self.classifier = create_classifier(video_level_classifier_model, willow_hidden_size, num_classes,
                                             moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
-        self.probability_gating = ContextGating(num_classes) if moe_prob_gating else None
+        # WILLOW's MoeModel always batch-normalizes its gate (gating_prob_bn) and leaves its weights unpenalized.
+        self.probability_gating = ContextGating(num_classes, True, decay) if moe_prob_gating else None
 
-    def make_pooling(self, size: int, clusters: int, batch_norm: bool) -> nn.Module:
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        """The pooling of feature number `modality` (0: rgb), of `size` dimensions, into `clusters`."""
         raise NotImplementedError(f"{type(self).__name__} must implement make_pooling")
 
 
@@ -175,21 +213,22 @@ class NetVLADModel(WillowModel):
     def __init__(self, feature_size: int, num_classes: int, netvlad_cluster_size: int = 256,
                  willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
                  moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, modality_sizes: Sequence[int] = ()):
+                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, netvlad_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, modality_sizes)
+                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
 
-    def make_pooling(self, size: int, clusters: int, batch_norm: bool) -> nn.Module:
-        return NetVlad(size, clusters, batch_norm)
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        return NetVlad(size, clusters, batch_norm, decay)
 
 
 @register_model(NetVladHParams)
 class NetRVLADModel(NetVLADModel):
     """WILLOW's NetRVLAD model (Miech et al. 2017, Sec. 3.1): NetVLAD without the cluster centres ("residual-less")."""
 
-    def make_pooling(self, size: int, clusters: int, batch_norm: bool) -> nn.Module:
-        return NetVlad(size, clusters, batch_norm, residuals=False)
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        return NetVlad(size, clusters, batch_norm, decay, residuals=False)
 
 
 @register_model(NetFvHParams)
@@ -199,29 +238,52 @@ class NetFVModel(WillowModel):
     def __init__(self, feature_size: int, num_classes: int, fv_cluster_size: int = 128,
                  willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
                  moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, modality_sizes: Sequence[int] = ()):
+                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, fv_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, modality_sizes)
+                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
 
-    def make_pooling(self, size: int, clusters: int, batch_norm: bool) -> nn.Module:
-        return NetFv(size, clusters, batch_norm)
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        return NetFv(size, clusters, batch_norm, decay)
 
 
 @register_model(SoftDbofHParams)
 class SoftDbofModel(WillowModel):
-    """WILLOW's Soft-DBoF model (Miech et al. 2017, Sec. 3.1 and 4.1): soft bags of frames, 8000 visual clusters and
-    an eighth of that for audio, as published."""
+    """WILLOW's Soft-DBoF model (Miech et al. 2017, Sec. 3.1 and 4.1; SoftDbofModelLF): soft bags of frames, 8000
+    visual clusters and an eighth of that for audio, as published."""
 
     audio_cluster_divisor = 8
 
     def __init__(self, feature_size: int, num_classes: int, softdbof_cluster_size: int = 8000,
                  willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
                  moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, modality_sizes: Sequence[int] = ()):
+                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, softdbof_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, modality_sizes)
+                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
 
-    def make_pooling(self, size: int, clusters: int, batch_norm: bool) -> nn.Module:
-        return SoftBagOfFrames(size, clusters, batch_norm)
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        return SoftBagOfFrames(size, clusters, batch_norm, decay)
+
+
+@register_model(GatedDbofHParams)
+class GatedDbofModel(WillowModel):
+    """WILLOW's Gated Soft-DBoF model (GatedDbofModelLF): the visual bag of frames gated (GatedBagOfFrames), the
+    audio one a plain Soft-DBoF of an eighth of the clusters; 4096 visual clusters, as published."""
+
+    audio_cluster_divisor = 8
+
+    def __init__(self, feature_size: int, num_classes: int, gateddbof_cluster_size: int = 4096,
+                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
+                 moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
+                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 modality_sizes: Sequence[int] = ()):
+        super().__init__(feature_size, num_classes, gateddbof_cluster_size, willow_hidden_size, willow_batch_norm,
+                         context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
+                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
+
+    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
+        kind = GatedBagOfFrames if modality == 0 else SoftBagOfFrames
+        return kind(size, clusters, batch_norm, decay)

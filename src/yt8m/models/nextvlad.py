@@ -1,34 +1,40 @@
 """NeXtVLADModel (Lin, Xiao, Fan 2018, "NeXtVLAD: An Efficient Neural Network to Aggregate Frame-level Features for
 Large-scale Video Classification"): NetVLAD over groups of expanded frame features, the best single 2018 model.
 
-Per modality (Sec. 3.2, Fig. 3): each frame expanded linearly to `expansion` x its size and cut into `groups` parts,
-each part softly assigned to `cluster_size` clusters and weighted by a sigmoid attention per group, residuals summed
-over the real frames and groups, intra-normalized and batch-normalized; the audio stream with half the clusters and
-half the groups. Then (Sec. 3.3) dropout, a hidden layer with batch norm, SE context gating (ContextGating with
-`reduction`) and the video-level classifier. Defaults are the paper's single model (Sec. 4: K 128, G 8, lambda 2,
-hidden 2048, dropout 0.5, gating reduction 8; batch 160 of videos, learning rate 0.0002 decayed by 0.8 every 2M
-videos, L2 1e-5: configs/nextvlad.yaml). Padding has zero attention and is outside the batch-norm statistics.
+Per modality (Sec. 3.2, Fig. 3; the authors' linrongc/youtube-8m nextvlad.py): each frame expanded linearly to
+`expansion` x its size and cut into `groups` parts, each part softly assigned to `cluster_size` clusters and weighted
+by a sigmoid attention per group, residuals summed over the real frames and groups, intra-normalized and
+batch-normalized; the audio stream with half the clusters and half the groups. Then (Sec. 3.3) dropout, a hidden
+layer with batch norm, SE context gating and the video-level classifier. Defaults are the paper's single model
+(Sec. 4: K 128, G 8, lambda 2, hidden 2048, dropout 0.5, gating reduction 8: configs/nextvlad.yaml, whose logistic
+classifier and reverse whitening (--nextvlad_eigenvalues) are not the shared flags' defaults). Padding, and every
+frame of a video without frames, has zero attention and is outside the batch-norm statistics.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from yt8m.fields import setting
-from yt8m.models.frame import FrameClassifierHParams
-from yt8m.models.gating import ContextGating
-from yt8m.models.pooling_layers import FrameBatchNorm, PooledModalitiesModel, modality_split
+from yt8m.models.base import SLIM_DECAY, slim_batch_norm
+from yt8m.models.pooling_layers import (FrameBatchNorm, PooledModalitiesModel, PoolingHParams, modality_split,
+                                        sequence_mask)
 from yt8m.models.registry import create_classifier, register_model
+
+# The dequantized features' offset from the quantization bins' centres (yt8m.data.decode.dequantize adds
+# (max - min) / 512 = 4/512), which Lin et al.'s train.py and eval.py take off the rgb feature before scaling it.
+DEQUANTIZATION_OFFSET = 4 / 512
 
 
 @dataclass
-class NeXtVladHParams(FrameClassifierHParams):
+class NeXtVladHParams(PoolingHParams):
     nextvlad_cluster_size: int = setting(128, "NeXtVLADModel: clusters of the first (rgb) feature; the others "
                                               "(audio) get half.", at_least=1)
     nextvlad_hidden_size: int = setting(2048, "NeXtVLADModel: units of the hidden layer.", at_least=1)
@@ -40,6 +46,10 @@ class NeXtVladHParams(FrameClassifierHParams):
                                                 "gating.", at_least=1)
     nextvlad_dropout: float = setting(0.5, "NeXtVLADModel: dropout rate on the pooled features in training.",
                                       at_least=0, at_most=0.99)
+    nextvlad_eigenvalues: str = setting("", "NeXtVLADModel: a .npy of the rgb feature's PCA eigenvalues "
+                                            "(eigenvals.npy of http://data.yt8m.org/yt8m_pca.tgz) to reverse the "
+                                            "whitening of rgb as published (Lin et al. Sec. 3.3; audio unscaled); "
+                                            "empty: each frame L2-normalized, the starter kit's input.")
 
 
 def _variance_scaled(layer: nn.Linear) -> nn.Linear:
@@ -50,10 +60,27 @@ def _variance_scaled(layer: nn.Linear) -> nn.Linear:
     return layer
 
 
+class SqueezeExcitationGating(nn.Module):
+    """NeXtVLAD's SE context gating (Lin et al. 2018, Sec. 3.3 and Fig. 4; NeXtVLADModel.create_model):
+    y = x * sigmoid(relu(BN(x W1)) W2), W1 [size, size / reduction] and W2 [size / reduction, size] without biases,
+    the batch norm (slim's) on the bottleneck: 2 / reduction of context gating's weights."""
+
+    def __init__(self, size: int, reduction: int, decay: float = SLIM_DECAY):
+        super().__init__()
+        if reduction < 1 or size // reduction < 1:
+            raise ValueError(f"gating reduction must be in [1, {size}], got {reduction}")
+        self.squeeze = _variance_scaled(nn.Linear(size, size // reduction, bias=False))
+        self.norm = slim_batch_norm(size // reduction, decay)
+        self.excite = _variance_scaled(nn.Linear(size // reduction, size, bias=False))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return features * torch.sigmoid(self.excite(F.relu(self.norm(self.squeeze(features)))))
+
+
 class NeXtVlad(nn.Module):
     """NeXtVLAD pooling of one modality: [batch, frames, size] and the frame mask -> [batch, clusters * group size]."""
 
-    def __init__(self, size: int, clusters: int, groups: int, expansion: int):
+    def __init__(self, size: int, clusters: int, groups: int, expansion: int, decay: float = SLIM_DECAY):
         super().__init__()
         expanded = expansion * size
         if expanded % groups:
@@ -63,10 +90,10 @@ class NeXtVlad(nn.Module):
         self.expand = _variance_scaled(nn.Linear(size, expanded))
         self.attention = _variance_scaled(nn.Linear(expanded, groups))
         self.assignment = _variance_scaled(nn.Linear(expanded, groups * clusters, bias=False))
-        self.assignment_norm = FrameBatchNorm(groups * clusters)
+        self.assignment_norm = FrameBatchNorm(groups * clusters, decay)
         self.centers = nn.Parameter(torch.randn(clusters, self.group_size) * math.sqrt(2 / self.group_size))
         self.output_size = clusters * self.group_size
-        self.output_norm = nn.BatchNorm1d(self.output_size, eps=1e-3, momentum=0.01)
+        self.output_norm = slim_batch_norm(self.output_size, decay)
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         batch, length, _ = frames.shape
@@ -80,6 +107,20 @@ class NeXtVlad(nn.Module):
         return self.output_norm(F.normalize(vlad, dim=-1).flatten(1))
 
 
+def reverse_whitening(path: str, modality_sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offset, scale) over the concatenated features such that (x - offset) * scale is Lin et al.'s input
+    (train.py and eval.py): rgb (the first feature) less the dequantization offset, times sqrt(eigenvalue) + 1e-4
+    (Sec. 3.3, Eq. 11), which undoes the release's division by sqrt(eigenvalue + 1e-4); the others as they come."""
+    eigenvalues = np.load(path).reshape(-1)
+    rgb, others = modality_sizes[0], sum(modality_sizes[1:])
+    if eigenvalues.size < rgb:
+        raise ValueError(f"nextvlad_eigenvalues: {path} holds {eigenvalues.size} eigenvalues, the first feature has "
+                         f"{rgb} dimensions")
+    offset = torch.tensor([DEQUANTIZATION_OFFSET] * rgb + [0.0] * others)
+    scale = torch.cat([torch.tensor(np.sqrt(eigenvalues[:rgb]) + 1e-4, dtype=torch.float32), torch.ones(others)])
+    return offset, scale
+
+
 @register_model(NeXtVladHParams)
 class NeXtVLADModel(PooledModalitiesModel):
     """NeXtVLAD per modality, dropout, hidden layer + batch norm, SE context gating, video-level classifier
@@ -87,21 +128,36 @@ class NeXtVLADModel(PooledModalitiesModel):
 
     def __init__(self, feature_size: int, num_classes: int, nextvlad_cluster_size: int = 128,
                  nextvlad_hidden_size: int = 2048, nextvlad_groups: int = 8, nextvlad_expansion: int = 2,
-                 nextvlad_gating_reduction: int = 8, nextvlad_dropout: float = 0.5,
+                 nextvlad_gating_reduction: int = 8, nextvlad_dropout: float = 0.5, nextvlad_eigenvalues: str = "",
                  video_level_classifier_model: str = "MoeModel", moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-8, modality_sizes: Sequence[int] = ()):
+                 l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, l2_penalty, modality_sizes)
         if not 0 <= nextvlad_dropout < 1:
             raise ValueError(f"nextvlad_dropout must be in [0, 1), got {nextvlad_dropout}")
+        decay = pooling_batch_norm_decay
+        whitening = reverse_whitening(nextvlad_eigenvalues, self.modality_sizes) if nextvlad_eigenvalues else None
+        self.register_buffer("input_offset", whitening[0] if whitening else None)
+        self.register_buffer("input_scale", whitening[1] if whitening else None)
         clusters = modality_split(self.modality_sizes, nextvlad_cluster_size, max(1, nextvlad_cluster_size // 2))
         groups = modality_split(self.modality_sizes, nextvlad_groups, max(1, nextvlad_groups // 2))
-        self.poolings = nn.ModuleList(NeXtVlad(size, count, group, nextvlad_expansion)
+        self.poolings = nn.ModuleList(NeXtVlad(size, count, group, nextvlad_expansion, decay)
                                       for size, count, group in zip(self.modality_sizes, clusters, groups))
         pooled = sum(pool.output_size for pool in self.poolings)
         self.head = nn.Sequential(nn.Dropout(nextvlad_dropout),
                                   _variance_scaled(nn.Linear(pooled, nextvlad_hidden_size, bias=False)),
-                                  nn.BatchNorm1d(nextvlad_hidden_size, eps=1e-3, momentum=0.01),
-                                  ContextGating(nextvlad_hidden_size, reduction=nextvlad_gating_reduction))
+                                  slim_batch_norm(nextvlad_hidden_size, decay),
+                                  SqueezeExcitationGating(nextvlad_hidden_size, nextvlad_gating_reduction, decay))
         self.head_size = nextvlad_hidden_size
         self.classifier = create_classifier(video_level_classifier_model, nextvlad_hidden_size, num_classes,
                                             moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+
+    def normalize_input(self, features: torch.Tensor) -> torch.Tensor:
+        if self.input_scale is None:
+            return super().normalize_input(features)
+        return (features - self.input_offset) * self.input_scale
+
+    def frame_mask(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """1 on the real frames, 0 elsewhere, a video without frames all 0 (Lin et al.'s tf.sequence_mask): it pools
+        to the output batch norm of a zero vector, as there, not to its padding frame's encoding."""
+        return sequence_mask(features, num_frames)

@@ -1,16 +1,38 @@
 """Layers the learnable-pooling frame models share: batch norm over real frames only, the per-modality pooling head
-(pool each feature, concatenate, hidden layer, gating, classifier), and the real-frame mask."""
+(pool each feature, concatenate, hidden layer, gating, classifier), the real-frame mask, the shared hyper-parameter."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
-from yt8m.models.base import BaseModel
-from yt8m.models.frame import _frame_counts
+from yt8m.fields import setting
+from yt8m.models.base import SLIM_DECAY, BaseModel
+from yt8m.models.frame import FrameClassifierHParams, _frame_counts
 from yt8m.models.gating import gated_logits
+
+
+@dataclass
+class PoolingHParams(FrameClassifierHParams):
+    """What WILLOW's models and NeXtVLADModel share besides their classifier."""
+
+    pooling_batch_norm_decay: float = setting(
+        SLIM_DECAY, "WILLOW models and NeXtVLADModel: moving-average decay of their batch norms' statistics "
+                    "(slim's 0.999, as published; 0.99 settles them within runs of a few hundred steps).",
+        above=0, at_most=1)
+
+
+def sequence_mask(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+    """[batch, frames, 1]: 1.0 on each video's real frames (all of them where `num_frames` is None), 0.0 on its
+    padding; a video without frames is all 0 (tf.sequence_mask)."""
+    if num_frames is None:
+        return features.new_ones(*features.shape[:2], 1)
+    counts = num_frames.to(device=features.device, dtype=torch.long)
+    real = torch.arange(features.shape[1], device=features.device) < counts[:, None]
+    return real.unsqueeze(-1).to(features.dtype)
 
 
 def real_frames(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
@@ -23,15 +45,15 @@ def real_frames(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> t
 
 class FrameBatchNorm(nn.BatchNorm1d):
     """Batch norm of [batch, frames, channels] whose statistics cover the real frames only, so that padding never
-    changes the output. slim's epsilon (1e-3) and a moving-average decay of 0.99, as DbofModel's batch norm."""
+    changes the output. slim.batch_norm's epsilon (1e-3), its moving averages decayed by `decay`."""
 
-    def __init__(self, channels: int):
-        super().__init__(channels, eps=1e-3, momentum=0.01)
+    def __init__(self, channels: int, decay: float = SLIM_DECAY):
+        super().__init__(channels, eps=1e-3, momentum=1 - decay)
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        values = frames.float()  # statistics in float32, also under autocast
+        values = frames.to(torch.promote_types(frames.dtype, torch.float32))  # at least float32, also under autocast
         if self.training:
-            count = mask.sum()
+            count = mask.sum().clamp(min=1)  # a batch of only 0-frame videos (NeXtVLAD masks them whole)
             mean = (values * mask).sum(dim=(0, 1)) / count
             var = ((values - mean).square() * mask).sum(dim=(0, 1)) / count
             with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)
@@ -81,9 +103,16 @@ class PooledModalitiesModel(BaseModel):
             return logits
         return gated_logits(logits, self.probability_gating.gate_logits(torch.sigmoid(logits)))
 
+    def frame_mask(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        """[batch, frames, 1] weights of the frames in the pooling: 1 on the real ones; a video without frames
+        reads its one zero frame, as WILLOW's frame sampler does (utils.SampleRandomFrames picks index 0)."""
+        return real_frames(features, num_frames)
+
     def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         """The pooled modalities through `head`: what the classifier reads, and a multi-task trunk's output."""
-        mask = real_frames(features, num_frames)
+        mask = self.frame_mask(features, num_frames)
+        # A video without frames pools a zero frame (the originals' zero padding), whatever its row of the batch holds.
+        features = features * sequence_mask(features, num_frames)
         if self.input_norm is not None:
             features = self.input_norm(features, mask)
         parts = features.split(self.modality_sizes, dim=-1)
@@ -92,6 +121,3 @@ class PooledModalitiesModel(BaseModel):
     @property
     def shared_size(self) -> int:
         return self.head_size
-
-    def penalized_weights(self) -> list[torch.Tensor]:
-        return self.probability_gating.weights() if self.probability_gating is not None else []
