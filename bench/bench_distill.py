@@ -16,7 +16,7 @@ import time
 
 from yt8m.cli import main as cli_main
 from yt8m.data.synthetic import write_synthetic
-from yt8m.training.best_models import export_root, read_export_metrics
+from yt8m.io.checkpoints import export_root, read_export_metrics
 
 
 def train(train_dir: str, train_pattern: str, eval_pattern: str, args: argparse.Namespace, *flags: str) -> dict:

@@ -36,7 +36,8 @@ from yt8m.tasks.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
 from yt8m.models.multihead import build_multitask_model  # noqa: E402
 from yt8m.tasks.spec import is_multitask  # noqa: E402
-from yt8m.tasks.multitask import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
+from yt8m.tasks.taskset import MultiTask
+from yt8m.tasks.multitask import plan_tasks  # noqa: E402
 from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
 from yt8m.tasks.video import task_from_config  # noqa: E402

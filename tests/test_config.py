@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from yt8m.training.checks import train_config_problems
 from yt8m.config import (DataConfig, TrainConfig, add_config_arguments, add_config_file_argument, config_from_dict,
                          parse_config)
 
@@ -43,13 +44,14 @@ def test_flags_override_the_yaml_file(tmp_path):
     path = tmp_path / "train.yaml"
     path.write_text("model: MoeModel\nmoe_num_mixtures: 4\nbase_learning_rate: 0.5\n")
     config, given = _parse(["--config", str(path), "--base_learning_rate", "0.02"])
-    assert (config.model, config.moe_num_mixtures, config.base_learning_rate) == ("MoeModel", 4, 0.02)
+    assert (config.model, config.model_hparams["moe_num_mixtures"], config.base_learning_rate) == ("MoeModel", 4, 0.02)
     assert given == {"model", "moe_num_mixtures", "base_learning_rate"}
 
 
 def test_one_error_names_every_unknown_or_ill_typed_field():
     with pytest.raises(ValueError) as raised:
-        config_from_dict(TrainConfig, {"modle": "MoeModel", "batch_size": "many", "num_epochs": 2.5}, "run.yaml")
+        config_from_dict(TrainConfig, {"modle": "MoeModel", "batch_size": "many", "num_epochs": 2.5}, "run.yaml",
+                         checks=train_config_problems)
     message = str(raised.value)
     for text in ("unknown field 'modle'", "'batch_size' expects int", "'num_epochs' expects int", "run.yaml"):
         assert text in message

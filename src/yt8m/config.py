@@ -12,56 +12,31 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import yaml
 
-from yt8m.io import storage
-from yt8m.fields import closest, parse_bool, parse_list, setting
-from yt8m.io.files import write_file_atomically
+from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
+from yt8m.fields import closest, parse_bool, parse_list, setting
+from yt8m.io import storage
+from yt8m.io.files import write_file_atomically
 
 T = TypeVar("T")
-def _loss_names() -> list[str]:
-    from yt8m.tasks.losses import LOSSES
-
-    return list(LOSSES)
-
-
-def _distill_losses() -> list[str]:
-    from yt8m.tasks.teacher import DISTILL_LOSSES
-
-    return list(DISTILL_LOSSES)
-
-
-def _metric_names() -> list[str]:
-    from yt8m.training.validation import HIGHER_IS_BETTER
-
-    return list(HIGHER_IS_BETTER)
 
 
 def _best_metric_name(name: str) -> Optional[str]:
     metric = name.rpartition("/")[2]
-    if metric in _metric_names():
+    if metric in HIGHER_IS_BETTER:
         return None
     form = "TASK/METRIC with METRIC" if "/" in name else ""
-    return f"must be {form} one of {', '.join(_metric_names())}, got {name!r}".replace("  ", " ")
-
-
-def _known_optimizer(name: str) -> Optional[str]:
-    from yt8m.training.optim import optimizer_class
-
-    try:
-        optimizer_class(name)
-    except ValueError as err:
-        return str(err)
-    return None
+    return f"must be {form} one of {', '.join(HIGHER_IS_BETTER)}, got {name!r}".replace("  ", " ")
 
 
 def _device_name(name: str) -> Optional[str]:
     if name == "auto":
         return None
-    import torch
+    import torch  # start-up cost: `yt8m --help` and light commands read configs without torch
 
     try:
         torch.device(name)
@@ -120,30 +95,40 @@ class DataConfig:
         return []
 
 
-def _model_config() -> type:
-    """The model and every registered model's hyper-parameters (the starter kit's flag names and defaults) as one
-    flat dataclass: a model's file declares its own, and its flags follow (yt8m.models.registry)."""
-    from yt8m.models import hparam_fields, known_model
-
-    fields: list[tuple[str, Any, Any]] = [
-        ("model", str, setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.",
-                               check=known_model))]
-    for declared, kind in hparam_fields():
-        fields.append((declared.name, kind, dataclasses.field(default=declared.default, metadata=declared.metadata)))
-    return dataclasses.make_dataclass("ModelConfig", fields, namespace={
-        "__module__": __name__, "__doc__": "The model and its hyper-parameters, as every registered model declares them."})
+HPARAMS_FIELD = "model_hparams"
+MODEL_HPARAMS_HELP = ("The model's hyper-parameters (YAML mapping); each is also a field and a flag of its own "
+                      "name, as in the starter kit (--moe_num_mixtures 4). Filled with the model's defaults when "
+                      "the run starts.")
 
 
-ModelConfig = _model_config()
+def _taking_model_hparams(cls: type[T]) -> type[T]:
+    """Let a config with a `model_hparams` field also take the model's hyper-parameters by their own names, as the
+    starter kit's flags do: TrainConfig(model="MoeModel", moe_num_mixtures=4). Which names a model has is the
+    model registry's to say (yt8m.models), so here every other name goes into `model_hparams`, to be resolved
+    against the chosen model, and named if unknown, when the run is checked."""
+    made = cls.__init__
+    names = {f.name for f in dataclasses.fields(cls)}
+
+    def __init__(self: Any, *args: Any, **values: Any) -> None:
+        hparams = {key: values.pop(key) for key in list(values) if key not in names}
+        made(self, *args, **values)
+        self.model_hparams = {**(self.model_hparams or {}), **hparams}
+
+    cls.__init__ = __init__
+    return cls
 
 
+@_taking_model_hparams
 @dataclass
-class TrainConfig(ModelConfig, DataConfig):
-    """Everything `yt8m train` needs."""
+class TrainConfig(DataConfig):
+    """Everything `yt8m train` needs. Its cross-field checks (the model and its hyper-parameters, tasks, teacher,
+    optimizer, losses) are yt8m.training.checks'."""
 
+    model: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.")
+    model_hparams: dict = setting({}, MODEL_HPARAMS_HELP)
     train_data_pattern: str = setting("", "File glob(s) of training shards; comma-separated for several.", required=True)
     train_dir: str = setting("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.", required=True)
-    label_loss: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.", choices=_loss_names)
+    label_loss: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.")
     regularization_penalty: float = setting(1.0, "Weight of the models' L2 penalties in the loss.", at_least=0)
     batch_size: int = setting(1024, "Examples per batch in each process; one optimizer step takes the global batch "
                                "batch_size x processes x --numbatches_to_aggregate (4 torchrun processes with "
@@ -155,7 +140,7 @@ class TrainConfig(ModelConfig, DataConfig):
     max_steps: Optional[int] = setting(None, "Stop after this many steps (None: after --num_epochs; 0 writes the "
                                         "initialized model, e.g. from --init_from, as the step-0 checkpoint).",
                                         at_least=0)
-    optimizer: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).", check=_known_optimizer)
+    optimizer: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).")
     clip_gradient_norm: float = setting(1.0, "Clip each parameter's gradient to this norm, as the starter kit's "
                                         "per-variable clip_by_norm (0 disables).", at_least=0)
     clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
@@ -227,30 +212,7 @@ class TrainConfig(ModelConfig, DataConfig):
     distill_temperature: float = setting(1.0, "With --teacher: T dividing teacher and student logits (the "
                                          "distillation loss is scaled by T^2).", above=0)
     distill_loss: str = setting("binary", "With --teacher: 'binary' (sigmoid cross-entropy per class) or 'softmax' "
-                                "(KL divergence of softmaxes over the classes, NeXtVLAD's).",
-                                choices=_distill_losses)
-
-    def _own_problems(self) -> list[str]:
-        from yt8m.tasks.teacher import teacher_problems
-        from yt8m.models import is_frame_level, known_model
-        from yt8m.tasks.spec import is_multitask, task_problems as multitask_problems
-        from yt8m.tasks.video import task_problems
-
-        if is_multitask(self):
-            problems = multitask_problems(self)
-        else:
-            problems = task_problems(self.segment_labels, self.label_loss, self.best_metric)
-        problems += teacher_problems(self)
-        if known_model(self.model) is None and is_frame_level(self.model) != self.frame_features:
-            kind = "frame-level" if is_frame_level(self.model) else "video-level"
-            problems.append(f"--model {self.model} is a {kind} model but --frame_features is {self.frame_features}")
-        if self.cache_in_memory and self.frame_features:
-            problems.append("--cache_in_memory holds video-level data only: frame-level sets are streamed")
-        if self.revert_to_best and not self.lr_halving_patience:
-            problems.append("--revert_to_best acts when the learning rate is halved: set --lr_halving_patience")
-        if self.revert_to_best and self.keep_best_exports < 1:
-            problems.append("--revert_to_best reloads the best export: --keep_best_exports must be at least 1")
-        return problems
+                                "(KL divergence of softmaxes over the classes, NeXtVLAD's).")
 
 
 # The fields that define what a checkpoint's model is: resuming, evaluating or predicting with other
@@ -258,24 +220,23 @@ class TrainConfig(ModelConfig, DataConfig):
 MODEL_IDENTITY_FIELDS = ("model", "feature_names", "feature_sizes", "frame_features", "num_classes", "label_loss")
 
 
+@_taking_model_hparams
 @dataclass
-class EvalConfig(ModelConfig, DataConfig):
-    """Everything `yt8m eval` needs; model and data fields not given are read from the train dir."""
+class EvalConfig(DataConfig):
+    """Everything `yt8m eval` needs; model and data fields not given are read from the train dir (its checks are
+    yt8m.eval.evaluate's)."""
 
+    model: str = setting("LogisticModel", "Model class name; the train dir's when not given.")
+    model_hparams: dict = setting({}, MODEL_HPARAMS_HELP)
     eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.", required=True)
     train_dir: str = setting("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.", required=True)
-    label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.", choices=_loss_names)
+    label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.")
     run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
     top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
-
-    def _own_problems(self) -> list[str]:
-        from yt8m.tasks.video import task_problems
-
-        return task_problems(self.segment_labels, self.label_loss)
 
 
 PREDICTION_FORMATS = ("csv", "jsonl")
@@ -383,6 +344,8 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
             return str(value)
         if kind == list[dict]:
             return _mapping_list(value)
+        if kind is dict:
+            return _mapping(value)
         if typing.get_origin(kind) is list:
             return parse_list(value, typing.get_args(kind)[0])
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
@@ -405,7 +368,23 @@ def _mapping_list(value: Any) -> list:
     return list(value)
 
 
+def _mapping(value: Any) -> dict:
+    """A mapping field (model_hparams): YAML's mapping, or the same as YAML text from a flag."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(value) from err
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(value)
+    return dict(value)
+
+
 def _type_name(kind: Any) -> str:
+    if kind is dict:
+        return "a mapping (YAML)"
     if kind == list[dict]:
         return "a list of mappings (YAML)"
     if typing.get_origin(kind) is list:
@@ -426,14 +405,24 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
-def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config", check_values: bool = True) -> T:
+# A config's checks beyond its fields' own rules, made by the layer that knows what they need (yt8m.training.checks
+# for TrainConfig): problems of `config`, leaving out the fields in `skip` (their values did not parse).
+Checks = Callable[[Any, set[str]], list[str]]
+
+
+def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config", check_values: bool = True,
+                     checks: Optional[Checks] = None) -> T:
     """Build `cls` from a mapping, naming every unknown or ill-typed field and (with `check_values`) every invalid
-    value or combination in one error. Configs a run stored (config.yaml, checkpoints) load with check_values=False:
-    they were checked when made, and later versions must still read them."""
+    value, and what `checks` finds, in one error. Configs a run stored (config.yaml, checkpoints) load with
+    check_values=False: they were checked when made, and later versions must still read them.
+
+    A config with `model_hparams` takes the names that are not its fields as the model's hyper-parameters; which
+    are the chosen model's (and which are unknown) `checks` says."""
     known = set(field_names(cls))
-    unknown = sorted(set(values) - known)
+    takes_hparams = HPARAMS_FIELD in known
+    unknown = [] if takes_hparams else sorted(set(values) - known)
     problems = [f"{source}: unknown field '{k}'{closest(k, sorted(known))}" for k in unknown]
-    coerced = {}
+    coerced = {key: value for key, value in values.items() if key not in known and takes_hparams}
     for key, value in values.items():
         if key in known:
             try:
@@ -444,6 +433,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config
     if check_values:
         ill_typed = {key for key in values if key in known and key not in coerced}
         problems += config_problems(config, skip=ill_typed)
+        problems += checks(config, ill_typed) if checks is not None else []
     if problems:
         raise ConfigError(f"invalid config ({source})", problems)
     return config
@@ -503,8 +493,15 @@ def _one_line(err: yaml.YAMLError) -> str:
     return where + " ".join(str(problem).split())
 
 
+def config_values(config: Any) -> dict[str, Any]:
+    """A config's fields as a mapping, the model's hyper-parameters under their own names (the flags' form): what
+    config.yaml and checkpoints store, and `config_from_dict` reads back."""
+    values = dataclasses.asdict(config)
+    return {**values, **values.pop(HPARAMS_FIELD)} if HPARAMS_FIELD in values else values
+
+
 def save_config(config: Any, path: str) -> None:
-    write_file_atomically(path, lambda out: yaml.safe_dump(dataclasses.asdict(config), out, sort_keys=False))
+    write_file_atomically(path, lambda out: yaml.safe_dump(config_values(config), out, sort_keys=False))
 
 
 def load_config(cls: type[T], path: str) -> T:
@@ -512,15 +509,27 @@ def load_config(cls: type[T], path: str) -> T:
     return config_from_dict(cls, load_yaml(path), source=path, check_values=False)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one `--name` flag per field; booleans also take `--noname` and `--name=false`.
+def checkpoint_config(payload: dict[str, Any], path: str) -> "TrainConfig":
+    """The training config a checkpoint payload (yt8m.io.checkpoints) stores."""
+    return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)", check_values=False)
+
+
+def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:
+    """(name, old value, new value) of each named config field that differs."""
+    return [(name, getattr(old, name), getattr(new, name)) for name in names if getattr(old, name) != getattr(new, name)]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
+                         extra: Sequence[tuple[dataclasses.Field, Any]] = ()) -> None:
+    """Add one `--name` flag per field of `cls` (a mapping or list of mappings takes YAML text) and per (field, type)
+    of `extra`; booleans also take `--noname` and `--name=false`.
 
     Values stay text here and are typed by `config_from_dict`, so that one error lists every bad flag. Defaults are
     suppressed so that `parse_config` can tell which flags were given.
     """
-    for f in dataclasses.fields(cls):
-        kind = field_type(cls, f.name)
-        help_text = f"{f.metadata.get('help', '')} (default: {_shown_default(f)})"
+    fields = [(f, field_type(cls, f.name)) for f in dataclasses.fields(cls)]
+    for f, kind in [*fields, *extra]:
+        help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('shown_default', _shown_default(f))})"
         if kind is bool:
             parser.add_argument(f"--{f.name}", nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL",
                                 help=help_text)
@@ -542,9 +551,11 @@ def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
                         help="YAML file with the same field names as the flags; flags override it.")
 
 
-def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = True) -> tuple[T, set[str]]:
+def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = True, checks: Optional[Checks] = None,
+                 extra_names: Sequence[str] = ()) -> tuple[T, set[str]]:
     """Resolve a config from `--config FILE.yaml` and the flags given; flags win. `check_values=False` leaves the
-    values' checks to a caller that completes the config first (eval, from the train dir).
+    values' checks to a caller that completes the config first (eval, from the train dir); `checks` adds the
+    config's own (see config_from_dict); `extra_names` are the flags of `add_config_arguments`' `extra`.
 
     Returns the config and the names of the fields set explicitly (by file or flag).
     """
@@ -552,8 +563,8 @@ def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = Tr
     file_path = getattr(args, "config", None)
     if file_path:
         values.update(load_yaml(file_path))
-    names = set(field_names(cls))
+    names = set(field_names(cls)) | set(extra_names)
     flags = {k: v for k, v in vars(args).items() if k in names}
     values.update(flags)
     source = " and ".join(part for part in (file_path, "flags" if flags else "") if part) or "defaults"
-    return config_from_dict(cls, values, source=source, check_values=check_values), set(values)
+    return config_from_dict(cls, values, source=source, check_values=check_values, checks=checks), set(values)

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any, ContextManager
+from typing import ContextManager
 
 import torch
 

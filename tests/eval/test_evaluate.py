@@ -14,7 +14,8 @@ import time
 import pytest
 
 from workflow_fixtures import tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
-from yt8m.io.checkpoints import build_model_from_checkpoint, final_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
+from yt8m.io.checkpoints import final_checkpoint
 from yt8m.config import EvalConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.eval import main

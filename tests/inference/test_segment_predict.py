@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from yt8m.io.checkpoints import build_model_from_checkpoint, latest_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
+from yt8m.io.checkpoints import latest_checkpoint
 from yt8m.cli import main as cli_main
 from yt8m.config import TrainConfig
 from yt8m.data.decode import decode_frame, dequantize

@@ -17,20 +17,9 @@ import torch
 
 from faults import file_size_limit, files_under, fill_disk_after
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixtures)
-from yt8m.io.checkpoints import (
-    capture_rng_state,
-    checkpoint_config,
-    checkpoint_path,
-    clear_final_marker,
-    differing_fields,
-    final_checkpoint,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    load_latest_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
+from yt8m.training.randomness import capture_rng_state, restore_rng_state
+from yt8m.config import checkpoint_config, differing_fields
+from yt8m.io.checkpoints import (checkpoint_path, clear_final_marker, final_checkpoint, latest_checkpoint, list_checkpoints, load_checkpoint, load_latest_checkpoint, save_checkpoint)
 from yt8m.config import TrainConfig
 from yt8m.io.files import WriteError
 

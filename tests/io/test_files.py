@@ -13,7 +13,8 @@ import torch
 
 from faults import file_size_limit, files_under, fill_disk_after
 from yt8m.io.checkpoints import save_checkpoint
-from yt8m.training.best_models import export_path, list_exports, read_export_metrics, write_export
+from yt8m.io.checkpoints import export_path, list_exports, read_export_metrics
+from yt8m.training.best_models import write_export
 from yt8m.io.files import WriteError, atomic_writer, is_temporary, remove_temporaries, temporary_path, write_file_atomically
 
 

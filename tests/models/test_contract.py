@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from yt8m.training.checks import train_config_problems
 from yt8m.config import TrainConfig
 from yt8m.models import is_frame_level, list_models
 from yt8m.models.model_size import config_model_size, model_size
@@ -72,7 +73,7 @@ def test_a_frame_models_trunk_is_all_but_its_classifier(name):
     hparams = {key: value for key, value in TINY.items() if key != "model"}
     config = config_from_dict(TrainConfig, dict(
         hparams, train_data_pattern="unused", model=name, frame_features=True, feature_names="rgb,audio",
-        feature_sizes="8,4", tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3}]))
+        feature_sizes="8,4", tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3}]), checks=train_config_problems)
     trunk_and_heads = build_multitask_model(config, resolve_tasks(config))
     output = trunk_and_heads(features, num_frames)
     assert output["logits"]["a"].shape == (3, 5) and output["predictions"]["b"].shape == (3, 3)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from yt8m.training.checks import train_config_problems
 from yt8m.config import ConfigError, TrainConfig, config_from_dict
 from yt8m.models import create_model
 from yt8m.models.video import MoeModel
@@ -56,7 +57,7 @@ def test_a_classifier_the_flags_could_not_configure_is_refused(model, classifier
               "frame_features": model != "DeepClassifierModel"}
     with pytest.raises(ConfigError, match=f"--video_level_classifier_model '{classifier}' (has hyper-parameters a "
                                           f"classifier is not given|is a frame-level model)"):
-        config_from_dict(TrainConfig, values)
+        config_from_dict(TrainConfig, values, checks=train_config_problems)
     with pytest.raises(ValueError, match="video_level_classifier_model: "):
         create_model(model, 12, 5, video_level_classifier_model=classifier)
 
@@ -65,4 +66,4 @@ def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match=r"deep_hidden_layers \(-1\) must be at least 0"):
         create_model("DeepClassifierModel", 12, 5, deep_hidden_layers=-1)
     with pytest.raises(ConfigError, match="--deep_dropout must be at most 0.99"):
-        config_from_dict(TrainConfig, {"model": "DeepClassifierModel", "deep_dropout": 1.0, "train_data_pattern": "x"})
+        config_from_dict(TrainConfig, {"model": "DeepClassifierModel", "deep_dropout": 1.0, "train_data_pattern": "x"}, checks=train_config_problems)

@@ -51,7 +51,7 @@ def test_models_that_split_modalities_get_the_feature_sizes():
 
     register_model(ClassifierHParams)(SplitProbe)
     try:
-        config = SimpleNamespace(model="SplitProbe", feature_sizes=[5, 3], num_classes=2, l2_penalty=1e-8)
+        config = SimpleNamespace(model="SplitProbe", feature_sizes=[5, 3], num_classes=2, model_hparams={"l2_penalty": 1e-8})
         assert create_model_from_config(config).modality_sizes == (5, 3)
         assert create_model("SplitProbe", 8, 2).modality_sizes == (8,)
         assert not hasattr(create_model("MoeModel", 8, 2), "modality_sizes")

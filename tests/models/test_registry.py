@@ -1,4 +1,4 @@
-"""The model registry: names, errors, hyper-parameter names and defaults equal to ModelConfig's."""
+"""The model registry: names, errors, hyper-parameters as flags (one type per name) with each model's defaults."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import inspect
 
 import pytest
 
-from yt8m.config import ModelConfig
-from yt8m.models import (BaseModel, create_model, hparam_names, is_frame_level, list_models, model_class,
-                         model_hparams, register_model)
+from yt8m.config import TrainConfig
+from yt8m.models import (BaseModel, create_model, hparam_fields, hparam_names, hparams_class, is_frame_level,
+                         list_models, model_class, model_hparams, register_model)
 from yt8m.models.base import ClassifierHParams
 from yt8m.models.registry import create_classifier
 
@@ -23,12 +23,14 @@ def test_the_starter_kit_models_are_registered():
 
 
 @pytest.mark.parametrize("name", list_models())
-def test_hyper_parameters_are_config_fields_with_config_defaults(name):
-    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+def test_hyper_parameters_are_flags_with_the_models_defaults(name):
+    flags = {f.name for f, _ in hparam_fields()}
+    defaults = {f.name: f.default for f in dataclasses.fields(hparams_class(name))}
     signature = inspect.signature(model_class(name).__init__).parameters
     for hparam in hparam_names(name):
-        assert hparam in defaults, f"{name}.{hparam} is not a ModelConfig field"
-        assert signature[hparam].default == defaults[hparam], f"{name}.{hparam} default differs from config"
+        assert hparam in flags, f"{name}.{hparam} is not a flag"
+        assert signature[hparam].default == defaults[hparam], f"{name}.{hparam} default differs from its dataclass"
+    assert model_hparams(name, TrainConfig(model=name)) == defaults
 
 
 def test_unknown_model_lists_the_known_ones():
@@ -37,8 +39,8 @@ def test_unknown_model_lists_the_known_ones():
 
 
 def test_create_model_ignores_hyper_parameters_the_model_does_not_take():
-    config = ModelConfig(moe_num_mixtures=3, lstm_cells=7)
-    model = create_model("MoeModel", 4, 3, **dataclasses.asdict(config))
+    config = TrainConfig(moe_num_mixtures=3, lstm_cells=7)
+    model = create_model("MoeModel", 4, 3, **config.model_hparams)
     assert model.num_mixtures == 3
     assert model_hparams("MoeModel", config) == {"moe_num_mixtures": 3, "l2_penalty": 1e-8}
 

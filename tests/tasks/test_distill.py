@@ -15,12 +15,13 @@ import yaml
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_dir  # noqa: F401
+from yt8m.training.checks import train_config_problems
 from yt8m.data.batch import Batch
 from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint
 from yt8m.cli import main as cli_main
 from yt8m.config import ConfigError, TrainConfig, config_from_dict
-from yt8m.tasks.teacher import (CheckpointTeacher, DistillationTask, OnnxTeacher, StoredTeacher, distillation_loss,
-                          locate_teacher, probability_logits, run_checkpoint)
+from yt8m.inference.teachers import CheckpointTeacher, OnnxTeacher, StoredTeacher, locate_teacher, run_checkpoint
+from yt8m.tasks.teacher import DistillationTask, distillation_loss, probability_logits
 from yt8m.optional import available
 from yt8m.tasks.losses import create_loss
 from yt8m.tasks.video import VideoTask
@@ -141,21 +142,21 @@ def test_a_run_teaches_with_its_best_export_when_it_has_one(tiny_data, trained_d
 def test_config_problems_are_listed_together(tiny_data, trained_dir, tmp_path):
     with pytest.raises(ConfigError) as raised:
         config_from_dict(TrainConfig, student_values(tiny_data, tmp_path, teacher=str(tmp_path / "nowhere"),
-                                                     distill_weight=1.5, distill_temperature=0))
+                                                     distill_weight=1.5, distill_temperature=0), checks=train_config_problems)
     problems = "\n".join(raised.value.problems)
     assert "--distill_weight must be at most 1" in problems and "--distill_temperature must be above 0" in problems
     assert "nowhere: no such file or directory" in problems
 
     with pytest.raises(ConfigError) as raised:
         config_from_dict(TrainConfig, student_values(tiny_data, tmp_path, teacher=str(trained_dir), num_classes=13,
-                                                     feature_names="mean_rgb", feature_sizes="16"))
+                                                     feature_names="mean_rgb", feature_sizes="16"), checks=train_config_problems)
     problems = "\n".join(raised.value.problems)
     assert "predicts 12 classes, the student --num_classes 13" in problems
     assert "reads video-level mean_rgb,mean_audio (16,8), the student's batches carry video-level mean_rgb (16)" \
         in problems and "--output_format jsonl" in problems
 
     with pytest.raises(ConfigError, match="--distill_temperature without --teacher: distillation needs a teacher"):
-        config_from_dict(TrainConfig, student_values(tiny_data, tmp_path, distill_temperature=2))
+        config_from_dict(TrainConfig, student_values(tiny_data, tmp_path, distill_temperature=2), checks=train_config_problems)
 
 
 def test_resuming_with_another_teacher_or_weight_is_refused(tiny_data, trained_dir, teacher_jsonl, tmp_path, capsys):

@@ -13,13 +13,15 @@ import pytest
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
+from yt8m.training.checks import train_config_problems
 from yt8m.data.batch import Batch
 from yt8m.cli import main
 from yt8m.config import TrainConfig, config_from_dict
 from yt8m.data.synthetic import write_synthetic
 from yt8m.models.multihead import HeadView, build_multitask_model
 from yt8m.tasks.spec import resolve_tasks
-from yt8m.tasks.multitask import interleave, plan_tasks
+from yt8m.training.data import interleave
+from yt8m.tasks.taskset import plan_tasks
 from yt8m.training import train
 
 VERTICALS = 3
@@ -81,11 +83,9 @@ def test_the_combined_loss_is_the_weighted_sum_of_the_task_losses(tiny_data, voc
     config = tiny_train_config(tiny_data, tmp_path / "run", aux_vertical_weight=0.25, vocabulary_file=vocabulary)
     plan = plan_tasks(config)
     model = build_multitask_model(config, plan.specs)
-    from yt8m.tasks.multitask import MultiTask
-
     batch = Batch(features=torch.randn(5, 24), labels=torch.rand(5, NUM_CLASSES) > 0.7,
                   video_ids=list("abcde"), source=0)
-    task = MultiTask(plan)
+    task = plan
     total = task.loss(model(batch.features), batch)
     losses = task.pop_losses()
     assert total.item() == pytest.approx(losses["main/loss"] + 0.25 * losses["vertical/loss"], rel=1e-6)
@@ -126,7 +126,7 @@ def test_the_trunk_of_a_frame_model_is_all_but_its_classifier(tiny_data, tmp_pat
         train_data_pattern="unused", model="DbofModel", frame_features=True, feature_names="rgb,audio",
         feature_sizes="16,8", dbof_cluster_size=8, dbof_hidden_size=6, iterations=4,
         tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3, "head_model": "LogisticModel"},
-               {"name": "c", "num_classes": 5, "head": "shared"}]))
+               {"name": "c", "num_classes": 5, "head": "shared"}]), checks=train_config_problems)
     specs = resolve_tasks(config)
     model = build_multitask_model(config, specs)
     assert model.trunk.base.classifier is None and set(model.heads) == {"a", "b"}

@@ -16,14 +16,16 @@ import torch
 import yaml
 
 from workflow_fixtures import as_flags
+from yt8m.training.checks import train_config_problems
 from yt8m.cli import main
 from yt8m.config import ConfigError, TrainConfig, config_from_dict
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.data.synthetic import write_synthetic
 from yt8m.models import create_model_from_config
-from yt8m.tasks.video import SEGMENT_METRICS, SegmentTask, task_from_config
+from yt8m.tasks.segment import SEGMENT_METRICS, SegmentTask
+from yt8m.tasks.video import task_from_config
 from yt8m.training import train
-from yt8m.training.best_models import list_exports, read_export_metrics
+from yt8m.io.checkpoints import list_exports, read_export_metrics
 from yt8m.tune.space import load_tune_spec
 
 NUM_CLASSES = 12
@@ -126,7 +128,7 @@ def test_best_metric_segment_map_picks_the_best_export(segment_data, video_run, 
 ])
 def test_what_the_task_cannot_do_is_a_config_error(segment_data, tmp_path, values, message):
     with pytest.raises(ConfigError) as error:
-        config_from_dict(TrainConfig, frame_values(segment_data, tmp_path, **values))
+        config_from_dict(TrainConfig, frame_values(segment_data, tmp_path, **values), checks=train_config_problems)
     assert any(problem.startswith(message) for problem in error.value.problems), error.value.problems
 
 

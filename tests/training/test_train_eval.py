@@ -17,18 +17,11 @@ from torch import nn
 
 from workflow_fixtures import tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.data.batch import Batch
-from yt8m.io.checkpoints import (
-    build_model_from_checkpoint,
-    final_checkpoint,
-    init_from_checkpoint,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-)
+from yt8m.models.checkpoints import build_model_from_checkpoint, init_from_checkpoint
+from yt8m.io.checkpoints import (final_checkpoint, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint)
 from yt8m.config import TrainConfig
 from yt8m.tasks.video import VIDEO_METRICS
-from yt8m.training.best_models import list_exports, read_export_metrics
+from yt8m.io.checkpoints import list_exports, read_export_metrics
 from yt8m.training.optim import build_optimizer
 from yt8m.training import TrainEvent, fit, train
 

@@ -14,7 +14,8 @@ from torch import nn
 
 from workflow_fixtures import tiny_data, tiny_train_config  # noqa: F401  (fixture)
 from yt8m.data.batch import Batch
-from yt8m.io.checkpoints import build_model_from_checkpoint, final_checkpoint, list_checkpoints, load_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
+from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig, load_config
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.evaluate import evaluate_model

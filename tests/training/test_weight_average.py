@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixture)
-from yt8m.io.checkpoints import build_model_from_payload, final_checkpoint, load_checkpoint
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.tasks.video import task_from_config

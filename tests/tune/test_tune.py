@@ -197,7 +197,7 @@ def test_when_makes_a_field_conditional(tmp_path, shards):
     assert logistic == {"model": "LogisticModel", "base_learning_rate": 0.01}
     assert moe["moe_num_mixtures"] == 3
     config = spec.trial_config(moe, str(tmp_path / "trial"))
-    assert (config.model, config.moe_num_mixtures, config.num_classes) == ("MoeModel", 3, NUM_CLASSES)
+    assert (config.model, config.model_hparams["moe_num_mixtures"], config.num_classes) == ("MoeModel", 3, NUM_CLASSES)
     assert config.start_new_model and config.train_dir == str(tmp_path / "trial")
 
 

@@ -12,14 +12,17 @@ from typing import Sequence
 from yt8m.config import EvalConfig, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.models.registry import hparam_fields
 from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="yt8m eval", description=__doc__.splitlines()[0])
     add_config_file_argument(parser)
-    add_config_arguments(parser, EvalConfig)
-    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False)
+    hparams = hparam_fields()
+    add_config_arguments(parser, EvalConfig, extra=hparams)
+    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False,
+                                 extra_names=[field.name for field, _ in hparams])
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
     for result in evaluate_checkpoints(config, given):
         if env_rank() == 0:

@@ -11,16 +11,21 @@ from typing import Sequence
 
 from yt8m.config import TrainConfig, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
+from yt8m.models.registry import hparam_fields
 from yt8m.runtime import setup_logging
 from yt8m.training import train
+from yt8m.training.checks import train_config_problems
 
 
 def parse_args(argv: Sequence[str]) -> TrainConfig:
-    """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed config."""
+    """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed and checked config (every problem of
+    the file and the flags in one error); each model hyper-parameter is a flag of its own name."""
     parser = argparse.ArgumentParser(prog="yt8m train", description=__doc__)
     add_config_file_argument(parser)
-    add_config_arguments(parser, TrainConfig)
-    return parse_config(TrainConfig, parser.parse_args(argv))[0]
+    hparams = hparam_fields()
+    add_config_arguments(parser, TrainConfig, extra=hparams)
+    return parse_config(TrainConfig, parser.parse_args(argv), checks=train_config_problems,
+                        extra_names=[field.name for field, _ in hparams])[0]
 
 
 def main(argv: Sequence[str]) -> int:
@@ -28,7 +33,7 @@ def main(argv: Sequence[str]) -> int:
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
     if config.num_gpu > 1 and not launched_by_torchrun():
         relaunch_for_gpus(argv, config.num_gpu)
-    summary = train(config)
+    summary = train(config, checked=True)
     if env_rank() == 0:
         print(json.dumps(summary), flush=True)
     if launched_by_torchrun():

@@ -1,5 +1,6 @@
 """What `yt8m inspect` shows of TFRecord shards: each record parsed as stored (`RecordSource`), as one JSON object
-(`record_json`), or counted into a human summary (`Summary`, `summary_lines`)."""
+(`record_json`), or counted into a human summary (`Summary`, `summary_lines`); and where a video lies in shards
+(`find_video`), for error messages."""
 
 from __future__ import annotations
 
@@ -155,3 +156,29 @@ def summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str]
     if skipped:
         lines.append(f"corrupt files skipped after their last good record: {len(skipped)} ({', '.join(skipped)})")
     return lines
+
+
+def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]:
+    """Where the records of `video_id` lie in `paths` ("FILE (record at byte N)"), at most `limit`, for error
+    messages: a scan of the files, made only once something is wrong; damaged records are passed over."""
+    needle, found = video_id.encode(), []
+    for path in paths:
+        try:
+            for offset, payload in read_records(path):
+                if needle in payload and _record_id(payload) == needle:
+                    found.append(f"{path} (record at byte {offset})")
+                    if len(found) == limit:
+                        return found
+        except CorruptRecordError:
+            continue  # the rest of that file cannot be read
+    return found
+
+
+def _record_id(payload: bytes) -> Optional[bytes]:
+    try:
+        record = parse_record(payload)
+    except ValueError:
+        return None
+    ids = record.get("features", record.get("context", {}))
+    found = ids.get("id", ids.get("video_id"))
+    return found[0] if isinstance(found, list) and len(found) == 1 else None

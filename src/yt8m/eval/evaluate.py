@@ -16,27 +16,21 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from yt8m.io import storage
-from yt8m.io.checkpoints import (build_model_from_payload, differing_fields, final_checkpoint, latest_checkpoint,
-                             load_checkpoint, load_latest_checkpoint)
-from yt8m.config import (
-    MODEL_IDENTITY_FIELDS,
-    DataConfig,
-    EvalConfig,
-    ModelConfig,
-    TrainConfig,
-    config_problems,
-    field_names,
-    load_config,
-    shown,
-)
+from yt8m.config import (MODEL_IDENTITY_FIELDS, DataConfig, EvalConfig, TrainConfig, config_problems, differing_fields,
+                         field_names, load_config, shown)
 from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
                                rank_and_world_size, training_device)
+from yt8m.io import storage
+from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
+from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.models.base import forward
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.models.registry import known_model, model_hparams, resolve_hparams
 from yt8m.runtime import reader_workers, resolve_device
-from yt8m.tasks.video import Task, task_from_config
-from yt8m.training.summaries import summary_writer, write_scalars
+from yt8m.tasks.base import Task
+from yt8m.tasks.losses import LOSSES
+from yt8m.tasks.video import task_from_config, task_problems
 
 log = logging.getLogger("yt8m.eval")
 # Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
@@ -96,17 +90,36 @@ def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
     if not storage.exists(path):
         raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = load_config(TrainConfig, path)
-    identity = [name for name in dict.fromkeys([*MODEL_IDENTITY_FIELDS, *field_names(ModelConfig)]) if name in given]
+    identity = [name for name in MODEL_IDENTITY_FIELDS if name in given]
     problems = [f"--{name}: given {shown(new)}, {path} has {shown(old)}"
                 for name, old, new in differing_fields(trained, config, identity)]
+    problems += _hparam_differences(trained, config, path)
     if problems:
         problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
-    inherited = set(field_names(DataConfig)) | set(field_names(ModelConfig)) | {"label_loss"}
-    resolved = dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given})
-    problems += config_problems(resolved)
+    inherited = set(field_names(DataConfig)) | {"model", "label_loss"}
+    resolved = dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given},
+                                   model_hparams=trained.model_hparams)
+    problems += config_problems(resolved) + eval_config_problems(resolved)
     if problems:
         raise ValueError(f"the eval config for {config.train_dir} is invalid:\n  " + "\n  ".join(problems))
     return resolved
+
+
+def _hparam_differences(trained: TrainConfig, config: EvalConfig, path: str) -> list[str]:
+    """The model hyper-parameters given to eval (they must agree with the train dir's) that differ from it."""
+    if not config.model_hparams or known_model(trained.model):
+        return []
+    typed, problems, _ = resolve_hparams(trained.model, config.model_hparams, "eval flags")
+    stored = model_hparams(trained.model, trained)
+    return problems + [f"--{name}: given {shown(typed[name])}, {path} has {shown(stored[name])}"
+                       for name in config.model_hparams if name in stored and typed.get(name) != stored[name]]
+
+
+def eval_config_problems(config: EvalConfig) -> list[str]:
+    """The checks of an eval config beyond its fields' own: its loss, and what its task asks of it."""
+    if config.label_loss not in LOSSES:
+        return [f"--label_loss must be one of {', '.join(LOSSES)}, got {config.label_loss!r}"]
+    return task_problems(config.segment_labels, config.label_loss)
 
 
 def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequence[str]) -> str:

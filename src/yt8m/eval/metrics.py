@@ -33,6 +33,11 @@ import torch
 from yt8m.io.spill import SortedRuns
 
 # Rows handled per step: a chunk of scores and labels stays in cache between its passes.
+# Which way is better for each validation metric a task reports (yt8m.tasks): picks the best model, drives early
+# stopping and the tuning objective's direction.
+HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
+                    "segment_map": True, "loss": False}
+
 _CHUNK_ROWS = 128
 # About this many interleaved column blocks bound each row's top-k (see _candidates).
 _TARGET_BLOCKS = 64

@@ -31,7 +31,8 @@ from yt8m.config import ConfigError, EnsembleConfig, config_problems
 from yt8m.io.files import write_file_atomically
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import unmatched
-from yt8m.inference.predict import Predictor, find_video, load_model_predictor, read_jsonl_predictions, write_predictions
+from yt8m.inference.predict import Predictor, load_model_predictor, read_jsonl_predictions, write_predictions
+from yt8m.data.inspection import find_video
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 
 log = logging.getLogger("yt8m.inference.ensemble")

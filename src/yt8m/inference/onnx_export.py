@@ -19,11 +19,13 @@ from torch import nn
 from yt8m import __version__
 
 from yt8m.io import storage
-from yt8m.io.checkpoints import build_model_from_payload, load_checkpoint
-from yt8m.config import ModelConfig, TrainConfig
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.io.checkpoints import load_checkpoint
+from yt8m.config import TrainConfig
 from yt8m.optional import require
 from yt8m.io.files import copy_file_atomically, write_file_atomically
 from yt8m.models.model_size import ModelSize, model_size
+from yt8m.models.registry import model_hparams
 
 log = logging.getLogger("yt8m.export")
 
@@ -150,7 +152,7 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
     graph = onnx.load(model_path, load_external_data=False).graph
     return {
         "format": METADATA_FORMAT, "yt8m_version": __version__, "model_file": os.path.basename(model_path),
-        "model": config.model, "model_config": {f.name: getattr(config, f.name) for f in dataclasses.fields(ModelConfig)},
+        "model": config.model, "model_config": {"model": config.model, **model_hparams(config.model, config)},
         "feature_names": config.feature_names, "feature_sizes": config.feature_sizes, "frame_features": config.frame_features,
         "max_frames": config.max_frames, "num_classes": config.num_classes, "global_step": step,
         "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint, "opset": opset,

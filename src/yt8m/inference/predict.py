@@ -20,12 +20,14 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
 import torch
 from torch import nn
 
-from yt8m.io.checkpoints import build_model_from_payload, load_latest_checkpoint
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.config import ConfigError, PredictConfig, config_problems
 from yt8m.distributed.ranks import (all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream,
                                training_device)
 from yt8m.io.files import write_file_atomically
 from yt8m.data.batch import Batch
+from yt8m.data.inspection import find_video
 from yt8m.models.base import forward
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
@@ -156,36 +158,6 @@ def check_finite(predictions: torch.Tensor, video_ids: Sequence[str], output_fil
 def _duplicate_message(duplicate: Duplicate, output_file: str, locate: Optional[Locator]) -> str:
     return (f"{output_file}: video {duplicate.key!r} would be written twice, on lines {duplicate.first_line} and "
             f"{duplicate.line}{_where(duplicate.key, locate)}: each video must appear once")
-
-
-def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]:
-    """Where the records of `video_id` lie in `paths` ("FILE (record at byte N)"), at most `limit`, for error
-    messages: a scan of the files, made only once something is wrong; damaged records are passed over."""
-    from yt8m.data.tfrecord import CorruptRecordError, read_records
-
-    needle, found = video_id.encode(), []
-    for path in paths:
-        try:
-            for offset, payload in read_records(path):
-                if needle in payload and _record_id(payload) == needle:
-                    found.append(f"{path} (record at byte {offset})")
-                    if len(found) == limit:
-                        return found
-        except CorruptRecordError:
-            continue  # the rest of that file cannot be read
-    return found
-
-
-def _record_id(payload: bytes) -> Optional[bytes]:
-    from yt8m.data.decode import parse_record
-
-    try:
-        record = parse_record(payload)
-    except ValueError:
-        return None
-    ids = record.get("features", record.get("context", {}))
-    found = ids.get("id", ids.get("video_id"))
-    return found[0] if isinstance(found, list) and len(found) == 1 else None
 
 
 def checkpoint_predictor(model: nn.Module, device: torch.device) -> Predictor:

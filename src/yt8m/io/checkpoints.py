@@ -1,4 +1,5 @@
-"""Training checkpoints: atomic writes, the newest N kept, a marker for the final one, safe loading.
+"""A train dir's files: checkpoints (atomic writes, the newest N kept, a marker for the final one, safe loading) and
+the exports of train-and-evaluate (export/best, latest, final), read by eval, predict, export and teachers.
 
 Everything stored is loadable with `torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts.
 """
@@ -6,24 +7,24 @@ Everything stored is loadable with `torch.load(weights_only=True)`: tensors, num
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
-import random
 import re
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from yt8m.io import storage
-from yt8m.config import TrainConfig, config_from_dict
 from yt8m.io.files import atomic_writer, write_file_atomically
-from yt8m.models import create_model_from_config
 
 CHECKPOINT_FORMAT = "yt8m-checkpoint-1"
 FINAL_MARKER = "final"
 _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
+
+EXPORT_DIR = "export"
+METRICS_FILE = "metrics.json"
+MODEL_SIZE_FILE = "model_size.json"  # the model's parameters and MB (yt8m.models.model_size), written by `yt8m train`
 
 log = logging.getLogger(__name__)
 
@@ -131,100 +132,32 @@ def load_latest_checkpoint(train_dir: str, map_location: str | torch.device = "c
     return None
 
 
-def checkpoint_config(payload: dict[str, Any], path: str) -> TrainConfig:
-    return config_from_dict(TrainConfig, payload["config"], source=f"{path} (config)", check_values=False)
 
 
-def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu", task: str = ""
-                                ) -> tuple[torch.nn.Module, TrainConfig, int]:
-    """The checkpoint's model with its weights, in eval mode, plus its training config and step; of a multi-task
-    checkpoint the head of `task` (default: its first), the config that task's."""
-    return build_model_from_payload(load_checkpoint(path, map_location=device), path, device, task)
+# Exports of a train-and-evaluate run (written by yt8m.training.best_models): each a small train dir, complete once its
+# metrics.json is there.
+
+def export_root(train_dir: str, kind: str) -> str:
+    return os.path.join(train_dir, EXPORT_DIR, kind)
 
 
-def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu", task: str = ""
-                             ) -> tuple[torch.nn.Module, TrainConfig, int]:
-    """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
-    config = checkpoint_config(payload, path)
-    if payload.get("tasks"):
-        from yt8m.models.multihead import task_head_model
-
-        model, config, _ = task_head_model(payload, config, task, path)
-    elif task:
-        raise ValueError(f"--task {task}: {path} was trained on a single task (no tasks)")
-    else:
-        model = create_model_from_config(config)
-        model.load_state_dict(payload["model"])
-    model.to(device).eval()
-    return model, config, int(payload["progress"]["step"])
+def export_path(train_dir: str, kind: str, step: int) -> str:
+    """The export of `step` under `kind` ("best" or "latest"); "final" has one export, with no step folder."""
+    root = export_root(train_dir, kind)
+    return root if kind == "final" else os.path.join(root, f"{step:08d}")
 
 
-@dataclass
-class InitReport:
-    """What `init_from_checkpoint` loaded: the model's tensors taken, those left as initialized (and why),
-    and the checkpoint's tensors no model tensor matched."""
-
-    source: str
-    loaded: list[str]
-    not_loaded: dict[str, str]
-    unused: list[str]
-
-    def log(self, logger: logging.Logger) -> None:
-        total = len(self.loaded) + len(self.not_loaded)
-        logger.info("--init_from %s: loaded %d of %d tensors: %s", self.source, len(self.loaded), total,
-                    ", ".join(self.loaded) or "none")
-        if self.not_loaded:
-            logger.warning("--init_from %s: not loaded (kept their initialization): %s", self.source,
-                           "; ".join(f"{name} ({why})" for name, why in self.not_loaded.items()))
-        if self.unused:
-            logger.info("--init_from %s: checkpoint tensors the model has no place for: %s", self.source,
-                        ", ".join(self.unused))
+def exported_checkpoint(train_dir: str, kind: str, step: int) -> str:
+    return checkpoint_path(export_path(train_dir, kind, step), step)
 
 
-def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
-    """Copy into `model` the checkpoint tensors whose names and shapes match; `source` is a checkpoint file
-    or a train dir (its latest checkpoint)."""
-    found = load_latest_checkpoint(source) if storage.isdir(source) else (source, load_checkpoint(source))
-    if found is None:
-        raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
-    path, saved = found[0], found[1]["model"]
-    own = model.state_dict()
-    loaded, not_loaded = [], {}
-    for name, tensor in own.items():
-        if name not in saved:
-            not_loaded[name] = "not in the checkpoint"
-        elif saved[name].shape != tensor.shape:
-            not_loaded[name] = f"shape {list(saved[name].shape)} in the checkpoint, {list(tensor.shape)} here"
-        else:
-            loaded.append(name)
-    model.load_state_dict({name: saved[name] for name in loaded}, strict=False)
-    return InitReport(path, loaded, not_loaded, [name for name in saved if name not in own])
+def list_exports(train_dir: str, kind: str) -> list[tuple[int, str]]:
+    """(step, folder) of the complete exports of one kind, oldest first."""
+    root = export_root(train_dir, kind)
+    return sorted((int(name), os.path.join(root, name)) for name in storage.listdir(root)
+                  if name.isdigit() and storage.exists(os.path.join(root, name, METRICS_FILE)))
 
 
-def differing_fields(old: Any, new: Any, names: Sequence[str]) -> list[tuple[str, Any, Any]]:
-    """(name, old value, new value) of each named config field that differs."""
-    return [(name, getattr(old, name), getattr(new, name)) for name in names if getattr(old, name) != getattr(new, name)]
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Every RNG a training step may draw from, as tensors and plain lists."""
-    version, internal, gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": [version, list(internal), gauss],
-        "numpy": [np_name, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_has_gauss), float(np_gauss)],
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
-    np.random.set_state((np_name, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def read_export_metrics(folder: str) -> dict[str, Any]:
+    with storage.open_file(os.path.join(folder, METRICS_FILE), "r") as fh:
+        return json.load(fh)

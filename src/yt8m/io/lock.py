@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from yt8m.io.checkpoints import checkpoint_dir
-from yt8m.training.best_models import EXPORT_DIR
+from yt8m.io.checkpoints import EXPORT_DIR
 from yt8m.io.files import remove_temporaries
 
 LOCK_FILE = ".yt8m-train.lock"

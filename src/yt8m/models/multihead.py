@@ -12,16 +12,19 @@ shape the features another task's head uses.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m.models import create_model, hparam_names, model_hparams
-from yt8m.models.registry import create_classifier
 from yt8m.models.base import BaseModel, starter_linear
-from yt8m.tasks.spec import TaskSpec
+from yt8m.models.registry import create_classifier, create_model, hparam_names, model_hparams
+
+
+# The starter kit's --video_level_classifier_model default: the heads of a frame model that has no such flag.
+STARTER_CLASSIFIER = "MoeModel"
 
 
 class Trunk(nn.Module):
@@ -95,40 +98,64 @@ class HeadView(nn.Module):
         return {"logits": output["logits"][self.head], "predictions": output["predictions"][self.head]}
 
 
-def build_multitask_model(config: Any, specs: list[TaskSpec]) -> MultiTaskModel:
-    """The model a train config and its resolved tasks (num_classes known) describe."""
+@dataclass
+class Head:
+    """What the model needs of a task: its name, the head it reads (its own name, or the task whose head it shares),
+    that head's video-level model and hyper-parameters (empty: the defaults), and its number of classes. Made from a
+    resolved task (yt8m.tasks.spec.TaskSpec) or from a checkpoint's record of it."""
+
+    name: str
+    head: str
+    head_model: str
+    head_hparams: dict[str, Any]
+    num_classes: int
+
+    @classmethod
+    def of(cls, task: Any) -> "Head":
+        """The head of a TaskSpec, or of a checkpoint's dict of one."""
+        values = task if isinstance(task, dict) else dataclasses.asdict(task)
+        return cls(*(values[field.name] for field in dataclasses.fields(cls)))
+
+
+def build_multitask_model(config: Any, tasks: Sequence[Any]) -> MultiTaskModel:
+    """The model a train config and its resolved tasks (TaskSpecs or Heads, num_classes known) describe."""
+    heads_of = [Head.of(task) if not isinstance(task, Head) else task for task in tasks]
     feature_size = sum(config.feature_sizes)
+    chosen = model_hparams(config.model, config)
     base = None
     if config.frame_features:
-        base = create_model(config.model, feature_size, 1, modality_sizes=config.feature_sizes,
-                            **model_hparams(config.model, config))
+        base = create_model(config.model, feature_size, 1, modality_sizes=config.feature_sizes, **chosen)
         setattr(base, base.classifier_name, None)  # the heads replace it
     trunk = Trunk(base, feature_size, config.trunk_hidden_sizes)
-    default_head = config.video_level_classifier_model if config.frame_features else config.model
-    heads = {}
-    for spec in specs:
-        if spec.head != spec.name:
-            continue
-        head_model = spec.head_model or default_head
-        unknown = sorted(set(spec.head_hparams) - set(hparam_names(head_model)))
-        if unknown:
-            raise ValueError(f"task {spec.name}: head_hparams {', '.join(unknown)} are not hyper-parameters of "
-                             f"{head_model} (it has: {', '.join(hparam_names(head_model))})")
-        hparams = {**model_hparams(head_model, config), **spec.head_hparams}
-        heads[spec.name] = create_classifier(head_model, trunk.output_size, spec.num_classes, **hparams)
-    return MultiTaskModel(trunk, heads, {spec.name: spec.head for spec in specs})
+    default_head = chosen.get("video_level_classifier_model", STARTER_CLASSIFIER) if config.frame_features \
+        else config.model
+    heads = {head.name: _head_model(head, config, default_head, trunk.output_size)
+             for head in heads_of if head.head == head.name}
+    return MultiTaskModel(trunk, heads, {head.name: head.head for head in heads_of})
 
 
-def task_head_model(payload: dict[str, Any], config: Any, task: str, path: str) -> tuple[HeadView, Any, TaskSpec]:
-    """One task's head of a multi-task checkpoint's model (weights loaded), the config as that task's single-task
-    config (its num_classes and label kind) and the task; `task` "" is the first task."""
-    specs = [TaskSpec(**spec) for spec in payload["tasks"]]
-    names = [spec.name for spec in specs]
+def _head_model(head: Head, config: Any, default_head: str, feature_size: int) -> BaseModel:
+    """The head's classifier: its model's hyper-parameters from the config where they are the chosen model's too
+    (moe_num_mixtures of a frame model's classifier), its own defaults elsewhere, `head_hparams` over both."""
+    head_model = head.head_model or default_head
+    unknown = sorted(set(head.head_hparams) - set(hparam_names(head_model)))
+    if unknown:
+        raise ValueError(f"task {head.name}: head_hparams {', '.join(unknown)} are not hyper-parameters of "
+                         f"{head_model} (it has: {', '.join(hparam_names(head_model))})")
+    hparams = {**model_hparams(head_model, config), **head.head_hparams}
+    return create_classifier(head_model, feature_size, head.num_classes, **hparams)
+
+
+def task_head_model(payload: dict[str, Any], config: Any, task: str, path: str) -> tuple[HeadView, Any]:
+    """One task's head of a multi-task checkpoint's model (weights loaded), and the config as that task's
+    single-task config (its num_classes and label kind); `task` "" is the first task."""
+    recorded = payload["tasks"]
+    names = [entry["name"] for entry in recorded]
     name = task or names[0]
     if name not in names:
         raise ValueError(f"--task {name}: {path} has no such task (its tasks: {', '.join(names)})")
-    model = build_multitask_model(config, specs)
+    model = build_multitask_model(config, recorded)
     model.load_state_dict(payload["model"])
-    spec = specs[names.index(name)]
-    return HeadView(model, name), dataclasses.replace(config, num_classes=spec.num_classes,
-                                                      segment_labels=spec.segments), spec
+    entry = recorded[names.index(name)]
+    return HeadView(model, name), dataclasses.replace(config, num_classes=entry["num_classes"],
+                                                      segment_labels=entry["label_source"] == "segments")

@@ -1,5 +1,5 @@
 """Models by their class names (`--model MoeModel`), each registered with the dataclass of its hyper-parameters:
-their names, defaults, help and valid values, from which `ModelConfig` and its flags are made."""
+their names, defaults, help and valid values, which are the model's config fields and flags."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import inspect
 import typing
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
+from yt8m.config import ConfigError, config_from_dict
 from yt8m.fields import closest
 from yt8m.models.base import BaseModel
 
@@ -19,7 +20,7 @@ _HPARAMS: dict[str, type] = {}
 def register_model(hparams: type) -> Callable[[M], M]:
     """Class decorator: make the model available by its class name, with `hparams` (a dataclass) as its
     hyper-parameters; its constructor takes exactly those, with the same defaults, after (feature_size, num_classes).
-    A field another model also has must agree with it in type and default: they are one flag."""
+    A field another model also has must agree with it in type (they are one flag); its default is the model's own."""
     def register(cls: M) -> M:
         if cls.__name__ in _MODELS:
             raise ValueError(f"a model named {cls.__name__} is already registered")
@@ -43,13 +44,12 @@ def _check_constructor(cls: type, hparams: type) -> None:
 
 
 def _check_shared_fields(name: str, hparams: type) -> None:
-    known = {f.name: (f, kind) for f, kind in hparam_fields()}
+    known = {f.name: kind for f, kind in hparam_fields()}
     types = typing.get_type_hints(hparams)
     for new in dataclasses.fields(hparams):
-        old, kind = known.get(new.name, (new, types[new.name]))
-        if kind != types[new.name] or old.default != new.default:
-            raise TypeError(f"{name}'s hyper-parameter {new.name} differs from another model's in type or default: "
-                            "a name is one flag")
+        if known.get(new.name, types[new.name]) != types[new.name]:
+            raise TypeError(f"{name}'s hyper-parameter {new.name} differs from another model's in type: a name is "
+                            "one flag")
 
 
 def list_models() -> list[str]:
@@ -73,13 +73,28 @@ def hparam_names(name: str) -> list[str]:
 
 
 def hparam_fields() -> list[tuple[dataclasses.Field, Any]]:
-    """(field, type) of every registered model's hyper-parameters, one per name, in registration order."""
+    """(field, type) of every registered model's hyper-parameters, one per name (its flag), in registration order;
+    where models give a name different defaults, the field's `shown_default` says which model has which."""
     seen: dict[str, tuple[dataclasses.Field, Any]] = {}
-    for cls in _HPARAMS.values():
+    defaults: dict[str, dict[str, Any]] = {}
+    for model, cls in _HPARAMS.items():
         types = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             seen.setdefault(f.name, (f, types[f.name]))
-    return list(seen.values())
+            defaults.setdefault(f.name, {})[model] = f.default
+    return [(_with_shown_default(f, defaults[f.name]), kind) for f, kind in seen.values()]
+
+
+def _with_shown_default(f: dataclasses.Field, by_model: dict[str, Any]) -> dataclasses.Field:
+    if len(set(map(repr, by_model.values()))) == 1:
+        return f
+    groups: dict[str, list[str]] = {}
+    for model, default in by_model.items():
+        groups.setdefault(repr(default), []).append(model)
+    shown = "; ".join(f"{value} for {', '.join(models)}" for value, models in groups.items())
+    field = dataclasses.field(default=f.default, metadata={**f.metadata, "shown_default": f"the model's: {shown}"})
+    field.name = f.name
+    return field
 
 
 def create_model(name: str, feature_size: int, num_classes: int, modality_sizes: Optional[Sequence[int]] = None,
@@ -97,7 +112,7 @@ def create_model(name: str, feature_size: int, num_classes: int, modality_sizes:
 
 
 def create_model_from_config(config: Any) -> BaseModel:
-    """The model a ModelConfig (or a config holding its fields, and feature_sizes and num_classes) describes."""
+    """The model a config (`model`, `model_hparams`, `feature_sizes`, `num_classes`) describes."""
     return create_model(config.model, sum(config.feature_sizes), config.num_classes,
                         modality_sizes=config.feature_sizes, **model_hparams(config.model, config))
 
@@ -107,8 +122,27 @@ def is_frame_level(name: str) -> bool:
 
 
 def model_hparams(name: str, config: Any) -> dict[str, Any]:
-    """The fields of `config` (a ModelConfig or subclass) that this model uses."""
-    return {field: getattr(config, field) for field in hparam_names(name)}
+    """The hyper-parameters of model `name` in `config.model_hparams`, each missing one at the model's default."""
+    given = config.model_hparams
+    return {f.name: given.get(f.name, f.default) for f in dataclasses.fields(hparams_class(name))}
+
+
+def resolve_hparams(name: str, given: dict[str, Any], source: str,
+                    known_fields: Sequence[str] = ()) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Model `name`'s hyper-parameters from `given` (text from flags, or values): (all of them typed, at the model's
+    defaults where not given; problems: an ill-typed or invalid value, a name no model has, suggesting among the
+    hyper-parameters and `known_fields`; the given names of other models' hyper-parameters, which `name` ignores)."""
+    everyone = {f.name for f, _ in hparam_fields()}
+    own = set(hparam_names(name))
+    unknown = sorted(set(given) - everyone)
+    problems = [f"{source}: unknown field '{key}'{closest(key, sorted(everyone | set(known_fields)))}"
+                for key in unknown]
+    try:
+        typed = config_from_dict(hparams_class(name), {key: value for key, value in given.items() if key in own},
+                                 source=source)
+    except ConfigError as err:
+        return {}, problems + err.problems, []
+    return dataclasses.asdict(typed), problems, sorted(set(given) & everyone - own)
 
 
 def known_model(name: str) -> Optional[str]:

@@ -12,6 +12,9 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 import torch
 
+from yt8m.data.batch import Batch
+from yt8m.tasks.base import Output
+
 
 @dataclass
 class VocabularyMapping:
@@ -67,21 +70,25 @@ class LabelMappedTask:
     def __init__(self, task: Any, mapping: Callable[[torch.Tensor], torch.Tensor]):
         self.task, self.mapping = task, mapping
         self.metric_names, self.num_classes = task.metric_names, task.num_classes
+        self.reads_segments = task.reads_segments
 
-    def mapped(self, batch: dict) -> dict:
+    def mapped(self, batch: Batch) -> Batch:
         return dataclasses.replace(batch, labels=self.mapping(batch.labels))
 
-    def loss(self, output: dict[str, torch.Tensor], batch: dict) -> torch.Tensor:
+    def loss(self, output: Output, batch: Batch) -> torch.Tensor:
         return self.task.loss(output, self.mapped(batch))
 
     def metrics(self) -> ContextManager:
         return self.task.metrics()
 
-    def accumulate(self, metrics: Any, predictions: np.ndarray, batch: dict, loss: float) -> None:
+    def accumulate(self, metrics: Any, predictions: np.ndarray, batch: Batch, loss: float) -> None:
         self.task.accumulate(metrics, predictions, self.mapped(batch), loss)
 
     def results(self, metrics: Any, source: str) -> dict[str, Any]:
         return self.task.results(metrics, source)
 
-    def batch_metrics(self, predictions: torch.Tensor, batch: dict) -> dict[str, float]:
+    def batch_metrics(self, predictions: torch.Tensor, batch: Batch) -> dict[str, float]:
         return self.task.batch_metrics(predictions, self.mapped(batch))
+
+    def judged(self) -> "LabelMappedTask":
+        return self

@@ -1,5 +1,7 @@
-"""The `tasks:` section of a train config (TaskConfig, one per task) and the --aux_vertical_weight shorthand, checked
-whole and resolved against the main flags into TaskSpecs: what each task reads, learns, and is judged on.
+"""What a run's tasks are: the `tasks:` section of a train config (TaskConfig, one per task) and its shorthands
+(--aux_vertical_weight; --teacher, a teacher on the run's one task), checked whole and resolved against the main
+flags into TaskSpecs: what each task reads, learns, and is judged on. A config without tasks is a run of one task,
+unnamed, whose metrics keep their plain names.
 """
 
 from __future__ import annotations
@@ -7,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from yt8m.config import ConfigError, config_from_dict
+from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
+from yt8m.tasks.losses import LOSSES
+from yt8m.tasks.teacher import DISTILL_LOSSES
+from yt8m.tasks.video import task_problems as label_task_problems
 
 LABEL_SOURCES = ("labels", "vocabulary", "segments", "teacher")
 HEAD_KINDS = ("own", "shared")
@@ -17,20 +24,14 @@ DEFAULT_VOCABULARY_COLUMN = "Vertical1"
 
 
 def _loss_names() -> list[str]:
-    from yt8m.tasks.losses import LOSSES
-
     return list(LOSSES)
 
 
 def _distill_losses() -> list[str]:
-    from yt8m.tasks.teacher import DISTILL_LOSSES
-
     return list(DISTILL_LOSSES)
 
 
 def _metric_names() -> list[str]:
-    from yt8m.training.validation import HIGHER_IS_BETTER
-
     return list(HIGHER_IS_BETTER)
 
 
@@ -86,7 +87,8 @@ class TaskConfig:
 
 @dataclass
 class TaskSpec:
-    """A task resolved against the main flags: every default filled in (num_classes once the data is read)."""
+    """A task resolved against the main flags: every default filled in (num_classes once the data is read). The one
+    task of a config without tasks has the name "": its metrics keep their plain names (gap, not main/gap)."""
 
     name: str
     train_data_pattern: str
@@ -106,6 +108,7 @@ class TaskSpec:
     teacher: str = ""
     distill_temperature: float = 1.0
     distill_loss: str = "binary"
+    distill_weight: float = 1.0  # of the teacher's loss beside the labels' (1 for label_source teacher: its alone)
 
     @property
     def segments(self) -> bool:
@@ -113,7 +116,17 @@ class TaskSpec:
 
     @property
     def metric_key(self) -> str:
-        return f"{self.name}/{self.metric}"
+        return key_of(self.name, self.metric)
+
+    def field(self, name: str) -> str:
+        """How a problem names one of the task's fields: as the flag of a config without tasks, else in its entry."""
+        flags = {"loss": "--label_loss", "metric": "--best_metric", "teacher": "--teacher"}
+        return flags[name] if not self.name else f"task {self.name}: {name}"
+
+
+def key_of(task: str, metric: str) -> str:
+    """A metric's key in a run's results: TASK/METRIC, or METRIC for the one task of a run without tasks."""
+    return f"{task}/{metric}" if task else metric
 
 
 def is_multitask(config: Any) -> bool:
@@ -134,8 +147,6 @@ def task_entries(config: Any) -> list[dict[str, Any]]:
 
 def parse_task_configs(config: Any) -> tuple[list[TaskConfig], list[str]]:
     """Each entry as a TaskConfig, and every problem of every entry (named by its position and name)."""
-    from yt8m.config import ConfigError, config_from_dict
-
     tasks, problems = [], []
     for index, entry in enumerate(task_entries(config)):
         if not isinstance(entry, dict):
@@ -151,11 +162,26 @@ def parse_task_configs(config: Any) -> tuple[list[TaskConfig], list[str]]:
 
 
 def resolve_tasks(config: Any) -> list[TaskSpec]:
-    """The config's tasks with the main flags filled in; a ValueError lists every problem (see task_problems)."""
+    """The config's tasks with the main flags filled in (a config without tasks: its one task); a ValueError lists
+    every problem of the entries (see task_problems for the rest)."""
+    if not is_multitask(config):
+        return [the_one_task(config)]
     tasks, problems = parse_task_configs(config)
     if problems:
         raise ValueError("invalid tasks:\n  " + "\n  ".join(problems))
     return [_resolve(task, config, tasks[0].name) for task in tasks]
+
+
+def the_one_task(config: Any) -> TaskSpec:
+    """The task of a config without tasks: the main data's labels (or segment ratings), the main flags' loss and
+    classes, --best_metric its metric, and --teacher's distillation when given."""
+    return TaskSpec(
+        name="", train_data_pattern=config.train_data_pattern, eval_data_pattern=config.eval_data_pattern,
+        label_source="segments" if config.segment_labels else "labels", vocabulary_file="", vocabulary_column="",
+        num_classes=config.num_classes, head="", head_model="", head_hparams={}, loss=config.label_loss, weight=1.0,
+        metric=config.best_metric, validate=True, teacher=config.teacher,
+        distill_temperature=config.distill_temperature, distill_loss=config.distill_loss,
+        distill_weight=config.distill_weight)
 
 
 def reads_segments(label_source: str, train_data_pattern: str, config: Any) -> bool:
@@ -180,14 +206,17 @@ def _resolve(task: TaskConfig, config: Any, first: str) -> TaskSpec:
         head=first if task.head == "shared" else task.name, head_model=task.head_model,
         head_hparams=dict(task.head_hparams), loss=task.loss or config.label_loss, weight=task.weight,
         metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate, teacher=task.teacher,
-        distill_temperature=task.distill_temperature, distill_loss=task.distill_loss)
+        distill_temperature=task.distill_temperature, distill_loss=task.distill_loss, distill_weight=1.0)
 
 
 def task_problems(config: Any) -> list[str]:
-    """Every problem of a train config's tasks that needs no data read: the entries' fields, names used twice,
-    a shared head of another size, a loss or metric the task lacks, --best_metric naming no task."""
-    from yt8m.tasks.video import task_problems as single_task_problems
-
+    """Every problem of a train config's tasks that needs no data read: the entries' fields, names used twice, a
+    shared head of another size, a loss or metric a task lacks, --best_metric naming no task (the teacher's fit is
+    yt8m.inference.teachers')."""
+    if not is_multitask(config):
+        spec = the_one_task(config)
+        return label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
+                                   spec.field("metric"))
     tasks, problems = parse_task_configs(config)
     if not tasks:
         return problems or ["tasks: the list is empty"]
@@ -195,35 +224,42 @@ def task_problems(config: Any) -> list[str]:
     names = [entry.get("name") for entry in task_entries(config) if isinstance(entry, dict) and entry.get("name")]
     problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
     for spec in specs:
-        where = f"task {spec.name}"
-        problems += [f"{where}: {problem.replace('--label_loss', 'loss').replace('--best_metric', 'metric')}"
-                     for problem in single_task_problems(spec.segments, spec.loss, spec.metric)]
-        if spec.label_source == "vocabulary" and not spec.vocabulary_file:
-            problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
-        if spec.segments and not config.frame_features:
-            problems.append(f"{where}: segment ratings are read from frame-level data: set --frame_features")
-        if spec.validate and config.eval_data_pattern and not spec.eval_data_pattern:
-            problems.append(f"{where}: validate needs eval_data_pattern (it trains on data of its own); or set "
-                            f"validate: false")
-        if spec.head != spec.name and spec.num_classes != specs[0].num_classes:
-            problems.append(f"{where}: head 'shared' reads task {spec.head}'s {specs[0].num_classes} classes, but "
-                            f"num_classes is {spec.num_classes}")
-    problems += best_metric_problems(config.best_metric, specs)
+        problems += _spec_problems(spec, specs[0], config)
+    return problems + best_metric_problems(config.best_metric, specs)
+
+
+def _known(loss: str) -> Optional[str]:
+    """A loss to check against the task, None for a name that is none (--label_loss's own check says so)."""
+    return loss if loss in LOSSES else None
+
+
+def _spec_problems(spec: TaskSpec, first: TaskSpec, config: Any) -> list[str]:
+    where = f"task {spec.name}"
+    problems = label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
+                                   spec.field("metric"))
+    if spec.label_source == "vocabulary" and not spec.vocabulary_file:
+        problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
+    if spec.segments and not config.frame_features:
+        problems.append(f"{where}: segment ratings are read from frame-level data: set --frame_features")
+    if spec.validate and config.eval_data_pattern and not spec.eval_data_pattern:
+        problems.append(f"{where}: validate needs eval_data_pattern (it trains on data of its own); or set "
+                        f"validate: false")
+    if spec.head != spec.name and spec.num_classes != first.num_classes:
+        problems.append(f"{where}: head 'shared' reads task {spec.head}'s {first.num_classes} classes, but "
+                        f"num_classes is {spec.num_classes}")
     return problems
 
 
 def best_metric_problems(best_metric: str, specs: list[TaskSpec]) -> list[str]:
-    from yt8m.tasks.video import task_problems as single_task_problems
-
     task, _, metric = best_metric.rpartition("/")
     names = [spec.name for spec in specs]
     if task and task not in names:
         return [f"--best_metric {best_metric}: no task is named {task!r} (tasks: {', '.join(names)})"]
     spec = specs[names.index(task)] if task else specs[0]
-    return [f"--best_metric {best_metric}: task {spec.name}: " + problem.removeprefix("--best_metric ")
-            for problem in single_task_problems(spec.segments, spec.loss, metric) if "best_metric" in problem]
+    return label_task_problems(spec.segments, None, metric,
+                               metric_field=f"--best_metric {best_metric}: task {spec.name}:")
 
 
 def best_metric_key(best_metric: str, specs: list[TaskSpec]) -> str:
-    """--best_metric as a TASK/METRIC key; a plain METRIC means the first task's."""
-    return best_metric if "/" in best_metric else f"{specs[0].name}/{best_metric}"
+    """--best_metric as the key of the results: TASK/METRIC; a plain METRIC means the first task's."""
+    return best_metric if "/" in best_metric else key_of(specs[0].name, best_metric)

@@ -1,5 +1,6 @@
-"""Training: `train(config)` runs a whole run (trainer.py), `fit` is its loop (loop.py); around them the in-training
-evaluation and exports (evaluation.py, exports.py), speed (meter.py) and summaries (summaries.py)."""
+"""Training: `train(config)` runs a whole run (trainer.py), built once by `build_run` (run.py) and stepped by `fit`
+(loop.py); around them the config's checks (checks.py), the data (data.py), in-training validation and the copies of
+the best models (validation.py, best_models.py), speed (meter.py) and summaries (summaries.py)."""
 
 from yt8m.training.loop import NonFiniteLossError, TrainEvent, TrainHook, fit
 from yt8m.training.trainer import train

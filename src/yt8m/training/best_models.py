@@ -14,34 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.io import storage
-from yt8m.io.checkpoints import checkpoint_dir, checkpoint_path
+from yt8m.io.checkpoints import (METRICS_FILE, MODEL_SIZE_FILE, checkpoint_dir, checkpoint_path, export_path, list_exports)
 from yt8m.io.files import copy_file_atomically, sync_directory, temporary_path, write_file_atomically
 
-EXPORT_DIR = "export"
-METRICS_FILE = "metrics.json"
-MODEL_SIZE_FILE = "model_size.json"  # the model's parameters and MB (yt8m.models.model_size), written by `yt8m train`
 RUN_FILES = ("config.yaml", MODEL_SIZE_FILE)  # what an export copies from its train dir
-
-
-def export_root(train_dir: str, kind: str) -> str:
-    return os.path.join(train_dir, EXPORT_DIR, kind)
-
-
-def export_path(train_dir: str, kind: str, step: int) -> str:
-    """The export of `step` under `kind` ("best" or "latest"); "final" has one export, with no step folder."""
-    root = export_root(train_dir, kind)
-    return root if kind == "final" else os.path.join(root, f"{step:08d}")
-
-
-def exported_checkpoint(train_dir: str, kind: str, step: int) -> str:
-    return checkpoint_path(export_path(train_dir, kind, step), step)
-
-
-def list_exports(train_dir: str, kind: str) -> list[tuple[int, str]]:
-    """(step, folder) of the complete exports of one kind, oldest first."""
-    root = export_root(train_dir, kind)
-    return sorted((int(name), os.path.join(root, name)) for name in storage.listdir(root)
-                  if name.isdigit() and storage.exists(os.path.join(root, name, METRICS_FILE)))
 
 
 def write_export(train_dir: str, kind: str, checkpoint: str, result: dict[str, Any]) -> str:
@@ -113,11 +89,6 @@ def link_or_copy(source: str, destination: str) -> None:
         os.link(source, destination)
     except OSError:  # another filesystem, or one without hard links
         copy_file_atomically(source, destination)
-
-
-def read_export_metrics(folder: str) -> dict[str, Any]:
-    with storage.open_file(os.path.join(folder, METRICS_FILE), "r") as fh:
-        return json.load(fh)
 
 
 @dataclass

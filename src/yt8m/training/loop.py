@@ -9,31 +9,29 @@ import dataclasses
 import itertools
 import logging
 import math
-import random
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Sequence
 
-import numpy as np
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from yt8m.io.checkpoints import capture_rng_state, checkpoint_path, latest_checkpoint, load_checkpoint, restore_rng_state, save_checkpoint
-from yt8m.config import TrainConfig
-from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
-from yt8m.models.multihead import MultiTaskModel
-from yt8m.tasks.multitask import MultiTask
-from yt8m.training.optim import apply_update, l2_terms
+from yt8m.config import TrainConfig, config_values
 from yt8m.data.batch import Batch
-from yt8m.models.base import forward
+from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.io.checkpoints import checkpoint_path, latest_checkpoint, load_checkpoint, save_checkpoint
 from yt8m.runtime import amp_dtype, autocast
-from yt8m.tasks.video import Task, task_from_config
+from yt8m.tasks.taskset import TaskSet, one_task_set
+from yt8m.training.optim import apply_update, l2_terms
+from yt8m.training.randomness import capture_rng_state, process_seed, restore_rng_state, seed_everything
 from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
-from yt8m.training.summaries import log_step, summary_writer, write_scalars
+from yt8m.io.summaries import summary_writer, write_scalars
+from yt8m.training.summaries import log_step
 from yt8m.training.trained_ids import record_trained_ids
 from yt8m.training.weight_average import WeightAverage
 
@@ -89,33 +87,21 @@ def learning_rate(config: TrainConfig, examples: int) -> float:
     return config.base_learning_rate * config.learning_rate_decay ** decays
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def process_seed(seed: int, rank: int, step: int) -> int:
-    """A seed of its own for each process (dropout, frame sampling), derived from the run's seed."""
-    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
-
-
-def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
-        epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, *,
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Optional[nn.Module],
+        epoch_batches: Callable[[int], Iterable[Batch]], config: TrainConfig, *,
         hooks: Sequence[TrainHook] = (), resume: Optional[dict] = None,
         device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None,
-        task: Optional[Any] = None) -> dict[str, Any]:
-    """The training loop over `epoch_batches(epoch)` (any iterable of batch dicts), with checkpoints.
+        task: Optional[TaskSet] = None) -> dict[str, Any]:
+    """The training loop over `epoch_batches(epoch)` (any iterable of Batch), with checkpoints.
 
-    The task (default: the config's, yt8m.tasks.video, with `loss_fn` as its loss; a distillation task, yt8m.tasks.teacher; a
-    multi-task run's MultiTask, yt8m.multitask) says which labels the batches carry and how the loss and the logged
-    batch metrics use them. `resume` is a checkpoint payload: the loop restores it, skips the
-    batches of the current epoch it already saw, and then restores the RNG state, so that the rest matches an
-    uninterrupted run.
+    The task set (default: the config's one task, with `loss_fn` as its loss; yt8m.tasks.taskset) says which
+    labels the batches carry and how the loss and the logged batch metrics use them. `resume` is a checkpoint
+    payload: the loop restores it, skips the batches of the current epoch it already saw, and then restores the RNG
+    state, so that the rest matches an uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
     rate, revert to the best weights or stop.
     """
-    return TrainingLoop(model, optimizer, task or task_from_config(config, loss_fn), epoch_batches, config, hooks,
+    return TrainingLoop(model, optimizer, task or one_task_set(config, loss_fn), epoch_batches, config, hooks,
                         resume, device, evaluator).run()
 
 
@@ -123,8 +109,8 @@ class TrainingLoop:
     """One `fit` call: the model (in DistributedDataParallel across processes), its optimizer and progress,
     stepped on groups of --numbatches_to_aggregate batches, checkpointed, evaluated and shown to hooks."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, task: Any,
-                 epoch_batches: Callable[[int], Iterable[dict]], config: TrainConfig, hooks: Sequence[TrainHook],
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, task: TaskSet,
+                 epoch_batches: Callable[[int], Iterable[Batch]], config: TrainConfig, hooks: Sequence[TrainHook],
                  resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
         self.rank, self.world_size = rank_and_world_size()
         self.chief = self.rank == 0
@@ -142,7 +128,7 @@ class TrainingLoop:
             self._restore(resume)
         elif not self.chief:
             seed_everything(process_seed(config.seed, self.rank, 0))
-        self.network = distributed_model(model, device)
+        self.network = distributed_model(model, device, task)
         self.meter = ThroughputMeter()
         self.loss_value = math.nan
         self.stop = False
@@ -281,12 +267,12 @@ class TrainingLoop:
         metrics_now = progress.step % config.metrics_every_steps == 0
         batch_scores = {}
         if metrics_now and last_output is not None:
-            batch_scores = self.task.batch_metrics(last_output["predictions"], group[-1])
+            batch_scores = self.task.batch_metrics(last_output, group[-1])
             scalars.update(batch_scores)
-        task_losses = self.task.pop_losses() if isinstance(self.task, MultiTask) else {}
+        task_losses = self.task.pop_losses()
         scalars.update(task_losses)
         if metrics_now or progress.step % config.log_every_steps == 0:
-            log_step(progress, scalars, self.meter, list(task_losses) + list(batch_scores))
+            log_step(progress.step, progress.epoch, scalars, self.meter, list(task_losses) + list(batch_scores))
             write_scalars(self.writer, scalars, progress.step)
 
     def _accumulate_gradients(self, group: list[dict], examples: int) -> Optional[dict]:
@@ -387,14 +373,13 @@ class TrainingLoop:
     def _save(self, final: bool = False) -> str:
         self._refuse_non_finite_weights()
         payload = {"model": self.evaluated.state_dict(), "optimizer": self.optimizer.state_dict(),
-                   "scaler": self.scaler.state_dict(), "config": dataclasses.asdict(self.config),
+                   "scaler": self.scaler.state_dict(), "config": config_values(self.config),
                    "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}
         if self.average is not None:
             payload["trained_weights"] = self.model.state_dict()
         if self.evaluator is not None:
             payload["validation"] = self.evaluator.state_dict()
-        if isinstance(self.task, MultiTask):
-            payload["tasks"] = [dataclasses.asdict(spec) for spec in self.task.plan.specs]
+        payload.update(self.task.checkpoint_state())
         return save_checkpoint(self.config.train_dir, payload, self.progress.step, self.config.keep_checkpoints,
                                final=final)
 
@@ -433,26 +418,21 @@ class TrainingLoop:
         return summary
 
 
-def distributed_model(model: nn.Module, device: torch.device) -> nn.Module:
+def distributed_model(model: nn.Module, device: torch.device, tasks: TaskSet) -> nn.Module:
     """The model itself in one process; wrapped in DistributedDataParallel across several."""
     if rank_and_world_size()[1] == 1:
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    # A multi-task step reaches only the heads of its batches' tasks, which may differ between processes.
+    # A multi-head step reaches only the heads of its batches' tasks, which may differ between processes.
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   find_unused_parameters=isinstance(model, MultiTaskModel))
+                                   find_unused_parameters=tasks.named)
 
 
-def model_loss(model: nn.Module, task: Task, batch: Batch, example_weight: float = 1.0):
-    """(model output, the task's label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
+def model_loss(model: nn.Module, tasks: TaskSet, batch: Batch, example_weight: float = 1.0):
+    """(model output, the tasks' label loss, example_weight x label loss) of one batch; `model` may be DDP-wrapped.
 
     The L2 penalties are not in it: the optimizer step adds their gradient (optim.apply_update)."""
-    if isinstance(task, MultiTask):  # only the heads of the batch's tasks: the others get no gradient from it
-        output = forward(model, batch, task.heads_of(batch))
-    else:
-        output = forward(model, batch)
-    label_loss = task.loss(output, batch)
+    output = tasks.forward(model, batch)
+    label_loss = tasks.loss(output, batch)
     return output, label_loss, label_loss * example_weight
 
 

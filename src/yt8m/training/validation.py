@@ -16,13 +16,17 @@ import torch
 from torch import nn
 
 from yt8m.config import TrainConfig
-from yt8m.training.best_models import Exporters, exported_checkpoint
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.eval.evaluate import evaluate_model, write_metrics
+from yt8m.eval.metrics import HIGHER_IS_BETTER
+from yt8m.io.checkpoints import exported_checkpoint
+from yt8m.runtime import reader_workers
+from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
+from yt8m.training.best_models import Exporters
+from yt8m.training.data import source_spec
+from yt8m.io.summaries import summary_writer
 
 log = logging.getLogger("yt8m.train_eval")
-
-# Which way is better for each metric `evaluate_model` returns (a task reports some of them: yt8m.tasks.video).
-HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
-                    "segment_map": True, "loss": False}
 
 # evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
 EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
@@ -53,34 +57,27 @@ class ValidationState:
     task_best: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def evaluation_problems(config: TrainConfig, evaluating: bool) -> list[str]:
-    """What the train-and-evaluate flags need that the run lacks; `evaluating`: an eval set or evaluator is given.
-    (Each flag's own range is checked with the config.)"""
-    if evaluating:
-        return []
-    needs_eval = [name for name in ("early_stopping_patience", "lr_halving_patience", "revert_to_best")
-                  if getattr(config, name)]
-    return [f"--{name} needs --eval_data_pattern" for name in needs_eval]
-
-
-def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateFn:
-    """Evaluation on --eval_data_pattern (all of it in this process, --eval_steps batches or a full pass)."""
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-    from yt8m.eval.evaluate import evaluate_model
-    from yt8m.runtime import reader_workers
-    from yt8m.tasks.video import task_from_config
-
+def validation_evaluator(config: TrainConfig, tasks: TaskSet, device: torch.device) -> EvaluateFn:
+    """evaluate(model, step) -> metrics: every validated task's metrics on its own validation data, read by the
+    task's head (all of it, or --eval_steps batches per data set), keyed as the task set names them."""
+    sources = tasks.validation_sources()
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
-    dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1,
-                          cache_in_memory=config.cache_in_memory)
-    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
-                         pin_memory=device.type == "cuda")
-    task = task_from_config(config)
+    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(config, source), config.batch_size,
+                                       skip_corrupt=config.skip_corrupt, rank=0, world_size=1,
+                                       cache_in_memory=config.cache_in_memory),
+                           reader_workers(config.num_readers, config.frame_features), pin_memory=device.type == "cuda")
+               for source in sources]
 
     def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
-        batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
-        return evaluate_model(model, batches, task, device=device)
+        results = {}
+        for source, loader in zip(sources, loaders):
+            for name in source.tasks:
+                batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
+                task = tasks.tasks[name].judged()
+                with naming_tasks(TaskSource(source.pattern, source.segments, source.record_classes, [name])):
+                    metrics = evaluate_model(tasks.view(model, name), batches, task, device=device)
+                results.update({tasks.key(name, metric): metrics[metric] for metric in task.metric_names})
+        return results
 
     return evaluate
 
@@ -88,14 +85,12 @@ def validation_evaluator(config: TrainConfig, device: torch.device) -> EvaluateF
 class TrainEvaluator:
     """Evaluates checkpoints of the live model, exports them, and judges progress on --best_metric."""
 
-    def __init__(self, config: TrainConfig, evaluate: EvaluateFn, tasks: Optional[list] = None):
-        """`tasks`: a multi-task run's TaskSpecs, whose metrics `evaluate` returns as TASK/METRIC."""
-        from yt8m.tasks.spec import best_metric_key
-
+    def __init__(self, config: TrainConfig, evaluate: EvaluateFn, tasks: TaskSet):
+        """`evaluate` returns the metrics keyed as `tasks` names them (TASK/METRIC for named tasks)."""
         self.config = config
         self.evaluate = evaluate
-        self.tasks = tasks or []
-        self.best_metric = best_metric_key(config.best_metric, tasks) if tasks else config.best_metric
+        self.tasks = tasks
+        self.best_metric = tasks.best_metric_key(config.best_metric)
         self.exporters = Exporters(config.train_dir, config.keep_best_exports, config.keep_latest_exports)
         self.state = ValidationState()
         self.started = time.monotonic()
@@ -158,7 +153,7 @@ class TrainEvaluator:
         return verdict, result
 
     def _track_task_best(self, result: dict[str, Any], step: int) -> None:
-        for spec in self.tasks:
+        for spec in self.tasks.specs if self.tasks.named else []:
             if spec.metric_key not in result:
                 continue
             value, best = float(result[spec.metric_key]), self.state.task_best.get(spec.name)
@@ -170,23 +165,18 @@ class TrainEvaluator:
         summary = {"best_metric": self.best_metric, "best_value": state.best_value,
                    "best_step": state.best_step, "evaluations": state.evaluations,
                    "stopped_early": state.stopped_early}
-        if self.tasks:
+        if self.tasks.named:
             summary["task_best"] = state.task_best
         return summary
 
     def _evaluate(self, model: nn.Module, step: int) -> dict[str, Any]:
-        from yt8m.eval.evaluate import write_metrics
-        from yt8m.tasks.video import task_type
-
         self.last_started = time.monotonic()
         # Evaluation may draw random numbers (frame sampling, the loader's seed): keep them out of training's.
         devices = [next(model.parameters()).device] if next(model.parameters()).is_cuda else []
         with torch.random.fork_rng(devices=devices):
             metrics = self.evaluate(model, step)
         result = {"global_step": step, **metrics}
-        names = ([name for name in metrics if "/" in name] if self.tasks
-                 else task_type(self.config.segment_labels).metric_names)
-        write_metrics(self.config.train_dir, result, self._summary_writer(), names)
+        write_metrics(self.config.train_dir, result, self._summary_writer(), list(metrics))
         return result
 
     def _improves(self, value: float) -> bool:
@@ -209,8 +199,6 @@ class TrainEvaluator:
 
     def _summary_writer(self):
         if self._writer is None:
-            from yt8m.training.summaries import summary_writer
-
             self._writer = summary_writer(os.path.join(self.config.train_dir, "eval"))
         return self._writer
 

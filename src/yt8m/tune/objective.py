@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import optuna
 
 from yt8m.io.checkpoints import checkpoint_dir
-from yt8m.training.best_models import EXPORT_DIR
+from yt8m.io.checkpoints import EXPORT_DIR
 from yt8m.config import TrainConfig
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.tune.space import TuneSpec, objective_key, report_schedule

@@ -215,7 +215,8 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
 
 def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     """Metrics of a train dir's latest checkpoint on `pattern`."""
-    from yt8m.io.checkpoints import build_model_from_payload, load_latest_checkpoint
+    from yt8m.models.checkpoints import build_model_from_payload
+    from yt8m.io.checkpoints import load_latest_checkpoint
     from yt8m.data.dataset import FeatureSpec, YT8MDataset
     from yt8m.eval.evaluate import evaluate_model
     from yt8m.tasks.video import task_from_config

@@ -17,11 +17,13 @@ from typing import Any, Optional
 
 import optuna
 
-from yt8m.config import ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
+from yt8m.config import HPARAMS_FIELD, ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
 from yt8m.fields import setting
 from yt8m.tasks.spec import TaskConfig, is_multitask, reads_segments, task_entries
-from yt8m.tasks.video import task_type
-from yt8m.training.validation import HIGHER_IS_BETTER
+from yt8m.models.registry import hparam_fields
+from yt8m.tasks.video import metric_names
+from yt8m.training.checks import train_config_problems
+from yt8m.eval.metrics import HIGHER_IS_BETTER
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
@@ -229,13 +231,21 @@ def searched_field_type(name: str) -> Optional[type]:
     """The type of a searchable field: a `yt8m train` field, tasks.TASK.FIELD (a TaskConfig field) or
     tasks.TASK.head_hparams.HPARAM (a model hyper-parameter, typed as its `yt8m train` flag); None if not one."""
     if not name.startswith(TASK_PREFIX):
-        return field_type(TrainConfig, name) if name in field_names(TrainConfig) else None
+        return train_field_type(name)
     parts = name.split(".")
     if len(parts) == 3 and parts[2] in SEARCHABLE_TASK_FIELDS:
         return field_type(TaskConfig, parts[2])
-    if len(parts) == 4 and parts[2] == HEAD_HPARAMS and parts[3] in field_names(TrainConfig):
-        return field_type(TrainConfig, parts[3])
+    if len(parts) == 4 and parts[2] == HEAD_HPARAMS:
+        return dict(((f.name, kind) for f, kind in hparam_fields())).get(parts[3])
     return None
+
+
+def train_field_type(name: str) -> Optional[type]:
+    """The type of a `yt8m train` field or of a model hyper-parameter (a field and flag of its own name); None if
+    neither."""
+    if name in field_names(TrainConfig) and name != HPARAMS_FIELD:
+        return field_type(TrainConfig, name)
+    return dict(((f.name, kind) for f, kind in hparam_fields())).get(name)
 
 
 def with_task_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -270,7 +280,6 @@ def _task_field_problem(name: str, train: dict[str, Any]) -> Optional[str]:
 def _read_search(path: str, section: dict, train: dict[str, Any], problems: list[str]) -> list[Param]:
     if not section:
         problems.append(f"{path}: section 'search' must name at least one field to search")
-    known = set(field_names(TrainConfig))
     params: list[Param] = []
     for name, spec in section.items():
         where = f"{path}: search.{name}"
@@ -279,7 +288,7 @@ def _read_search(path: str, section: dict, train: dict[str, Any], problems: list
             if problem:
                 problems.append(f"{where}: {problem}")
                 continue
-        elif name not in known:
+        elif train_field_type(name) is None:
             problems.append(f"{where}: unknown field (not a `yt8m train` field)")
             continue
         if name in TUNE_OWNED_FIELDS:
@@ -422,7 +431,7 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
                            segment_labels=bool(train.get("segment_labels")))
     segments = reads_segments(chosen.get("label_source", "labels"), chosen.get("train_data_pattern", ""), main) \
         if chosen else main.segment_labels
-    names = task_type(segments).metric_names
+    names = metric_names(segments)
     if plain not in names:
         source = f"task {chosen.get('name')} reads segment ratings" if chosen else "train: segment_labels"
         kind = f"segment ({source})" if segments else "video-level"
@@ -528,7 +537,7 @@ def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], 
 
 def _config_problems(values: dict[str, Any], source: str) -> list[str]:
     problems: list[str] = []
-    _collect(problems, config_from_dict, TrainConfig, with_task_fields(values), source)
+    _collect(problems, config_from_dict, TrainConfig, with_task_fields(values), source, True, train_config_problems)
     return problems
 
 

@@ -1,0 +1,80 @@
+"""Models from checkpoints (yt8m.io.checkpoints): a checkpoint's model built with its weights, for eval, predict,
+export and teachers; and a new run's start from another run's matching tensors (--init_from)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from yt8m.config import TrainConfig, checkpoint_config
+from yt8m.io import storage
+from yt8m.io.checkpoints import checkpoint_dir, load_checkpoint, load_latest_checkpoint
+from yt8m.models.multihead import task_head_model
+from yt8m.models.registry import create_model_from_config
+
+
+def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu", task: str = ""
+                                ) -> tuple[torch.nn.Module, TrainConfig, int]:
+    """The checkpoint's model with its weights, in eval mode, plus its training config and step; of a multi-task
+    checkpoint the head of `task` (default: its first), the config that task's."""
+    return build_model_from_payload(load_checkpoint(path, map_location=device), path, device, task)
+
+
+def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu", task: str = ""
+                             ) -> tuple[torch.nn.Module, TrainConfig, int]:
+    """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
+    config = checkpoint_config(payload, path)
+    if payload.get("tasks"):
+        model, config = task_head_model(payload, config, task, path)
+    elif task:
+        raise ValueError(f"--task {task}: {path} was trained on a single task (no tasks)")
+    else:
+        model = create_model_from_config(config)
+        model.load_state_dict(payload["model"])
+    model.to(device).eval()
+    return model, config, int(payload["progress"]["step"])
+
+
+@dataclass
+class InitReport:
+    """What `init_from_checkpoint` loaded: the model's tensors taken, those left as initialized (and why),
+    and the checkpoint's tensors no model tensor matched."""
+
+    source: str
+    loaded: list[str]
+    not_loaded: dict[str, str]
+    unused: list[str]
+
+    def log(self, logger: logging.Logger) -> None:
+        total = len(self.loaded) + len(self.not_loaded)
+        logger.info("--init_from %s: loaded %d of %d tensors: %s", self.source, len(self.loaded), total,
+                    ", ".join(self.loaded) or "none")
+        if self.not_loaded:
+            logger.warning("--init_from %s: not loaded (kept their initialization): %s", self.source,
+                           "; ".join(f"{name} ({why})" for name, why in self.not_loaded.items()))
+        if self.unused:
+            logger.info("--init_from %s: checkpoint tensors the model has no place for: %s", self.source,
+                        ", ".join(self.unused))
+
+
+def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
+    """Copy into `model` the checkpoint tensors whose names and shapes match; `source` is a checkpoint file
+    or a train dir (its latest checkpoint)."""
+    found = load_latest_checkpoint(source) if storage.isdir(source) else (source, load_checkpoint(source))
+    if found is None:
+        raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
+    path, saved = found[0], found[1]["model"]
+    own = model.state_dict()
+    loaded, not_loaded = [], {}
+    for name, tensor in own.items():
+        if name not in saved:
+            not_loaded[name] = "not in the checkpoint"
+        elif saved[name].shape != tensor.shape:
+            not_loaded[name] = f"shape {list(saved[name].shape)} in the checkpoint, {list(tensor.shape)} here"
+        else:
+            loaded.append(name)
+    model.load_state_dict({name: saved[name] for name in loaded}, strict=False)
+    return InitReport(path, loaded, not_loaded, [name for name in saved if name not in own])

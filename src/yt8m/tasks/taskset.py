@@ -1,0 +1,240 @@
+"""A run's tasks together (one, or several sharing a trunk): each task resolved against its data, the data sources
+they read, and the loss, batch metrics and result names of a step, as one object the trainer, validation, tuning and
+prediction ask alike. A config without tasks is a run of one unnamed task on a plain model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch import nn
+
+from yt8m.data.batch import Batch
+from yt8m.data.decode import CLASSES_2017, CLASSES_2018, record_id_key
+from yt8m.data.tfrecord import expand_pattern, read_records
+from yt8m.models.base import forward
+from yt8m.models.multihead import HeadView
+from yt8m.tasks.base import Output, Task
+from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
+from yt8m.tasks.losses import create_loss
+from yt8m.tasks.spec import TaskSpec, key_of, resolve_tasks, the_one_task
+from yt8m.tasks.spec import best_metric_key as spec_best_metric_key
+from yt8m.tasks.teacher import DistillationTask, Teacher
+from yt8m.tasks.video import DEFAULT_TOP_K, label_task, task_from_config
+
+log = logging.getLogger("yt8m.tasks.teacher")
+# Opens the teacher of a task that has one: (spec, the task's training shards) -> its Teacher (closed by the caller).
+OpenTeacher = Callable[[TaskSpec, list[str]], Teacher]
+
+
+@dataclass
+class TaskSource:
+    """One training or validation data set and the tasks whose labels its records give; `record_classes`: the
+    records' label space (the labels tasks' num_classes, the entities a vocabulary task maps)."""
+
+    pattern: str
+    segments: bool
+    record_classes: int
+    tasks: list[str] = field(default_factory=list)
+
+
+class TaskSet:
+    """The tasks of a run: a batch's loss is the weighted sum of the losses of the tasks its source feeds, each read
+    from its head. With named tasks (a `tasks:` section) the model has a head per task and the results are
+    TASK/METRIC; the one task of a config without tasks reads the model's only output and keeps plain names."""
+
+    def __init__(self, specs: list[TaskSpec], tasks: dict[str, Task], sources: list[TaskSource],
+                 record_classes: dict[str, int]):
+        self.specs, self.tasks, self.sources, self.record_classes = specs, tasks, sources, record_classes
+        self.named = bool(specs[0].name)
+        self.weights = {spec.name: spec.weight for spec in specs}
+        self.heads = {spec.name: spec.head for spec in specs}
+        self._losses: dict[str, list] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.specs]
+
+    def best_metric_key(self, best_metric: str) -> str:
+        """--best_metric as the key of the results: TASK/METRIC (a plain METRIC: the first task's), or METRIC."""
+        return spec_best_metric_key(best_metric, self.specs)
+
+    def key(self, task: str, metric: str) -> str:
+        return key_of(task, metric)
+
+    def forward(self, model: nn.Module, batch: Batch) -> Output:
+        """The model's output on a batch: of a multi-head model only the heads of the batch's tasks, which alone
+        get gradients from it."""
+        heads = list(dict.fromkeys(self.heads[name] for name in self.sources[batch.source].tasks))
+        return forward(model, batch, heads if self.named else None)
+
+    def loss(self, output: Any, batch: Batch) -> torch.Tensor:
+        total = None
+        for name in self.sources[batch.source].tasks:
+            loss = self.tasks[name].loss(self.head_output(output, name), batch)
+            if self.named:
+                sums = self._losses.setdefault(name, [torch.zeros((), dtype=torch.float64, device=loss.device), 0])
+                sums[0] += loss.detach().double() * len(batch)
+                sums[1] += len(batch)
+            weighted = loss * self.weights[name]
+            total = weighted if total is None else total + weighted
+        return total
+
+    def head_output(self, output: Any, task: str) -> Output:
+        """What task `task` reads of the model's output."""
+        if not self.named:
+            return output
+        return {key: values[self.heads[task]] for key, values in output.items()}
+
+    def pop_losses(self) -> dict[str, float]:
+        """TASK/loss: each named task's mean loss over the examples of its batches since the last call."""
+        losses = {f"{name}/loss": (total / count).item() for name, (total, count) in self._losses.items()}
+        self._losses = {}
+        return losses
+
+    def batch_metrics(self, output: Any, batch: Batch) -> dict[str, float]:
+        """The step log's metrics of a batch, by each task of its source."""
+        return {self.key(name, metric): value for name in self.sources[batch.source].tasks
+                for metric, value in self.tasks[name].batch_metrics(
+                    self.head_output(output, name)["predictions"], batch).items()}
+
+    def view(self, model: nn.Module, task: str) -> nn.Module:
+        """Task `task`'s part of the model as a single-task model, for evaluation, prediction and export."""
+        return HeadView(model, task) if self.named else model
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the tasks: the named tasks' specs, which a resume must match."""
+        return {"tasks": [dataclasses.asdict(spec) for spec in self.specs]} if self.named else {}
+
+    def validation_sources(self) -> list[TaskSource]:
+        """The validated tasks grouped by what they read (one pass over each set serves all its tasks)."""
+        sources: dict[tuple, TaskSource] = {}
+        for spec in self.specs:
+            if spec.validate and spec.eval_data_pattern:
+                key = (spec.eval_data_pattern, spec.segments, self.record_classes[spec.name])
+                sources.setdefault(key, TaskSource(*key)).tasks.append(spec.name)
+        return list(sources.values())
+
+    @contextlib.contextmanager
+    def teachers(self, open_teacher: OpenTeacher) -> Iterator["TaskSet"]:
+        """Within the block, each task with a teacher learns its soft targets (a DistillationTask of its weight
+        around the label task, which validation keeps judging): one door for --teacher and label_source teacher."""
+        with contextlib.ExitStack() as opened:
+            for spec in self.specs:
+                if spec.teacher:
+                    teacher = open_teacher(spec, expand_pattern(spec.train_data_pattern))
+                    opened.callback(teacher.close)
+                    log.info("distilling from %s (%s: %s), weight %g, temperature %g, %s loss", teacher.source,
+                             teacher.mode, "run on each batch" if teacher.mode == "streamed"
+                             else "read once into a store keyed by video id", spec.distill_weight,
+                             spec.distill_temperature, spec.distill_loss)
+                    self.tasks[spec.name] = DistillationTask(self.tasks[spec.name], teacher, spec.distill_weight,
+                                                             spec.distill_temperature, spec.distill_loss)
+            yield self
+
+
+def one_task_set(config: Any, loss_fn: Optional[nn.Module] = None) -> TaskSet:
+    """The task set of a config without tasks, with `loss_fn` as its task's loss (default: --label_loss's)."""
+    spec = the_one_task(config)
+    return TaskSet([spec], {"": task_from_config(config, loss_fn)},
+                   [TaskSource(spec.train_data_pattern, spec.segments, config.num_classes, [""])],
+                   {"": config.num_classes})
+
+
+def plan_tasks(config: Any, top_k: int = DEFAULT_TOP_K,
+               check: Callable[[TaskSpec], list[str]] = lambda spec: []) -> TaskSet:
+    """Resolve the config's tasks against their data (num_classes from the records' id key where not given,
+    vocabulary mappings read); a ValueError names the task and field of what does not fit, first what `check` finds
+    of each task once its classes are known (its teacher's fit: yt8m.training.checks)."""
+    specs = resolve_tasks(config)
+    tasks, record_classes, sources = {}, {}, {}
+    for spec in specs:
+        if spec.name:
+            spec.id_key = first_id_key(spec.train_data_pattern, config.frame_features)
+        records = record_classes[spec.name] = _record_classes(spec, config)
+        tasks[spec.name] = _label_task(spec, config, records, top_k)
+        problems = check(spec)
+        if problems:
+            raise ValueError("; ".join(problems))
+        key = (spec.train_data_pattern, spec.segments)
+        source = sources.setdefault(key, TaskSource(*key, records))
+        if source.record_classes != records:
+            raise ValueError(f"task {spec.name}: reads {spec.train_data_pattern} with {records} label classes, but task "
+                             f"{source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
+        source.tasks.append(spec.name)
+    for spec in specs:
+        head_classes = specs[[s.name for s in specs].index(spec.head)].num_classes
+        if spec.num_classes != head_classes:
+            raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head}'s {head_classes} classes, but "
+                             f"the task has {spec.num_classes} (num_classes)")
+    return TaskSet(specs, tasks, list(sources.values()), record_classes)
+
+
+def _label_task(spec: TaskSpec, config: Any, records: int, top_k: int) -> Task:
+    """The task of the spec's labels (its num_classes set): the record's, or mapped through a vocabulary column."""
+    loss = create_loss(spec.loss)
+    if spec.label_source != "vocabulary":
+        spec.num_classes = records
+        return label_task(spec.segments, loss, records, top_k, config.top_n)
+    where = f"task {spec.name}"
+    mapping = read_vocabulary_mapping(spec.vocabulary_file, spec.vocabulary_column, records, where)
+    if spec.num_classes not in (None, len(mapping.class_names)):
+        raise ValueError(f"{where}: num_classes is {spec.num_classes}, but {spec.vocabulary_column} of "
+                         f"{spec.vocabulary_file} has {len(mapping.class_names)} values")
+    spec.num_classes = len(mapping.class_names)
+    return LabelMappedTask(label_task(False, loss, spec.num_classes, top_k), mapping)
+
+
+def _record_classes(spec: TaskSpec, config: Any) -> int:
+    """The label space of the task's records: num_classes where it names it (the main flag on the main data),
+    else 4716 for 2017 shards (id key video_id) and 3862 for later ones, from the first record."""
+    if spec.num_classes is not None and spec.label_source != "vocabulary":
+        return spec.num_classes
+    if spec.train_data_pattern == config.train_data_pattern:
+        return config.num_classes
+    return CLASSES_2017 if spec.id_key == "video_id" else CLASSES_2018
+
+
+def first_id_key(pattern: str, frame_features: bool) -> str:
+    """The id key of the first record of `pattern` ("" where it has none)."""
+    first = next(read_records(expand_pattern(pattern)[0]), None)
+    return (None if first is None else record_id_key(first[1], frame_features)) or ""
+
+
+@contextlib.contextmanager
+def naming_tasks(source: TaskSource) -> Iterator[None]:
+    """A data error of a named task's source (a label beyond num_classes, a wrong feature size) re-raised naming its
+    tasks; the one task of a config without tasks is the run's, whose errors need no name."""
+    try:
+        yield
+    except ValueError as error:
+        if not any(source.tasks) or str(error).startswith("task"):
+            raise
+        raise ValueError(f"task {', '.join(source.tasks)} (num_classes {source.record_classes}, reading "
+                         f"{source.pattern}): {error}") from error
+
+
+def task_set_problem(saved: Optional[list[TaskSpec]], requested: list[TaskSpec]) -> Optional[str]:
+    """What differs between a checkpoint's tasks and this run's (None: the same), as resuming would see it."""
+    saved_fields = {spec.name: _identity(spec) for spec in saved or []}
+    requested_fields = {spec.name: _identity(spec) for spec in requested if spec.name}
+    if saved_fields == requested_fields:
+        return None
+    lines = [f"task {name}: only in the checkpoint" for name in saved_fields if name not in requested_fields]
+    lines += [f"task {name}: not in the checkpoint" for name in requested_fields if name not in saved_fields]
+    for name in saved_fields.keys() & requested_fields.keys():
+        lines += [f"task {name}: {key} {saved_fields[name][key]!r} in the checkpoint, {value!r} here"
+                  for key, value in requested_fields[name].items() if saved_fields[name][key] != value]
+    return "; ".join(sorted(lines))
+
+
+def _identity(spec: TaskSpec) -> dict[str, Any]:
+    """The fields of a task that shape the model or what its head means."""
+    return {"label_source": spec.label_source, "num_classes": spec.num_classes, "head": spec.head,
+            "head_model": spec.head_model, "head_hparams": spec.head_hparams, "loss": spec.loss,
+            "vocabulary_column": spec.vocabulary_column, "teacher": spec.teacher}

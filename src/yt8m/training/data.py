@@ -1,0 +1,97 @@
+"""A run's training data: the datasets of its tasks' sources (one for a run of one task), read in turn batch by
+batch, each batch tagged with its source so that the task set knows which tasks it feeds."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from yt8m.data.batch import Batch
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.runtime import reader_workers
+from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
+
+
+class TrainingData:
+    """The training sources' datasets, read in turn: which source gives the next batch is drawn per batch
+    (--task_sampling), seeded by the run's seed and the epoch; an epoch ends when every source is read through."""
+
+    def __init__(self, config: Any, tasks: TaskSet):
+        self.config, self.tasks = config, tasks
+        self.datasets = [YT8MDataset(source.pattern, source_spec(config, source), config.batch_size, shuffle=True,
+                                     seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+                                     skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
+                         for source in tasks.sources]
+        self.loaders: list[Iterable[Batch]] = []
+
+    def check_first_records(self) -> None:
+        """Decode each source's first record, so that a mismatch fails before the run starts."""
+        for source, dataset in zip(self.tasks.sources, self.datasets):
+            with naming_tasks(source):
+                dataset.check_first_record()
+
+    def open(self, device: torch.device) -> None:
+        """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here."""
+        self.loaders = [make_loader(dataset, reader_workers(self.config.num_readers, dataset.spec.frame_features),
+                                    pin_memory=device.type == "cuda") for dataset in self.datasets]
+
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        for dataset in self.datasets:
+            dataset.set_epoch(epoch)
+        streams = [tagged(loader, index, source) for index, (loader, source)
+                   in enumerate(zip(self.loaders, self.tasks.sources))]
+        if len(streams) == 1:
+            return streams[0]
+        rng = np.random.default_rng([self.config.seed, epoch, len(self.datasets)])
+        return interleave(streams, self.config.task_sampling, self.source_weights(), rng)
+
+    def source_weights(self) -> list[float]:
+        if self.config.task_sampling == "weights":
+            weights = dict(zip(self.tasks.names, (spec.weight for spec in self.tasks.specs)))
+            return [sum(weights[name] for name in source.tasks) for source in self.tasks.sources]
+        return [float(sum(os.path.getsize(path) for path in dataset.paths)) for dataset in self.datasets]
+
+    @property
+    def skipped_files(self) -> int:
+        return sum(dataset.skipped_files for dataset in self.datasets)
+
+    @property
+    def skipped_records(self) -> int:
+        return sum(dataset.skipped_records for dataset in self.datasets)
+
+
+def source_spec(config: Any, source: TaskSource) -> FeatureSpec:
+    """How a source's records are read: the run's features, the source's label space and kind of labels."""
+    return FeatureSpec(list(config.feature_names), list(config.feature_sizes), config.frame_features,
+                       config.max_frames, source.record_classes, source.segments, config.segment_size)
+
+
+def tagged(batches: Iterable[Batch], index: int, source: TaskSource) -> Iterator[Batch]:
+    with naming_tasks(source):
+        for batch in batches:
+            batch.source = index
+            yield batch
+
+
+def interleave(streams: list[Iterator[Batch]], sampling: str, weights: list[float],
+               rng: np.random.Generator) -> Iterator[Batch]:
+    """The streams' batches in one sequence: 'round_robin' takes them in turn, otherwise each next batch comes from
+    a stream drawn with probability proportional to its weight; a stream that runs out drops out."""
+    active = list(range(len(streams)))
+    turn = itertools.count()
+    while active:
+        if sampling == "round_robin":
+            index = active[next(turn) % len(active)]
+        else:
+            chances = np.array([weights[i] for i in active], dtype=np.float64)
+            chances = chances / chances.sum() if chances.sum() > 0 else np.full(len(active), 1 / len(active))
+            index = active[int(rng.choice(len(active), p=chances))]
+        batch = next(streams[index], None)
+        if batch is None:
+            active.remove(index)
+            continue
+        yield batch

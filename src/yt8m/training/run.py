@@ -1,0 +1,126 @@
+"""`build_run(config)`: everything a training run is made of (model, optimizer, tasks, data, evaluator, the
+checkpoint it resumes), decided once, before the train dir is touched, so that a failed start leaves it as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, checkpoint_config, differing_fields, shown
+from yt8m.data.inspection import find_video
+from yt8m.inference.teachers import open_teacher
+from yt8m.io.checkpoints import latest_checkpoint, load_latest_checkpoint
+from yt8m.models.checkpoints import init_from_checkpoint
+from yt8m.models.model_size import ModelSize, check_model_size
+from yt8m.models.multihead import build_multitask_model
+from yt8m.models.registry import create_model_from_config, model_hparams
+from yt8m.tasks.spec import TaskSpec
+from yt8m.tasks.taskset import TaskSet, plan_tasks, task_set_problem
+from yt8m.tasks.teacher import DISTILLATION_FIELDS, Teacher
+from yt8m.training.checks import teacher_fit
+from yt8m.training.data import TrainingData
+from yt8m.training.optim import build_optimizer
+from yt8m.training.validation import EvaluateFn, TrainEvaluator, validation_evaluator
+
+log = logging.getLogger("yt8m.train")
+
+
+@dataclass
+class Run:
+    """A training run as `train` executes it; `newest` is the train dir's newest checkpoint when the run was
+    built (it must still be when the run starts writing), `resume` the payload it continues from."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    tasks: TaskSet
+    data: TrainingData
+    evaluator: Optional[TrainEvaluator]
+    size: ModelSize
+    newest: Optional[str]
+    resume: Optional[dict]
+
+
+def build_run(config: TrainConfig, device: torch.device, resources: contextlib.ExitStack, chief: bool,
+              evaluate: Optional[EvaluateFn] = None) -> Run:
+    """The run `config` describes on `device` (its teachers opened in `resources`); the chief process (rank 0)
+    evaluates, with `evaluate(model, step)` when given, else on --eval_data_pattern. Reads the train dir only."""
+    check_model_size(config)  # on the meta device: a model too large to build is refused before it is built
+    # A teacher task's classes are known once its data is read: its fit is checked then (--teacher's with the config).
+    tasks = plan_tasks(config, check=lambda spec: teacher_fit(spec, config) if spec.name and spec.teacher else [])
+    model = model_of(config, tasks)
+    size = check_model_size(config, model)
+    model = model.to(device)
+    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
+    data = TrainingData(config, tasks)
+    data.check_first_records()
+    resources.enter_context(tasks.teachers(lambda spec, paths: _teacher(spec, paths, device)))
+    evaluator = None
+    if chief and (config.eval_data_pattern or evaluate is not None):
+        evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, tasks, device), tasks)
+    newest = latest_checkpoint(config.train_dir)
+    return Run(model, optimizer, tasks, data, evaluator, size, newest, checkpoint_to_resume(config, model, tasks))
+
+
+def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
+    """The config's model: with named tasks a shared trunk and a head per task, else the model itself."""
+    return build_multitask_model(config, tasks.specs) if tasks.named else create_model_from_config(config)
+
+
+def _teacher(spec: TaskSpec, paths: list[str], device: torch.device) -> Teacher:
+    return open_teacher(spec.teacher, spec.num_classes, device, lambda video_id: find_video(paths, video_id))
+
+
+def checkpoint_to_resume(config: TrainConfig, model: nn.Module, tasks: TaskSet) -> Optional[dict]:
+    """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
+    mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
+    --init_from when given."""
+    found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
+    resume_path, resume = found or (None, None)
+    if resume is not None:
+        refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
+        refuse_task_change(resume, tasks, resume_path)
+        log.info("resuming from %s", resume_path)
+        if config.init_from:
+            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
+    elif config.init_from:
+        init_from_checkpoint(model, config.init_from).log(log)
+    return resume
+
+
+def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
+    """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
+    distilling from another teacher, or with other distillation settings)."""
+    fields = list(MODEL_IDENTITY_FIELDS)
+    differing = differing_fields(saved, requested, fields) + _differing_hparams(saved, requested)
+    for found, what in ((differing, "model"), (differing_fields(saved, requested, DISTILLATION_FIELDS), "distillation")):
+        if found:
+            lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
+                              for name, old, new in found)
+            raise ValueError(
+                f"{checkpoint} was trained with different {what} settings:\n{lines}\n"
+                f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
+                f"and start over, or choose a new --train_dir.")
+
+
+def _differing_hparams(saved: TrainConfig, requested: TrainConfig) -> list[tuple[str, object, object]]:
+    """The hyper-parameters of either run's model whose values differ (a model saved before a default changed
+    keeps the value it was trained with)."""
+    if saved.model != requested.model:
+        return []
+    old, new = model_hparams(saved.model, saved), model_hparams(requested.model, requested)
+    return [(name, old[name], new[name]) for name in old if old[name] != new[name]]
+
+
+def refuse_task_change(payload: dict, tasks: TaskSet, checkpoint: str) -> None:
+    """Resuming trains the checkpoint's heads on the checkpoint's tasks: another task set is refused, named."""
+    saved = [TaskSpec(**spec) for spec in payload.get("tasks", [])]
+    differs = task_set_problem(saved, tasks.specs)
+    if differs:
+        raise ValueError(f"{checkpoint} was trained on other tasks: {differs}. Resume with the checkpoint's tasks, "
+                         f"pass --start_new_model to delete its checkpoints and start over, or choose a new "
+                         f"--train_dir.")
