@@ -19,6 +19,7 @@ demo: $(STAMP)
 # Tests in parallel processes, one per core up to 4 (most wait on subprocesses, files and sockets as much as on
 # the CPU): 994 tests in about 14 minutes on 2 cores.
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 wheel-test:  # the wheel, installed without extras in a fresh venv, runs the workflow (.ci/wheel_test.sh)

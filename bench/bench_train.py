@@ -30,19 +30,17 @@ import torch  # noqa: E402
 
 from yt8m import kernels  # noqa: E402
 from yt8m.config import TrainConfig  # noqa: E402
+from yt8m.data.batch import Batch  # noqa: E402
 from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.tasks.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
-from yt8m.models.multihead import build_multitask_model  # noqa: E402
-from yt8m.tasks.spec import is_multitask  # noqa: E402
-from yt8m.tasks.taskset import MultiTask
-from yt8m.tasks.multitask import plan_tasks  # noqa: E402
+from yt8m.tasks.taskset import plan_tasks  # noqa: E402
 from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
-from yt8m.tasks.video import task_from_config  # noqa: E402
 from yt8m.training import train  # noqa: E402
 from yt8m.training.loop import grad_scaler, model_loss  # noqa: E402
+from yt8m.training.run import model_of  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
 
 
@@ -124,10 +122,10 @@ def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], device: torch.devic
     return min(timings[1:])
 
 
-def one_batch(config: TrainConfig) -> dict:
+def one_batch(config: TrainConfig) -> Batch:
     """The first batch, on the device the trainer would use."""
     batch = next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
-    return to_device(batch, resolve_device(config.device))
+    return batch.to(resolve_device(config.device))
 
 
 def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
@@ -145,20 +143,18 @@ def bare_step(config: TrainConfig):
     batch's size."""
     torch.manual_seed(0)
     device = resolve_device(config.device)
-    plan = plan_tasks(config) if is_multitask(config) else None  # with tasks: the multi-task model and loss
-    model = (build_multitask_model(config, plan.specs) if plan else create_model_from_config(config)).to(device)
+    tasks = plan_tasks(config)  # with tasks: the multi-task model and loss
+    model = model_of(config, tasks).to(device)
     model.train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     scaler = grad_scaler(config, device)
-    task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)
-    if plan:
-        batch[SOURCE_KEY] = 0
+    batch = one_batch(config)
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
     penalties = l2_terms(model, config.regularization_penalty)
 
     def step() -> None:
         with autocast(device, config.mixed_precision):
-            _, label_loss, loss = forward_loss(model, task, batch)
+            _, label_loss, loss = forward_loss(model, tasks, batch)
         backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
         label_loss.item()
 

@@ -10,6 +10,8 @@ import importlib
 import sys
 import traceback
 from typing import Optional, Sequence
+from yt8m.process_settings import configure_streaming_process, configure_training_process
+from yt8m import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "download": ("yt8m.commands.download:main", "Download YouTube-8M shards (official plan, mirrors, --shard I,N): resumable, MD5-verified."),
@@ -39,8 +41,6 @@ USER_ERRORS = (ValueError, OSError)
 
 def configure_process_for(command: str) -> None:
     """The process settings of the command's kind of work, made before its module imports torch."""
-    from yt8m.process_settings import configure_streaming_process, configure_training_process
-
     if command in TRAINING_COMMANDS:
         configure_training_process()
     elif command in STREAMING_COMMANDS:
@@ -63,7 +63,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(_usage())
         return 0
     if argv[0] == "--version":
-        from yt8m import __version__
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]

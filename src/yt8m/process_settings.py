@@ -77,6 +77,6 @@ def flush_denormals() -> None:
     matmuls among them (its bare step: 534 -> 472 ms median). Threads started afterwards (torch's OpenMP workers,
     the fused kernels' pool) inherit it from the thread that makes it, so it cannot be undone for them: values
     computed in this process afterwards lose their denormals. A no-op where the CPU lacks it."""
-    import torch
+    import torch  # after the OpenMP setting: torch reads it as it loads
 
     torch.set_flush_denormal(True)

@@ -23,7 +23,7 @@ from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.commands.predict import main
 from yt8m.commands.score import main as score_main
-from yt8m.inference.predict import convert_predictions
+from yt8m.inference.predictions import convert_predictions
 from yt8m.data.inspection import find_video
 from yt8m.eval.score import read_labels_csv
 

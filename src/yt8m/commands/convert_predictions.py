@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Sequence
 
-from yt8m.inference.predict import convert_predictions
+from yt8m.inference.predictions import convert_predictions
 from yt8m.runtime import setup_logging
 
 

@@ -15,6 +15,15 @@ from typing import Any, Sequence
 from yt8m.config import EvalConfig, PredictConfig, TrainConfig
 from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
+from yt8m.data.synthetic import write_synthetic
+from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.inference.predict import run_predict
+from yt8m.eval.score import score_files
+from yt8m.training import train
+from yt8m.eval.segment_score import score_segment_files
+import yaml
+from yt8m.tune.runner import run_tune
+from yt8m.tune.space import load_tune_spec
 
 log = logging.getLogger("yt8m.demo")
 
@@ -22,12 +31,6 @@ log = logging.getLogger("yt8m.demo")
 def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 8000, num_epochs: int = 5,
              tune_trials: int = 6, segment_videos: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Every stage of the workflow on fresh synthetic data in `output_dir`; returns what the report shows."""
-    from yt8m.data.synthetic import write_synthetic
-    from yt8m.eval.evaluate import evaluate_checkpoints
-    from yt8m.inference.predict import run_predict
-    from yt8m.eval.score import score_files
-    from yt8m.training import train
-
     started = time.perf_counter()
     data_dir = os.path.join(output_dir, "data")
     train_dir = os.path.join(output_dir, "train_dir")
@@ -68,11 +71,6 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     """The 2019 segment task on segment-rated synthetic data: a FrameLevelLogisticModel trained on video labels,
     then fine-tuned on the rated segments (--init_from); both predict every segment of the validate videos (whose
     ratings score them)."""
-    from yt8m.data.synthetic import write_synthetic
-    from yt8m.inference.predict import run_predict
-    from yt8m.eval.segment_score import score_segment_files
-    from yt8m.training import train
-
     data_dir = os.path.join(output_dir, "data")
     log.info("7/7 the 2019 segment task: %d segment-rated videos, a frame model fine-tuned on segments", videos)
     write_synthetic(data_dir, kind="segment", num_classes=num_classes, train_videos=videos,
@@ -100,11 +98,6 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
 
 def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_trials: int, seed: int) -> dict[str, Any]:
     """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning."""
-    import yaml
-
-    from yt8m.tune.runner import run_tune
-    from yt8m.tune.space import load_tune_spec
-
     study_dir = os.path.join(output_dir, "study")
     tune_file = os.path.join(output_dir, "tune_demo.yaml")
     document = {

@@ -31,6 +31,10 @@ from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.base import Task
 from yt8m.tasks.losses import LOSSES
 from yt8m.tasks.video import task_from_config, task_problems
+from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together
+from yt8m.distributed.across_ranks import this_rank_shards
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.io.lock import describe_holder, train_dir_holder
 
 log = logging.getLogger("yt8m.eval")
 # Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
@@ -47,8 +51,6 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Ta
     `across_ranks`: every process of the process group calls this on its own part of the data, and each gets the
     metrics of all parts, merged exactly at rank 0 (yt8m.distributed.across_ranks). `source` names the data in errors.
     """
-    from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together
-
     device = torch.device(device)
     if source is None:
         source = getattr(getattr(dataset_or_loader, "dataset", dataset_or_loader), "pattern", "the evaluation data")
@@ -148,9 +150,6 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
 
 
 def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.device) -> Iterator[dict[str, Any]]:
-    from yt8m.distributed.across_ranks import this_rank_shards
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-
     if not config.run_once:
         wait_for(lambda: storage.exists(os.path.join(config.train_dir, "config.yaml")), config)
     config = resolve_eval_config(config, given)
@@ -226,8 +225,6 @@ def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict],
 
 def waiting_message(train_dir: str, evaluated: Optional[str]) -> str:
     """What a watching eval waits for, said once each time it changes (Ctrl+C stops the watch)."""
-    from yt8m.io.lock import describe_holder, train_dir_holder
-
     done = f"evaluated {evaluated}" if evaluated else "no checkpoint yet"
     holder = train_dir_holder(train_dir) if storage.is_local(train_dir) else None
     trainer = (f"a trainer runs there ({describe_holder(holder)})" if holder else

@@ -31,9 +31,15 @@ from yt8m.config import ConfigError, EnsembleConfig, config_problems
 from yt8m.io.files import write_file_atomically
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import unmatched
-from yt8m.inference.predict import Predictor, load_model_predictor, read_jsonl_predictions, write_predictions
+from yt8m.inference.predictions import Predictor, load_model_predictor, read_jsonl_predictions, write_predictions
 from yt8m.data.inspection import find_video
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.inference.onnx_export import MODEL_FILE
+from yt8m.eval.score import load_predictions_csv
+from yt8m.data.decode import RecordError, decode_id_and_labels
+from yt8m.data.tfrecord import expand_pattern, read_records
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.runtime import reader_workers
 
 log = logging.getLogger("yt8m.inference.ensemble")
 
@@ -52,8 +58,6 @@ _METRICS_CHUNK = 1024
 def input_kind(source: str) -> str:
     """RUN (a folder with checkpoints/), EXPORT (FILE.onnx, or a folder with model.onnx) or PREDICTIONS (a .csv or
     .jsonl file of `yt8m predict`)."""
-    from yt8m.inference.onnx_export import MODEL_FILE
-
     if not os.path.exists(source):
         raise FileNotFoundError(f"ensemble input not found: {source}")
     if os.path.isdir(os.path.join(source, "checkpoints")):
@@ -122,8 +126,6 @@ def opened_inputs(sources: Sequence[str], num_classes: int, device: str = "auto"
 
 
 def _load_file(database: TemporaryDatabase, name: str, source: str, num_classes: int) -> FileInput:
-    from yt8m.eval.score import load_predictions_csv
-
     table = KeyedTable(database, name, ("classes", "confidences"))
     if source.endswith(".csv"):
         load_predictions_csv(table, source, num_classes)
@@ -154,9 +156,6 @@ def _check_classes(where: str, classes: Sequence[int], num_classes: int) -> None
 
 def scanned_videos(pattern: str, num_classes: int) -> Iterator[tuple[str, list[int]]]:
     """(video id, labels) of each record of the shards, in file order, features left undecoded."""
-    from yt8m.data.decode import RecordError, decode_id_and_labels
-    from yt8m.data.tfrecord import expand_pattern, read_records
-
     for path in expand_pattern(pattern):
         for offset, payload in read_records(path):
             try:
@@ -239,9 +238,6 @@ def aligned_batches(inputs: Sequence[Input], pattern: str, num_classes: int, bat
 def _model_batches(inputs: Sequence[Input], pattern: str, batch_size: int,
                    num_readers: str) -> Iterator[tuple[list[str], torch.Tensor, dict[int, torch.Tensor]]]:
     """The shards read once per distinct feature spec of the model inputs, each model predicting its spec's batch."""
-    from yt8m.data.dataset import YT8MDataset, make_loader
-    from yt8m.runtime import reader_workers
-
     groups: dict[str, list[int]] = {}
     for index, item in enumerate(inputs):
         if isinstance(item, ModelInput):
@@ -436,8 +432,6 @@ def _write(inputs: Sequence[Input], weights: Sequence[float], config: EnsembleCo
     pattern = config.input_data_pattern
     locate = None
     if pattern:
-        from yt8m.data.tfrecord import expand_pattern
-
         ignored = check_pattern_coverage(files, pattern, config.num_classes, "output_videos")
         paths = expand_pattern(pattern)
         locate = lambda video_id: find_video(paths, video_id)  # noqa: E731

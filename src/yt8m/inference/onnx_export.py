@@ -26,6 +26,9 @@ from yt8m.optional import require
 from yt8m.io.files import copy_file_atomically, write_file_atomically
 from yt8m.models.model_size import ModelSize, model_size
 from yt8m.models.registry import model_hparams
+from yt8m.models.frame import LstmModel
+from yt8m.models.frame import _frame_counts
+from yt8m.data.dataset import FeatureSpec
 
 log = logging.getLogger("yt8m.export")
 
@@ -69,8 +72,6 @@ class LstmLastStepGraph(OnnxGraph):
     the final state of the packed run, hidden[-1], which LstmModel classifies."""
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        from yt8m.models.frame import _frame_counts
-
         self.model._check_shape(features)
         normalized = F.normalize(features, dim=-1)  # as BaseModel.forward
         steps, _ = self.model.lstm(normalized)
@@ -80,8 +81,6 @@ class LstmLastStepGraph(OnnxGraph):
 
 
 def graph_for(model: nn.Module) -> OnnxGraph:
-    from yt8m.models.frame import LstmModel
-
     return LstmLastStepGraph(model) if isinstance(model, LstmModel) else OnnxGraph(model)
 
 
@@ -105,7 +104,7 @@ def input_names(model: nn.Module) -> list[str]:
 def export_onnx(model: nn.Module, path: str) -> dict[str, Any]:
     """Write `model` (switched to eval mode) as an ONNX file at `path` (see GRAPH_NOTES), checked by
     onnx.checker and verified against torch with onnxruntime; returns the opset and the max difference."""
-    import onnx
+    import onnx  # the onnx extra
 
     graph = graph_for(model).eval()  # eval() reaches the model: its eval-mode forward is what is exported
     inputs = example_inputs(model)
@@ -147,7 +146,7 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
                    size: ModelSize) -> dict[str, Any]:
     """Everything a server needs besides the graph: how to read and feed the inputs, where the model came from, and
     its size."""
-    import onnx
+    import onnx  # the onnx extra
 
     graph = onnx.load(model_path, load_external_data=False).graph
     return {
@@ -163,7 +162,7 @@ def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: 
 
 def _describe(value: Any) -> dict[str, Any]:
     """An ONNX graph input or output as {name, dtype, shape}, dynamic axes by name."""
-    import onnx
+    import onnx  # the onnx extra
 
     tensor = value.type.tensor_type
     shape = [dim.dim_param or dim.dim_value for dim in tensor.shape.dim]
@@ -230,8 +229,6 @@ class ExportedModel:
     model_file: str
 
     def feature_spec(self):
-        from yt8m.data.dataset import FeatureSpec
-
         meta = self.metadata
         return FeatureSpec(meta["feature_names"], meta["feature_sizes"], meta["frame_features"],
                            meta["max_frames"], meta["num_classes"])
@@ -309,7 +306,7 @@ def check_metadata_matches(metadata: dict[str, Any], session: Any, path: str) ->
 
 def onnx_providers(device: str) -> list[Any]:
     """onnxruntime execution providers for --device: 'auto' takes CUDA when onnxruntime has it."""
-    import onnxruntime
+    import onnxruntime  # the onnx extra
 
     available = onnxruntime.get_available_providers()
     kind, _, index = device.partition(":")
@@ -323,8 +320,8 @@ def onnx_providers(device: str) -> list[Any]:
 
 
 def create_session(model_path: str, device: str) -> Any:
-    import onnxruntime
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
+    import onnxruntime  # the onnx extra
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors  # the onnx extra
 
     try:
         return onnxruntime.InferenceSession(model_path, providers=onnx_providers(device))

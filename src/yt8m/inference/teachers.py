@@ -20,7 +20,7 @@ from yt8m.config import TrainConfig, checkpoint_config, load_config
 from yt8m.data.batch import Batch
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
-from yt8m.inference.predict import read_jsonl_predictions
+from yt8m.inference.predictions import read_jsonl_predictions
 from yt8m.io.checkpoints import checkpoint_dir, latest_checkpoint, load_checkpoint
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.models.base import forward

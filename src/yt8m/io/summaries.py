@@ -20,7 +20,7 @@ def summary_writer(directory: str, step: int = 0):
     if not storage.is_local(directory):
         _say_once(f"TensorBoard curves are written to a local train dir only, not to {directory}")
         return None
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # the tensorboard extra
 
     # purge_step drops events a crashed run wrote after its last checkpoint, so curves do not fold back.
     return SummaryWriter(directory, purge_step=step + 1 if step else None)

@@ -28,6 +28,7 @@ from yt8m.tune.study import (
     record_interruption,
     worker_identity,
 )
+from yt8m.training import train
 
 if TYPE_CHECKING:
     from yt8m.training import TrainEvent
@@ -135,7 +136,6 @@ class TrialObjective:
         train_dir = trial_dir(self.spec.settings.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings))
-        from yt8m.training import train
 
         reporter = self._reporter = ValidationReporter(trial, self.spec, config)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)

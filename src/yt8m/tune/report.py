@@ -27,6 +27,15 @@ from yt8m.tune.study import (
     interrupted_trials,
     state_counts,
 )
+from yt8m.training import train
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.io.checkpoints import load_latest_checkpoint
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.eval.evaluate import evaluate_model
+from yt8m.tasks.video import task_from_config
+from yt8m.io.checkpoints import checkpoint_dir
+from yt8m.inference.ensemble import fit_ensemble, opened_inputs
+from yt8m.tune.objective import TRAIN_DIR_ATTR, trial_dir
 
 log = logging.getLogger("yt8m.tune")
 
@@ -147,11 +156,11 @@ def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
     without the plots extra (said once)."""
     if not available("plots", "the study's plots are not drawn"):
         return {}
-    import matplotlib
+    import matplotlib  # the plots extra
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as plots
+    import matplotlib.pyplot as plt  # the plots extra
+    from optuna.visualization import matplotlib as plots  # the plots extra
 
     complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     wanted = {"optimization_history": (plots.plot_optimization_history, 1),
@@ -196,8 +205,6 @@ def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: Optional[Text
 
 def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -> dict[str, Any]:
     """Train best.yaml again; on train+validate data into best_train_validate, else scored on validation."""
-    from yt8m.training import train
-
     best = best_trial(study)
     if best is None:
         raise ValueError(f"study '{spec.settings.study_name}' has no complete trial to retrain")
@@ -215,12 +222,6 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
 
 def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
     """Metrics of a train dir's latest checkpoint on `pattern`."""
-    from yt8m.models.checkpoints import build_model_from_payload
-    from yt8m.io.checkpoints import load_latest_checkpoint
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset
-    from yt8m.eval.evaluate import evaluate_model
-    from yt8m.tasks.video import task_from_config
-
     path, payload = load_latest_checkpoint(train_dir)
     model, config, _ = build_model_from_payload(payload, path)
     batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
@@ -230,10 +231,6 @@ def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
     """The ensemble of the best `count` complete trials (their latest checkpoints), its weights fitted for GAP on the
     study's validation shards, and its validation metrics next to the best single trial's (measured alike)."""
-    from yt8m.io.checkpoints import checkpoint_dir
-    from yt8m.inference.ensemble import fit_ensemble, opened_inputs
-    from yt8m.tune.objective import TRAIN_DIR_ATTR, trial_dir
-
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study_name}' has {len(complete)} complete "

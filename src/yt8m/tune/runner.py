@@ -15,12 +15,16 @@ import time
 from typing import Any, Iterator, Optional
 
 import optuna
+import torch
 import yaml
 
 from yt8m.io.files import write_file_atomically
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tune.report import write_leaderboard_and_best, write_report
 from yt8m.tune.space import TuneSpec
+from yt8m.data.tfrecord import expand_pattern
+from yt8m.process_settings import configure_training_process
+from yt8m.runtime import available_cpus, setup_logging
 from yt8m.tune.study import (
     STUDY_FILE,
     FileLock,
@@ -65,8 +69,6 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
 
 def _check_data(spec: TuneSpec) -> None:
     """Fail before the first trial when a data pattern matches nothing, instead of failing every trial."""
-    from yt8m.data.tfrecord import expand_pattern
-
     expand_pattern(spec.train["train_data_pattern"])
     expand_pattern(spec.eval_data_pattern)
 
@@ -137,13 +139,7 @@ def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> 
     signal.signal(signal.SIGTERM, interrupt_once)
     try:
         _die_with_parent(parent_pid)
-        from yt8m.process_settings import configure_training_process
-
-        configure_training_process()  # a spawned process starts afresh: as `yt8m tune` made them, before torch loads
-        import torch
-
-        from yt8m.runtime import available_cpus, setup_logging
-
+        configure_training_process()  # a spawned process starts afresh (its environment is the parent's)
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core.
         torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
