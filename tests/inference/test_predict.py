@@ -233,7 +233,7 @@ def test_predictions_that_are_not_finite_are_an_error_and_nothing_is_written(tin
 
 KILLED_MID_WAY = """
 import os, sys, time
-import yt8m.inference.predict as predict
+import yt8m.inference.predictions as predict
 
 format_rows = predict.format_rows
 

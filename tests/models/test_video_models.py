@@ -12,9 +12,15 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
 from yt8m.cli import main as cli_main
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.models import create_model_from_config
+from yt8m.training import fit
+from yt8m.training.checks import check_train_config
+from yt8m.training.optim import build_optimizer
 from yt8m.eval.score import read_predictions_csv
 
 pytestmark = pytest.mark.integration
@@ -54,6 +60,24 @@ def test_mixed_precision_trains(eager_run, tiny_data, tmp_path):
     _, eager = eager_run
     mixed = run_yt8m("train", *flags(tiny_data, tmp_path / "mixed", deep_dropout=0.3), "--mixed_precision")
     assert mixed["global_step"] == 8 and np.isfinite(mixed["loss"])
+    # autocast ran: the step's matmuls computed in bfloat16 (float32 without --mixed_precision)
+    assert linear_output_dtypes(tiny_data, tmp_path / "dtypes", mixed_precision=True) == {torch.bfloat16}
+    assert linear_output_dtypes(tiny_data, tmp_path / "dtypes", mixed_precision=False) == {torch.float32}
+
+
+def linear_output_dtypes(data: dict, train_dir, mixed_precision: bool) -> set:
+    """The dtypes the model's linear layers give in one training step of the loop (`fit`)."""
+    config = tiny_train_config(data, train_dir, max_steps=1, mixed_precision=mixed_precision, start_new_model=True,
+                               **MODEL)
+    check_train_config(config)
+    model = create_model_from_config(config)
+    seen = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+    dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)
+    fit(model, build_optimizer("Adam", model.parameters(), 0.01), None, lambda epoch: dataset, config)
+    return seen
 
 
 def test_the_onnx_export_predicts_as_the_checkpoint(eager_run, tiny_data, tmp_path, capsys):

@@ -33,7 +33,7 @@ def build_model_from_payload(payload: dict[str, Any], path: str, device: str | t
         raise ValueError(f"--task {task}: {path} was trained on a single task (no tasks)")
     else:
         model = create_model_from_config(config)
-        model.load_state_dict(payload["model"])
+        load_checked(model, payload["model"], path)
     model.to(device).eval()
     return model, config, int(payload["progress"]["step"])
 
@@ -78,3 +78,22 @@ def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
             loaded.append(name)
     model.load_state_dict({name: saved[name] for name in loaded}, strict=False)
     return InitReport(path, loaded, not_loaded, [name for name in saved if name not in own])
+
+
+def load_checked(model: torch.nn.Module, saved: dict[str, torch.Tensor], source: str) -> None:
+    """`model.load_state_dict(saved)`, refused first with a ValueError naming the tensors (a few, and how many) that
+    are missing, unknown or of another shape: weights never go into a differently shaped network."""
+    problems = tensor_mismatches(model.state_dict(), saved)
+    if problems:
+        raise ValueError(f"{source} does not fit this model ({len(problems)} tensor(s) differ): "
+                         + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else ""))
+    model.load_state_dict(saved)
+
+
+def tensor_mismatches(expected: dict[str, torch.Tensor], saved: dict[str, torch.Tensor]) -> list[str]:
+    """Each tensor name that `saved` lacks, adds, or holds in another shape than `expected`."""
+    problems = [f"{name}: not in the checkpoint" for name in expected if name not in saved]
+    problems += [f"{name}: only in the checkpoint" for name in saved if name not in expected]
+    problems += [f"{name}: shape {list(saved[name].shape)} in the checkpoint, {list(tensor.shape)} here"
+                 for name, tensor in expected.items() if name in saved and saved[name].shape != tensor.shape]
+    return problems

@@ -49,26 +49,41 @@ class WillowHParams(PoolingHParams):
                                           "(with MoeModel: WILLOW's gated MoE).")
 
 
+# The L2 weight WILLOW's commands give the classifier of these models (--moe_l2 1e-6); Soft-DBoF's keeps the starter's.
+WILLOW_L2 = 1e-6
+
+
 @dataclass
 class NetVladHParams(WillowHParams):
+    l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
     netvlad_cluster_size: int = setting(256, "NetVLADModel, NetRVLADModel: clusters of the first (rgb) feature; "
                                              "the others (audio) get half.", at_least=1)
 
 
 @dataclass
 class NetFvHParams(WillowHParams):
+    l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
     fv_cluster_size: int = setting(128, "NetFVModel: Gaussians of the first (rgb) feature; the others get half.",
                                    at_least=1)
 
 
 @dataclass
 class SoftDbofHParams(WillowHParams):
+    # WILLOW's SoftDbofModelLF gates neither its hidden layer nor its probabilities.
+    context_gating: bool = setting(False, "WILLOW models: context gating on the hidden layer (Miech et al. Sec. 3.2).")
+    moe_prob_gating: bool = setting(False, "WILLOW models: context gating on the classifier's probabilities "
+                                           "(with MoeModel: WILLOW's gated MoE).")
     softdbof_cluster_size: int = setting(8000, "SoftDbofModel: clusters of the first (rgb) feature; the others "
                                                "(audio) get an eighth.", at_least=1)
 
 
 @dataclass
 class GatedDbofHParams(WillowHParams):
+    # WILLOW's GatedDbofModelLF gates its visual bag only, and its command sets --moe_l2 1e-6.
+    l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
+    context_gating: bool = setting(False, "WILLOW models: context gating on the hidden layer (Miech et al. Sec. 3.2).")
+    moe_prob_gating: bool = setting(False, "WILLOW models: context gating on the classifier's probabilities "
+                                           "(with MoeModel: WILLOW's gated MoE).")
     gateddbof_cluster_size: int = setting(4096, "GatedDbofModel: clusters of the first (rgb) feature, whose bag is "
                                                 "gated; the others (audio, plain Soft-DBoF) get an eighth.",
                                           at_least=1)
@@ -213,7 +228,7 @@ class NetVLADModel(WillowModel):
     def __init__(self, feature_size: int, num_classes: int, netvlad_cluster_size: int = 256,
                  willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
                  moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
                  modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, netvlad_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
@@ -238,7 +253,7 @@ class NetFVModel(WillowModel):
     def __init__(self, feature_size: int, num_classes: int, fv_cluster_size: int = 128,
                  willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
                  moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
                  modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, fv_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
@@ -256,8 +271,8 @@ class SoftDbofModel(WillowModel):
     audio_cluster_divisor = 8
 
     def __init__(self, feature_size: int, num_classes: int, softdbof_cluster_size: int = 8000,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
-                 moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
+                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = False,
+                 moe_prob_gating: bool = False, video_level_classifier_model: str = "MoeModel",
                  moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
                  modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, softdbof_cluster_size, willow_hidden_size, willow_batch_norm,
@@ -276,9 +291,9 @@ class GatedDbofModel(WillowModel):
     audio_cluster_divisor = 8
 
     def __init__(self, feature_size: int, num_classes: int, gateddbof_cluster_size: int = 4096,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
-                 moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = False,
+                 moe_prob_gating: bool = False, video_level_classifier_model: str = "MoeModel",
+                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
                  modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, gateddbof_cluster_size, willow_hidden_size, willow_batch_norm,
                          context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,

@@ -155,7 +155,7 @@ def task_head_model(payload: dict[str, Any], config: Any, task: str, path: str) 
     if name not in names:
         raise ValueError(f"--task {name}: {path} has no such task (its tasks: {', '.join(names)})")
     model = build_multitask_model(config, recorded)
-    model.load_state_dict(payload["model"])
+    model.load_state_dict(payload["model"])  # the model its own tasks describe: the same tensors
     entry = recorded[names.index(name)]
     return HeadView(model, name), dataclasses.replace(config, num_classes=entry["num_classes"],
                                                       segment_labels=entry["label_source"] == "segments")

@@ -26,7 +26,7 @@ from yt8m.fields import setting
 from yt8m.models.base import SLIM_DECAY, slim_batch_norm
 from yt8m.models.pooling_layers import (FrameBatchNorm, PooledModalitiesModel, PoolingHParams, modality_split,
                                         sequence_mask)
-from yt8m.models.registry import create_classifier, register_model
+from yt8m.models.registry import create_classifier, register_model, video_level_model
 
 # The dequantized features' offset from the quantization bins' centres (yt8m.data.decode.dequantize adds
 # (max - min) / 512 = 4/512), which Lin et al.'s train.py and eval.py take off the rgb feature before scaling it.
@@ -35,6 +35,10 @@ DEQUANTIZATION_OFFSET = 4 / 512
 
 @dataclass
 class NeXtVladHParams(PoolingHParams):
+    # Lin et al. (Sec. 3.3, 4.2) and their scripts: a logistic classifier with L2 1e-5 on the pooled features.
+    video_level_classifier_model: str = setting("LogisticModel", "Frame models and DeepClassifierModel: the video-level "
+                                                "classifier on top.", check=video_level_model)
+    l2_penalty: float = setting(1e-5, "L2 weight of the model's classifier weights.", at_least=0)
     nextvlad_cluster_size: int = setting(128, "NeXtVLADModel: clusters of the first (rgb) feature; the others "
                                               "(audio) get half.", at_least=1)
     nextvlad_hidden_size: int = setting(2048, "NeXtVLADModel: units of the hidden layer.", at_least=1)
@@ -129,8 +133,8 @@ class NeXtVLADModel(PooledModalitiesModel):
     def __init__(self, feature_size: int, num_classes: int, nextvlad_cluster_size: int = 128,
                  nextvlad_hidden_size: int = 2048, nextvlad_groups: int = 8, nextvlad_expansion: int = 2,
                  nextvlad_gating_reduction: int = 8, nextvlad_dropout: float = 0.5, nextvlad_eigenvalues: str = "",
-                 video_level_classifier_model: str = "MoeModel", moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
+                 video_level_classifier_model: str = "LogisticModel", moe_num_mixtures: int = 2,
+                 l2_penalty: float = 1e-5, pooling_batch_norm_decay: float = SLIM_DECAY,
                  modality_sizes: Sequence[int] = ()):
         super().__init__(feature_size, num_classes, l2_penalty, modality_sizes)
         if not 0 <= nextvlad_dropout < 1:

@@ -26,7 +26,8 @@ from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0
 from yt8m.io.checkpoints import checkpoint_path, latest_checkpoint, load_checkpoint, save_checkpoint
 from yt8m.runtime import amp_dtype, autocast
 from yt8m.tasks.taskset import TaskSet, one_task_set
-from yt8m.training.optim import apply_update, l2_terms
+from yt8m.models.checkpoints import load_checked
+from yt8m.training.optim import apply_update, l2_terms, load_optimizer_state, optimizer_state
 from yt8m.training.randomness import capture_rng_state, process_seed, restore_rng_state, seed_everything
 from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.meter import ThroughputMeter
@@ -165,16 +166,17 @@ class TrainingLoop:
         """The model that is evaluated, checkpointed as "model" and shown to hooks: the weight average, if kept."""
         return self.average.model if self.average is not None else self.model
 
-    def _load_weights(self, payload: dict) -> None:
-        """A checkpoint's trained weights, optimizer state and, with --ema_decay, weight average (its "model")."""
-        self.model.load_state_dict(payload.get("trained_weights", payload["model"]))
-        self.optimizer.load_state_dict(payload["optimizer"])
+    def _load_weights(self, payload: dict, source: str) -> None:
+        """A checkpoint's trained weights, optimizer state (by parameter name) and, with --ema_decay, weight average
+        (its "model"); a checkpoint of a differently shaped model or optimizer is refused, naming the tensors."""
+        load_checked(self.model, payload.get("trained_weights", payload["model"]), source)
+        load_optimizer_state(self.optimizer, self.model, payload["optimizer"], source)
         if self.average is not None:
-            self.average.model.load_state_dict(payload["model"])
+            load_checked(self.average.model, payload["model"], source)
             self.average.updates = payload["progress"]["step"]
 
     def _restore(self, resume: dict) -> None:
-        self._load_weights(resume)
+        self._load_weights(resume, "the checkpoint resumed from")
         self.scaler.load_state_dict(resume["scaler"])
         saved = Progress(**resume["progress"])
         if saved.world_size != self.world_size and saved.batches_in_epoch:
@@ -365,14 +367,14 @@ class TrainingLoop:
 
     def _revert_to_best(self, step: int) -> None:
         path = best_export_checkpoint(self.config.train_dir, step)
-        self._load_weights(load_checkpoint(path, map_location=self.device))
+        self._load_weights(load_checkpoint(path, map_location=self.device), path)
         self.pending_revert = None
         log.info("step %d: reverted to the weights and optimizer state of the best model, step %d (%s)",
                  self.progress.step, step, path)
 
     def _save(self, final: bool = False) -> str:
         self._refuse_non_finite_weights()
-        payload = {"model": self.evaluated.state_dict(), "optimizer": self.optimizer.state_dict(),
+        payload = {"model": self.evaluated.state_dict(), "optimizer": optimizer_state(self.optimizer, self.model),
                    "scaler": self.scaler.state_dict(), "config": config_values(self.config),
                    "progress": dataclasses.asdict(self.progress), "rng": capture_rng_state()}
         if self.average is not None:

@@ -22,6 +22,8 @@ TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
     "AdadeltaOptimizer": ("Adadelta", {"rho": 0.95, "eps": 1e-8}),
 }
 L2Terms = Sequence[tuple[nn.Parameter, float]]
+# The key of an optimizer_state's parameter names, in the order of torch's positions.
+PARAM_NAMES = "param_names"
 
 
 def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
@@ -102,3 +104,58 @@ def clip_each_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float)
             grad.mul_(max_norm / norm.clamp(min=max_norm))
         elif norm > max_norm:  # on the CPU a gradient within the bound is left alone: a pass over it saved
             grad.mul_(max_norm / norm)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, model: nn.Module) -> dict[str, Any]:
+    """The optimizer's state dict with each parameter's name beside its position: torch keys a parameter's state by
+    its position, which the same parameters in another order (a reordered `tasks:` list) would scramble."""
+    state = optimizer.state_dict()
+    names = {id(parameter): name for name, parameter in model.named_parameters()}
+    state[PARAM_NAMES] = [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"]]
+    return state
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, model: nn.Module, saved: dict[str, Any],
+                         source: str) -> None:
+    """Load an `optimizer_state` into `optimizer`, each parameter's state by name; a ValueError naming each parameter
+    whose state is missing or of another shape (`resumable_optimizer_state` says so before a run starts)."""
+    optimizer.load_state_dict(resumable_optimizer_state(optimizer, model, saved, source))
+
+
+def resumable_optimizer_state(optimizer: torch.optim.Optimizer, model: nn.Module, saved: dict[str, Any],
+                              source: str) -> dict[str, Any]:
+    """`saved` with its parameters' states in `optimizer`'s order (by name; a state saved without names keeps its
+    order), checked: a ValueError names the parameters whose state is missing or of another shape."""
+    ordered = [(name, parameter) for name, parameter in _named_in_order(optimizer, model)]
+    saved_names = saved.get(PARAM_NAMES) or [name for name, _ in ordered]
+    saved_groups = saved["param_groups"]
+    saved_ids = [index for group in saved_groups for index in group["params"]]
+    by_name = dict(zip(saved_names, saved_ids))
+    problems = [f"{name}: not in the checkpoint's optimizer state" for name, _ in ordered if name not in by_name]
+    problems += [f"{name}: only in the checkpoint's optimizer state" for name in saved_names
+                 if name not in dict(ordered)]
+    state = {}
+    for position, (name, parameter) in enumerate(ordered):
+        entry = saved["state"].get(by_name.get(name))
+        if entry is None:
+            continue
+        shapes = {key: list(value.shape) for key, value in entry.items() if torch.is_tensor(value) and value.dim()}
+        wrong = {key: shape for key, shape in shapes.items() if shape != list(parameter.shape)}
+        if wrong:
+            problems.append(f"{name}: optimizer state of shape {next(iter(wrong.values()))} in the checkpoint, "
+                            f"{list(parameter.shape)} here")
+        state[position] = entry
+    if problems:
+        raise ValueError(f"{source}: its optimizer state does not fit this model's parameters ({len(problems)}): "
+                         + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else ""))
+    groups = [dict(group, params=[]) for group in saved_groups]
+    counts = [len(group["params"]) for group in optimizer.param_groups]
+    positions = iter(range(len(ordered)))
+    for group, count in zip(groups, counts):
+        group["params"] = [next(positions) for _ in range(count)]
+    return {"state": state, "param_groups": groups}
+
+
+def _named_in_order(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    names = {id(parameter): name for name, parameter in model.named_parameters()}
+    return [(names[id(parameter)], parameter) for group in optimizer.param_groups for parameter in group["params"]]

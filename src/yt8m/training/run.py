@@ -15,7 +15,7 @@ from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, checkpoint_config, d
 from yt8m.data.inspection import find_video
 from yt8m.inference.teachers import open_teacher
 from yt8m.io.checkpoints import latest_checkpoint, load_latest_checkpoint
-from yt8m.models.checkpoints import init_from_checkpoint
+from yt8m.models.checkpoints import init_from_checkpoint, tensor_mismatches
 from yt8m.models.model_size import ModelSize, check_model_size
 from yt8m.models.multihead import build_multitask_model
 from yt8m.models.registry import create_model_from_config, model_hparams
@@ -24,7 +24,7 @@ from yt8m.tasks.taskset import TaskSet, plan_tasks, task_set_problem
 from yt8m.tasks.teacher import DISTILLATION_FIELDS, Teacher
 from yt8m.training.checks import teacher_fit
 from yt8m.training.data import TrainingData
-from yt8m.training.optim import build_optimizer
+from yt8m.training.optim import build_optimizer, resumable_optimizer_state
 from yt8m.training.validation import EvaluateFn, TrainEvaluator, validation_evaluator
 
 log = logging.getLogger("yt8m.train")
@@ -63,7 +63,8 @@ def build_run(config: TrainConfig, device: torch.device, resources: contextlib.E
     if chief and (config.eval_data_pattern or evaluate is not None):
         evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, tasks, device), tasks)
     newest = latest_checkpoint(config.train_dir)
-    return Run(model, optimizer, tasks, data, evaluator, size, newest, checkpoint_to_resume(config, model, tasks))
+    return Run(model, optimizer, tasks, data, evaluator, size, newest,
+               checkpoint_to_resume(config, model, optimizer, tasks))
 
 
 def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
@@ -75,15 +76,17 @@ def _teacher(spec: TaskSpec, paths: list[str], device: torch.device) -> Teacher:
     return open_teacher(spec.teacher, spec.num_classes, device, lambda video_id: find_video(paths, video_id))
 
 
-def checkpoint_to_resume(config: TrainConfig, model: nn.Module, tasks: TaskSet) -> Optional[dict]:
-    """The payload of the train dir's newest readable checkpoint, checked to match the config (read only: a
-    mismatch leaves the train dir as it was); without one (or with --start_new_model), `model` starts from
-    --init_from when given."""
+def checkpoint_to_resume(config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer,
+                         tasks: TaskSet) -> Optional[dict]:
+    """The payload of the train dir's newest readable checkpoint, checked to match the config, the model's tensors and
+    the optimizer's parameters by name and shape (read only: a mismatch leaves the train dir as it was); without one
+    (or with --start_new_model), `model` starts from --init_from when given."""
     found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
     resume_path, resume = found or (None, None)
     if resume is not None:
         refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
         refuse_task_change(resume, tasks, resume_path)
+        refuse_other_tensors(resume, model, optimizer, resume_path)
         log.info("resuming from %s", resume_path)
         if config.init_from:
             log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
@@ -114,6 +117,19 @@ def _differing_hparams(saved: TrainConfig, requested: TrainConfig) -> list[tuple
         return []
     old, new = model_hparams(saved.model, saved), model_hparams(requested.model, requested)
     return [(name, old[name], new[name]) for name in old if old[name] != new[name]]
+
+
+def refuse_other_tensors(payload: dict, model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: str) -> None:
+    """A checkpoint whose tensors or optimizer state differ from this run's model in names or shapes is refused,
+    naming them, before anything loads (a model's code changed since, a run edited by hand)."""
+    problems = [f"{key}: {problem}" for key in ("model", "trained_weights") if key in payload
+                for problem in tensor_mismatches(model.state_dict(), payload[key])]
+    if problems:
+        raise ValueError(f"{checkpoint} holds other tensors than this run's model ({len(problems)}): "
+                         + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+                         + ". Pass --start_new_model to delete its checkpoints and start over, or choose a new "
+                           "--train_dir.")
+    resumable_optimizer_state(optimizer, model, payload["optimizer"], checkpoint)
 
 
 def refuse_task_change(payload: dict, tasks: TaskSet, checkpoint: str) -> None:
