@@ -8,6 +8,8 @@ Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,Db
        .venv/bin/python bench/bench_train.py --models MoeModel --kernels all --kernels none --kernels=-moe
        .venv/bin/python bench/bench_train.py --models TransformerModel --set transformer_max_frames=32 --steps 3
        .venv/bin/python bench/bench_train.py --models MoeModel --versus 'tasks=[{name: main}]'   # a setting's cost
+       .venv/bin/python bench/bench_train.py --models MoeModel,DbofModel --versus compile=true --versus_kernels none
+           # the fused CPU kernels (eager) against torch.compile without them
 """
 
 from __future__ import annotations
@@ -184,17 +186,18 @@ def use_kernels(setting: str) -> None:
     kernels.set_enabled_kernels(kernel_names(setting))
 
 
+def with_kernels(step, setting: str):
+    """`step` run with the kernels of `setting` (a compiled step keeps those it first traced)."""
+    def run() -> None:
+        use_kernels(setting)
+        step()
+    return run
+
+
 def interleaved_step_ms(config: TrainConfig, settings: list[str], steps: int) -> dict[str, dict[str, float]]:
     """Bare-loop step times (ms) of each kernel setting taken in turns, one step each, on one model."""
     step, _ = bare_step(config)
-
-    def with_kernels(setting: str):
-        def run() -> None:
-            use_kernels(setting)
-            step()
-        return run
-
-    return interleaved_ms({setting: with_kernels(setting) for setting in settings}, steps)
+    return interleaved_ms({setting: with_kernels(step, setting) for setting in settings}, steps)
 
 
 def interleaved_ms(steps_by_name: dict, steps: int) -> dict[str, dict[str, float]]:
@@ -243,6 +246,7 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
             if setting == settings[0] and versus:  # back to back, in turns first and last: no order favours one
                 runs = [("", config), *versus.items()]
                 for text, run_config in runs if round_index % 2 == 0 else runs[::-1]:
+                    use_kernels(args.versus_kernels if text else setting)
                     if text:
                         by_versus[text].append(train(run_config)["examples_per_sec"])
                     else:
@@ -267,7 +271,8 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
     if model in STARTER_KIT:
         result["starter_kit_tf2_examples_per_sec"] = STARTER_KIT[model]
     if versus:  # each round trains both back to back, in alternating order: the ratio of the rounds' medians
-        steps = {"base": bare_step(config)[0], **{text: bare_step(changed)[0] for text, changed in versus.items()}}
+        steps = {"base": with_kernels(bare_step(config)[0], settings[0]),
+                 **{text: with_kernels(bare_step(changed)[0], args.versus_kernels) for text, changed in versus.items()}}
         step_ms = interleaved_ms(steps, 4 * args.steps)
         result["versus"] = {text: {"trainer_examples_per_sec": runs, "over_base_median": round(
             statistics.median(runs) / statistics.median(rounds["trainer"]), 4),
@@ -311,6 +316,9 @@ def main() -> int:
                         help="Fused CPU kernels to use: all (the default), none, a comma list of "
                              f"{', '.join(kernels.KERNELS)}, or -NAME for all but NAME. Given more than once, the "
                              "settings take turns in each round and in an interleaved bare loop (kernel gains).")
+    parser.add_argument("--versus_kernels", default="all",
+                        help="The fused CPU kernels the --versus runs use (the base uses --kernels'), e.g. none with "
+                             "--versus compile=true: the kernels against torch.compile's own code.")
     args = parser.parse_args()
     if args.kernels and len(args.kernels) > 1 and args.compile:
         parser.error("--kernels comparisons run without --compile: a compiled graph keeps the kernels it traced")

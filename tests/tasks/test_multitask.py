@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+import yaml
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
@@ -252,3 +253,19 @@ def test_two_processes_train_tasks_whose_batches_reach_different_heads(tiny_data
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2 and np.isfinite(summary["loss"])
+
+
+def test_a_task_without_data_or_weight_is_an_error_and_nothing_is_written(tiny_data, vocabulary, tmp_path, capsys):
+    empty = tmp_path / "empty-00000-of-00001.tfrecord"
+    empty.write_bytes(b"")
+    base = tiny_train_config(tiny_data, tmp_path / "run", vocabulary_file=vocabulary).__dict__
+    for tasks, expected in [
+            ([{"name": "main"}, {"name": "other", "train_data_pattern": str(empty), "validate": False}],
+             f"task other (num_classes 3862, reading {empty}): {empty} has no training examples"),
+            ([{"name": "main", "weight": 0}, {"name": "vertical", "label_source": "vocabulary", "weight": 0}],
+             "every task's weight is 0")]:
+        (tmp_path / "tasks.yaml").write_text(yaml.safe_dump({**base, "tasks": tasks}))
+        assert main(["train", "--config", str(tmp_path / "tasks.yaml")]) == 1
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err
+        assert not (tmp_path / "run").exists()

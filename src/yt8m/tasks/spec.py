@@ -225,6 +225,8 @@ def task_problems(config: Any) -> list[str]:
     problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
     for spec in specs:
         problems += _spec_problems(spec, specs[0], config)
+    if not any(spec.weight for spec in specs):
+        problems.append("tasks: every task's weight is 0: the loss would be 0 and nothing would be learned")
     return problems + best_metric_problems(config.best_metric, specs)
 
 

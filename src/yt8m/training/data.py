@@ -12,6 +12,7 @@ import torch
 
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.tfrecord import read_records
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 
@@ -29,9 +30,13 @@ class TrainingData:
         self.loaders: list[Iterable[Batch]] = []
 
     def check_first_records(self) -> None:
-        """Decode each source's first record, so that a mismatch fails before the run starts."""
+        """Decode each source's first record, so that a mismatch fails before the run starts; a source without a
+        single record (a task that would train nothing while the run succeeds) is an error too."""
         for source, dataset in zip(self.tasks.sources, self.datasets):
             with naming_tasks(source):
+                if not any(next(read_records(path), None) is not None for path in dataset.paths):
+                    raise ValueError(f"{source.pattern} has no training examples: its files hold no records; "
+                                     f"nothing was trained")
                 dataset.check_first_record()
 
     def open(self, device: torch.device) -> None:
