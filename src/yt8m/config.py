@@ -95,6 +95,8 @@ class DataConfig:
         return []
 
 
+# The starter kit's --train_dir default: a run that keeps it is warned that /tmp may not keep it.
+STARTER_TRAIN_DIR = "/tmp/yt8m_model/"
 HPARAMS_FIELD = "model_hparams"
 MODEL_HPARAMS_HELP = ("The model's hyper-parameters (YAML mapping); each is also a field and a flag of its own "
                       "name, as in the starter kit (--moe_num_mixtures 4). Filled with the model's defaults when "
@@ -127,7 +129,7 @@ class TrainConfig(DataConfig):
     model: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.")
     model_hparams: dict = setting({}, MODEL_HPARAMS_HELP)
     train_data_pattern: str = setting("", "File glob(s) of training shards; comma-separated for several.", required=True)
-    train_dir: str = setting("/tmp/yt8m_model/", "Directory for checkpoints, logs and the resolved config.", required=True)
+    train_dir: str = setting(STARTER_TRAIN_DIR, "Directory for checkpoints, logs and the resolved config.", required=True)
     label_loss: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.")
     regularization_penalty: float = setting(1.0, "Weight of the models' L2 penalties in the loss.", at_least=0)
     batch_size: int = setting(1024, "Examples per batch in each process; one optimizer step takes the global batch "
@@ -229,7 +231,7 @@ class EvalConfig(DataConfig):
     model: str = setting("LogisticModel", "Model class name; the train dir's when not given.")
     model_hparams: dict = setting({}, MODEL_HPARAMS_HELP)
     eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.", required=True)
-    train_dir: str = setting("/tmp/yt8m_model/", "The train dir whose checkpoints are evaluated.", required=True)
+    train_dir: str = setting(STARTER_TRAIN_DIR, "The train dir whose checkpoints are evaluated.", required=True)
     label_loss: str = setting("CrossEntropyLoss", "Loss reported in the metrics; the train dir's when not given.")
     run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)

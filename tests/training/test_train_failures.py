@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -17,12 +18,14 @@ import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
 from yt8m.data.batch import Batch
+from yt8m.data.encode import encode_video_example
+from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.config import TrainConfig
 from yt8m.tasks.losses import create_loss
 from yt8m.models import create_model
 from yt8m.training.optim import build_optimizer
-from yt8m.training import NonFiniteLossError, fit
+from yt8m.training import NonFiniteLossError, fit, train
 
 
 def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:
@@ -165,3 +168,25 @@ def test_skip_corrupt_runs_report_what_they_skipped(tiny_data, tmp_path):
     result = json.loads(evaluated.stdout)
     assert (result["skipped_files"], result["skipped_records"]) == (1, 1)
     assert result["num_videos"] == 59
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_train_dir(tiny_data, tmp_path):
+    """A label beyond --num_classes in a later record fails the run mid-epoch: the train dir it made goes."""
+    shard = tmp_path / "data" / "train-00000-of-00001.tfrecord"
+    shard.parent.mkdir()
+    with TFRecordWriter(str(shard)) as writer:
+        for index in range(40):
+            label = 50 if index == 30 else index % NUM_CLASSES
+            writer.write(encode_video_example(f"v{index}", [label], {"mean_rgb": np.ones(16, np.float32),
+                                                                      "mean_audio": np.ones(8, np.float32)}))
+    result = yt8m_train(*train_flags(tiny_data, tmp_path / "run", train_data_pattern=str(shard), batch_size=8,
+                                     export_model_steps=100))
+    assert result.returncode == 1 and "label" in result.stderr.splitlines()[-1]
+    assert not (tmp_path / "run").exists()
+
+
+def test_training_warns_when_it_writes_to_the_starter_kits_default_train_dir(caplog):
+    config = TrainConfig(train_data_pattern="no-such-*.tfrecord")
+    with caplog.at_level(logging.WARNING, logger="yt8m.train"), pytest.raises(ValueError):
+        train(config)
+    assert "the starter kit's default" in caplog.text and "/tmp/yt8m_model" in caplog.text

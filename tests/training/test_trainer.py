@@ -6,6 +6,7 @@ Loop tests feed `fit` in-test batches and a tiny model; `train` end to end runs 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import pytest
@@ -292,3 +293,15 @@ def test_mixed_precision_on_the_cpu_trains_in_bfloat16_close_to_float32(tiny_dat
     assert mixed["global_step"] == full["global_step"] and mixed["loss"] != full["loss"]  # it did run in bf16
     expected = validation_metrics(tmp_path / "fp32", tiny_data)
     assert validation_metrics(tmp_path / "bf16", tiny_data)["gap"] == pytest.approx(expected["gap"], abs=0.01)
+
+
+def test_the_log_names_the_train_dir_the_steps_of_the_total_and_the_time_left(tiny_data, tmp_path, caplog):
+    config = tiny_train_config(tiny_data, tmp_path / "run", num_epochs=2, log_every_steps=1)
+    with caplog.at_level(logging.INFO, logger="yt8m.train"):
+        train(config)
+    lines = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith(f"train dir {tmp_path / 'run'}: checkpoints {tmp_path / 'run' / 'checkpoints'}")
+               for line in lines)
+    steps = [line for line in lines if line.startswith("step ")]
+    assert steps[-1].startswith("step 8/8 | epoch 2/2") and "| ETA 0:00:00" in steps[-1]
+    assert steps[0].startswith("step 1/") and "| ETA " in steps[0]  # within the first epoch: estimated from bytes

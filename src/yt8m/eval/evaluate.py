@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from yt8m.config import (MODEL_IDENTITY_FIELDS, DataConfig, EvalConfig, TrainConfig, config_problems, differing_fields,
+from yt8m.config import (MODEL_IDENTITY_FIELDS, STARTER_TRAIN_DIR, DataConfig, EvalConfig, TrainConfig, config_problems, differing_fields,
                          field_names, load_config, shown)
 from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
                                rank_and_world_size, training_device)
@@ -142,6 +142,9 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
     """
     if not config.eval_data_pattern:
         raise ValueError("--eval_data_pattern is required")
+    if config.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
+        log.warning("--train_dir is %s, the starter kit's default: evaluating whatever was last trained there; give "
+                    "the run's own --train_dir", config.train_dir)
     if not launched_by_torchrun():
         yield from _evaluate_checkpoints(config, given, resolve_device(config.device))
         return

@@ -67,6 +67,12 @@ def listdir(path: str) -> list[str]:
     return [name for name in (entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries) if name]
 
 
+def size(path: str) -> int:
+    """A file's size in bytes."""
+    fs, name = filesystem(path)
+    return int(fs.size(name))
+
+
 def open_file(path: str, mode: str = "rb") -> IO:
     """A file opened for reading (text modes in UTF-8); use as a context manager."""
     if is_local(path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -13,6 +13,8 @@ import torch
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.data.tfrecord import read_records
+from yt8m.distributed.ranks import rank_and_world_size
+from yt8m.io import storage
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 
@@ -25,9 +27,13 @@ class TrainingData:
         self.config, self.tasks = config, tasks
         self.datasets = [YT8MDataset(source.pattern, source_spec(config, source), config.batch_size, shuffle=True,
                                      seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                                     skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory)
+                                     skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory,
+                                     record_bytes=True)
                          for source in tasks.sources]
         self.loaders: list[Iterable[Batch]] = []
+        self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began
+        self._examples: list[int] = []  # this epoch's examples of each source
+        self._bytes_per_process: Optional[float] = None
 
     def check_first_records(self) -> None:
         """Decode each source's first record, so that a mismatch fails before the run starts; a source without a
@@ -47,12 +53,33 @@ class TrainingData:
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         for dataset in self.datasets:
             dataset.set_epoch(epoch)
-        streams = [tagged(loader, index, source) for index, (loader, source)
+        self._epoch_start = [dataset.read_stats.record_bytes for dataset in self.datasets]
+        self._examples = [0] * len(self.datasets)
+        streams = [self._counted(tagged(loader, index, source), index) for index, (loader, source)
                    in enumerate(zip(self.loaders, self.tasks.sources))]
         if len(streams) == 1:
             return streams[0]
         rng = np.random.default_rng([self.config.seed, epoch, len(self.datasets)])
         return interleave(streams, self.config.task_sampling, self.source_weights(), rng)
+
+    def _counted(self, batches: Iterable[Batch], index: int) -> Iterator[Batch]:
+        for batch in batches:
+            self._examples[index] += len(batch)
+            yield batch
+
+    def epoch_fraction(self) -> Optional[float]:
+        """The share of this epoch's data this process has read (for the total steps and the ETA): the record bytes
+        read against its share of the shards' bytes, or for a RAM cache the examples served against its size."""
+        if not self._examples:
+            return None
+        if self.config.cache_in_memory:
+            cached = sum(len(dataset.cache) for dataset in self.datasets if dataset.cache is not None)
+            return sum(self._examples) / cached if cached else None
+        if self._bytes_per_process is None:
+            self._bytes_per_process = sum(storage.size(path) for dataset in self.datasets
+                                          for path in dataset.paths) / rank_and_world_size()[1]
+        read = sum(dataset.read_stats.record_bytes - start for dataset, start in zip(self.datasets, self._epoch_start))
+        return read / self._bytes_per_process if self._bytes_per_process else None
 
     def source_weights(self) -> list[float]:
         if self.config.task_sampling == "weights":

@@ -30,7 +30,7 @@ from yt8m.models.checkpoints import load_checked
 from yt8m.training.optim import apply_update, l2_terms, load_optimizer_state, optimizer_state
 from yt8m.training.randomness import capture_rng_state, process_seed, restore_rng_state, seed_everything
 from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
-from yt8m.training.meter import ThroughputMeter
+from yt8m.training.meter import RunEstimate, ThroughputMeter
 from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.training.summaries import log_step
 from yt8m.training.trained_ids import record_trained_ids
@@ -92,7 +92,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Optional[nn
         epoch_batches: Callable[[int], Iterable[Batch]], config: TrainConfig, *,
         hooks: Sequence[TrainHook] = (), resume: Optional[dict] = None,
         device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None,
-        task: Optional[TaskSet] = None) -> dict[str, Any]:
+        task: Optional[TaskSet] = None, epoch_fraction: Callable[[], Optional[float]] = lambda: None
+        ) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of Batch), with checkpoints.
 
     The task set (default: the config's one task, with `loss_fn` as its loss; yt8m.tasks.taskset) says which
@@ -100,10 +101,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Optional[nn
     payload: the loop restores it, skips the batches of the current epoch it already saw, and then restores the RNG
     state, so that the rest matches an uninterrupted run.
     `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may halve the learning
-    rate, revert to the best weights or stop.
+    rate, revert to the best weights or stop. `epoch_fraction()` says what share of the epoch's data this process
+    has read (None: unknown), for the log's total steps and ETA within the first epoch.
     """
     return TrainingLoop(model, optimizer, task or one_task_set(config, loss_fn), epoch_batches, config, hooks,
-                        resume, device, evaluator).run()
+                        resume, device, evaluator, epoch_fraction).run()
 
 
 class TrainingLoop:
@@ -112,7 +114,8 @@ class TrainingLoop:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, task: TaskSet,
                  epoch_batches: Callable[[int], Iterable[Batch]], config: TrainConfig, hooks: Sequence[TrainHook],
-                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator]):
+                 resume: Optional[dict], device: torch.device, evaluator: Optional[TrainEvaluator],
+                 epoch_fraction: Callable[[], Optional[float]] = lambda: None):
         self.rank, self.world_size = rank_and_world_size()
         self.chief = self.rank == 0
         self.model, self.optimizer, self.config, self.task = model, optimizer, config, task
@@ -131,6 +134,7 @@ class TrainingLoop:
             seed_everything(process_seed(config.seed, self.rank, 0))
         self.network = distributed_model(model, device, task)
         self.meter = ThroughputMeter()
+        self.estimate, self.epoch_fraction = RunEstimate(config.num_epochs, config.max_steps), epoch_fraction
         self.loss_value = math.nan
         self.stop = False
         self.hooked_step = self.progress.step
@@ -218,11 +222,15 @@ class TrainingLoop:
         progress = self.progress
         if progress.batches_in_epoch == 0:
             raise ValueError(self._no_examples_message())
+        self.estimate.epoch_ended(self._steps_in_epoch())
         progress.epoch += 1
         progress.batches_in_epoch = 0
         self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
         if self.config.checkpoint_every_epoch and self.hooked_step != progress.step:
             self._checkpoint()
+
+    def _steps_in_epoch(self) -> int:
+        return self.progress.batches_in_epoch // self.config.numbatches_to_aggregate
 
     def _no_examples_message(self) -> str:
         skipped = " (--skip_corrupt skipped every record)" if self.config.skip_corrupt else ""
@@ -274,7 +282,12 @@ class TrainingLoop:
         task_losses = self.task.pop_losses()
         scalars.update(task_losses)
         if metrics_now or progress.step % config.log_every_steps == 0:
-            log_step(progress.step, progress.epoch, scalars, self.meter, list(task_losses) + list(batch_scores))
+            total = self.estimate.total_steps(progress.step, progress.epoch, self._steps_in_epoch(),
+                                              self.epoch_fraction())
+            self.bar.total = total
+            log_step(progress.step, progress.epoch, scalars, self.meter, list(task_losses) + list(batch_scores),
+                     total, config.num_epochs, RunEstimate.time_left(progress.step, total,
+                                                                    self.meter.seconds_per_step()))
             write_scalars(self.writer, scalars, progress.step)
 
     def _accumulate_gradients(self, group: list[dict], examples: int) -> Optional[dict]:

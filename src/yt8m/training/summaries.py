@@ -4,7 +4,7 @@ scalars go through yt8m.io.summaries."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 from yt8m.training.meter import ThroughputMeter
 
@@ -16,11 +16,16 @@ SHORT_NAMES = {"hit_at_one": "hit@1"}
 
 
 def log_step(step: int, epoch: int, scalars: dict[str, float], meter: ThroughputMeter,
-             batch_metrics: Sequence[str] = ()) -> None:
-    """The log line of step `step` in epoch `epoch` (counted from 0); `batch_metrics` names the scalars that are
-    the batch's metrics (none: not shown)."""
-    text = (f"step {step} | epoch {epoch + 1} | loss {scalars['loss']:.5f} | "
+             batch_metrics: Sequence[str] = (), total_steps: Optional[int] = None, epochs: Optional[int] = None,
+             time_left: Optional[str] = None) -> None:
+    """The log line of step `step` (of `total_steps`, when known) in epoch `epoch` (counted from 0, of `epochs`);
+    `batch_metrics` names the scalars that are the batch's metrics (none: not shown); `time_left` the ETA."""
+    of_total = f"/{total_steps}" if total_steps else ""
+    of_epochs = f"/{epochs}" if epochs else ""
+    text = (f"step {step}{of_total} | epoch {epoch + 1}{of_epochs} | loss {scalars['loss']:.5f} | "
             f"{scalars['examples_per_sec']:.0f} examples/s | input wait {meter.input_wait_fraction():.0%}")
     if batch_metrics:
         text += " | " + " ".join(f"{SHORT_NAMES.get(name, name)} {scalars[name]:.3f}" for name in batch_metrics)
+    if time_left:
+        text += f" | ETA {time_left}"
     log.info(text)

@@ -11,9 +11,9 @@ import contextlib
 import json
 import logging
 import os
-from typing import Any, ContextManager, Optional, Sequence
+from typing import Any, ContextManager, Iterator, Optional, Sequence
 
-from yt8m.config import TrainConfig, save_config
+from yt8m.config import STARTER_TRAIN_DIR, TrainConfig, save_config
 from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.io import storage
 from yt8m.io.checkpoints import EXPORT_DIR, MODEL_SIZE_FILE, checkpoint_dir, clear_final_marker, latest_checkpoint
@@ -41,23 +41,65 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     """
     if not checked:
         check_train_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
+    if config.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
+        log.warning("--train_dir is %s, the starter kit's default: a reboot or the next run there may wipe it; "
+                    "give each run a --train_dir of its own", config.train_dir)
     device = training_device(config.device)
     with process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
         seed_everything(config.seed)
         run = build_run(config, device, resources, rank == 0, evaluate)
-        with train_dir_lock(config.train_dir, rank):
+        existed = storage.exists(config.train_dir)
+        with train_dir_lock(config.train_dir, rank), removed_unless_checkpointed(config.train_dir, rank, run.newest,
+                                                                                 existed):
             prepare_train_dir(config, rank, run.newest, run.size)
             run.data.open(device)
             log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
                      config.model, run.size.describe(), device, world_size,
                      config.batch_size * world_size * config.numbatches_to_aggregate)
+            log_train_dir(config, rank)
             summary = fit(run.model, run.optimizer, None, run.data.epoch_batches, config, hooks=hooks,
-                          resume=run.resume, device=device, evaluator=run.evaluator, task=run.tasks)
+                          resume=run.resume, device=device, evaluator=run.evaluator, task=run.tasks,
+                          epoch_fraction=run.data.epoch_fraction)
             if config.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(run.data.skipped_files, device),
                                skipped_records=all_reduce_sum(run.data.skipped_records, device))
             return summary
+
+
+def log_train_dir(config: TrainConfig, rank: int) -> None:
+    """Say where the run writes what."""
+    if rank != 0:
+        return
+    every = f"every {config.export_model_steps} steps" + (", at each epoch's end" if config.checkpoint_every_epoch
+                                                          else "")
+    log.info("train dir %s: checkpoints %s/ckpt-<step>.pt (%s and at the end; the newest %d kept), config.yaml, "
+             "model_size.json, TensorBoard events%s", config.train_dir, checkpoint_dir(config.train_dir), every,
+             config.keep_checkpoints, f"; evaluations in {os.path.join(config.train_dir, 'eval')}, exports in "
+             f"{os.path.join(config.train_dir, EXPORT_DIR)}/(best|latest|final)" if config.eval_data_pattern else "")
+
+
+@contextlib.contextmanager
+def removed_unless_checkpointed(train_dir: str, rank: int, newest: Optional[str], existed: bool) -> Iterator[None]:
+    """A run started without a checkpoint to resume that fails before writing its first removes what it wrote (a
+    train dir it made, `existed` False: wholly), as a start that fails its checks never writes: no train dir is
+    left that looks like a run but holds none. A resumed run's train dir is left as it is. Entered holding the
+    train dir's lock, so that only this run's files go."""
+    try:
+        yield
+    except BaseException:
+        if rank == 0 and newest is None and storage.is_local(train_dir) and latest_checkpoint(train_dir) is None:
+            _remove_what_a_run_wrote(train_dir, existed)
+        raise
+
+
+def _remove_what_a_run_wrote(train_dir: str, existed: bool) -> None:
+    if not existed:
+        storage.remove_tree(train_dir)
+        return
+    remove_previous_run(train_dir)
+    for name in ("config.yaml", MODEL_SIZE_FILE):
+        storage.remove(os.path.join(train_dir, name))
 
 
 def remove_previous_run(train_dir: str) -> None:
