@@ -1,0 +1,44 @@
+"""s3:// that cannot be reached: an endpoint where nothing listens, a server that refuses the key pair (moto with
+key checks), a bucket that does not exist. Each is one line naming the URL, never a botocore traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_outcome import yt8m_env
+from s3_server import free_port, loopback_s3_server, s3_environment
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+# botocore retries a refused connection for 6 s by default; a user in a hurry asks for fewer attempts.
+FEW_ATTEMPTS = {"AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "standard"}
+# (command line, the URL its error must name)
+READS = [
+    (["inspect", "s3://bucket/shards/*.tfrecord"], "s3://bucket/shards/*.tfrecord"),
+    (["inspect", "s3://bucket/shards/a.tfrecord"], "s3://bucket/shards/a.tfrecord"),
+    (["eval", "--train_dir", "s3://bucket/run", "--eval_data_pattern", "s3://bucket/shards/*.tfrecord",
+      "--run_once"], "s3://bucket/run"),
+    (["tune-report", "s3://bucket/study"], "s3://bucket/study"),
+]
+
+
+@pytest.fixture(scope="module")
+def refusing_endpoint():
+    with loopback_s3_server(checking_keys=True) as endpoint:
+        yield endpoint
+
+
+@pytest.mark.parametrize("argv, url", READS, ids=[argv[0] + str(i) for i, (argv, _) in enumerate(READS)])
+def test_an_endpoint_where_nothing_listens(yt8m, tmp_path, argv, url):
+    env = yt8m_env(**s3_environment(f"http://127.0.0.1:{free_port()}"), **FEW_ATTEMPTS)
+    outcome = yt8m(*argv, env=env, cwd=str(tmp_path))
+    outcome.assert_clean_error(url, "Could not connect to the endpoint URL")
+
+
+@pytest.mark.parametrize("argv, url", READS, ids=[argv[0] + str(i) for i, (argv, _) in enumerate(READS)])
+def test_a_key_pair_the_server_refuses(yt8m, refusing_endpoint, tmp_path, argv, url):
+    outcome = yt8m(*argv, env=yt8m_env(**s3_environment(refusing_endpoint)), cwd=str(tmp_path))
+    outcome.assert_clean_error(url)
+    assert "Access Key" in outcome.error_line or "Forbidden" in outcome.error_line
+

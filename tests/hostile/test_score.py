@@ -1,0 +1,98 @@
+"""`yt8m score` (video and segment submissions) against hostile CSVs: a 5 MB bad line, bytes that are not UTF-8,
+class fields that Python's int() reads but a CSV should not hold (`1_0`, Arabic-Indic digits), and a one-row
+segment submission of tens of megabytes (its memory must not grow with the row)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_outcome import Outcome, record, yt8m_env
+
+HUGE = 5 << 20
+LABELS = "VideoId,Labels\nv1,1 2\nv2,3\n"
+RATED = "segment_id,class,score\nv1:0,3,1\nv1:5,3,0\nv2:0,10,1\n"
+
+
+def write(path: Path, text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+def score(yt8m, tmp_path: Path, predictions: str | bytes, labels: str | bytes = LABELS, *flags: str):
+    return yt8m("score", "--predictions", write(tmp_path / "predictions.csv", predictions), "--labels",
+                write(tmp_path / "labels.csv", labels), "--num_classes", "20", *flags)
+
+
+def segment_score(yt8m, tmp_path: Path, submission: str | bytes, *flags: str):
+    return yt8m("score", "--segment_labels", "--predictions", write(tmp_path / "submission.csv", submission),
+                "--labels", write(tmp_path / "rated.csv", RATED), "--num_classes", "20", *flags)
+
+
+@pytest.mark.parametrize("line", [
+    "v1" + " 1 0.5" * (HUGE // 6),  # no comma
+    "v1,1 0.5 " + "x " * (HUGE // 2),  # a class id that is not one
+    "v1,1 0.5 2 " + "y" * HUGE,  # a confidence that is not one
+], ids=["no comma", "bad class", "bad confidence"])
+def test_a_huge_bad_line_is_quoted_in_part(yt8m, tmp_path, line):
+    outcome = score(yt8m, tmp_path, f"VideoId,LabelConfidencePairs\n{line}\n")
+    error = outcome.assert_clean_error(f"{tmp_path / 'predictions.csv'}:2: ")
+    assert len(error) < 600, len(error)
+
+
+def test_a_huge_bad_segment_row_is_quoted_in_part(yt8m, tmp_path):
+    outcome = segment_score(yt8m, tmp_path, "Class,Segments\n3,v1:0 " + "v1:x" * (HUGE // 4) + "\n")
+    error = outcome.assert_clean_error(f"{tmp_path / 'submission.csv'}:2: malformed segment id")
+    assert len(error) < 600, len(error)
+
+
+@pytest.mark.parametrize("file", ["predictions", "labels"])
+def test_bytes_that_are_not_utf8_are_named_by_file_and_line(yt8m, tmp_path, file):
+    bad = b"VideoId,Labels\nv1,1 2\nv2,\xff3\n" if file == "labels" else \
+        b"VideoId,LabelConfidencePairs\nv1,1 0.5\nv2,3 0.\xe95\n"
+    outcome = score(yt8m, tmp_path, bad) if file == "predictions" else \
+        score(yt8m, tmp_path, "VideoId,LabelConfidencePairs\nv1,1 0.5\n", bad)
+    outcome.assert_clean_error(f"{tmp_path / f'{file}.csv'}:3: ", "UTF-8")
+
+
+def test_a_segment_submission_that_is_not_utf8_is_named_by_file_and_line(yt8m, tmp_path):
+    outcome = segment_score(yt8m, tmp_path, b"Class,Segments\n3,v1:0\n10,v2:0 \xffv2:5\n")
+    outcome.assert_clean_error(f"{tmp_path / 'submission.csv'}:3: ", "UTF-8")
+
+
+@pytest.mark.parametrize("field", ["1_0", "\u0663", "+3", "\uff13"], ids=["underscore", "arabic-indic", "plus",
+                                                                            "fullwidth"])
+def test_a_segment_class_must_be_ascii_digits(yt8m, tmp_path, field):
+    outcome = segment_score(yt8m, tmp_path, f"Class,Segments\n{field},v1:0 v1:5\n")
+    outcome.assert_clean_error(f"{tmp_path / 'submission.csv'}:2: the class must be an integer", repr(field))
+
+
+def test_a_one_row_segment_submission_is_streamed(tmp_path, request):
+    """A 40 MB row of 2.6 million ids, cut at --top_n 1000: the peak memory stays that of the smallest one."""
+    ids = " ".join(f"v{index}:{5 * (index % 7)}" for index in range(2_600_000))
+    submission = write(tmp_path / "submission.csv", f"Class,Segments\n3,v1:0 {ids}\n10,v2:0\n")
+    rated = write(tmp_path / "rated.csv", RATED)
+    measure = ("import resource, sys; from yt8m import cli; status = cli.main(sys.argv[1:]); "
+               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(status)")
+    argv = ["score", "--segment_labels", "--predictions", submission, "--labels", rated, "--num_classes", "20",
+            "--top_n", "1000"]
+    peaks = {}
+    for name, path in (("huge", submission), ("small", write(tmp_path / "small.csv", "Class,Segments\n3,v1:0\n"))):
+        argv[3] = path
+        done = subprocess.run([sys.executable, "-c", measure, *argv], capture_output=True, text=True, timeout=120,
+                              env=yt8m_env())
+        outcome = record(request.node.nodeid, Outcome("score", done.returncode, done.stdout,
+                                                      done.stderr.rsplit("\n", 2)[0]))
+        peaks[name] = int(done.stderr.split()[-1]) / 1024  # MB
+        result = outcome.assert_success()
+        if name == "huge":
+            assert result["num_submitted_segments"] == 2_600_001 + 1 and result["segment_map"] == 1.0
+    assert peaks["huge"] < peaks["small"] + 60, peaks
+    json.dumps(peaks)
