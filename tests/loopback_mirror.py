@@ -32,7 +32,8 @@ class Mirror:
     file (or of PLAN_PATH, the plan) get, one each: "drop" (the connection closes mid-file), "wrong" (a flipped
     byte), "404", "500", "slow" (no answer within the client's timeout), "stall" (half the file, then nothing until
     the test ends), "trickle" (a byte every TRICKLE_SECS until the test ends), "oversize" (the file, then
-    OVERSIZE_BYTES more, announced by its Content-Length) or "redirect" (to itself, forever)."""
+    OVERSIZE_BYTES more, announced by its Content-Length; "unannounced": without a Content-Length) or "redirect" (to
+    itself, forever)."""
 
     def __init__(self, files: dict[str, bytes], with_sizes: bool = False) -> None:
         self.files = files
@@ -103,8 +104,9 @@ class Mirror:
 
             def _send(self, data: bytes, fault: str | None, body: bool) -> None:
                 self.send_response(200)
-                extra = OVERSIZE_BYTES if fault == "oversize" else 0
-                self.send_header("Content-Length", str(len(data) + extra))
+                extra = OVERSIZE_BYTES if fault in ("oversize", "unannounced") else 0
+                if fault != "unannounced":
+                    self.send_header("Content-Length", str(len(data) + extra))
                 self.end_headers()
                 if not body:
                     return

@@ -19,7 +19,7 @@ import pytest
 from faults import files_under, fill_disk_after
 from loopback_mirror import LOCAL_PLAN, PARTITION, PLAN_PATH, Mirror, synthetic_files
 from yt8m import cli
-from yt8m.data.download import Source, in_shard, local_name, parse_shard
+from yt8m.data.download import DONE_LOG_SUFFIX, Source, in_shard, local_name, parse_shard
 
 FAST = ["--backoff_secs", "0.01", "--timeout_secs", "2"]
 
@@ -42,6 +42,13 @@ def run(mirror: Mirror, output_dir: Path, *flags: str, capsys) -> tuple[int, dic
 
 def local_plan(output_dir: Path) -> dict:
     return json.loads((output_dir / LOCAL_PLAN).read_text())
+
+
+def left_in_plan(output_dir: Path) -> list[str]:
+    """What a re-run would download: the plan's copy less the files its log lists (a run killed mid-way)."""
+    log = output_dir / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}"
+    done = {json.loads(line) for line in log.read_text().splitlines()} if log.exists() else set()
+    return sorted(set(local_plan(output_dir)["files"]) - done)
 
 
 def assert_downloaded(output_dir: Path, files: dict[str, bytes], names) -> None:
@@ -187,13 +194,13 @@ def test_a_rerun_after_a_kill_fetches_only_the_rest(mirror, tmp_path):
     while not any(name.startswith(".train0114.tfrecord.tmp-") for name in os.listdir(tmp_path)):
         assert time.monotonic() < deadline  # the half-written file is there, under its temporary name
         time.sleep(0.01)
-    while len(local_plan(tmp_path)["files"]) > 2:  # the file before it, synced off the connection, is done
+    while len(left_in_plan(tmp_path)) > 2:  # the file before it, synced off the connection, is done
         assert time.monotonic() < deadline
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (tmp_path / "train0114.tfrecord").exists()
-    assert sorted(local_plan(tmp_path)["files"]) == ["trainb0.tfrecord", "trainc9.tfrecord"]
+    assert left_in_plan(tmp_path) == ["trainb0.tfrecord", "trainc9.tfrecord"]
     fetched_before = mirror.gets()
     assert fetched_before == ["train99.tfrecord", "trainaZ.tfrecord", "trainaa.tfrecord", "trainab.tfrecord",
                               "trainb0.tfrecord"]
@@ -277,3 +284,26 @@ def test_parse_shard():
     assert parse_shard("1,100") == (1, 100) and parse_shard("3,3") == (3, 3)
     with pytest.raises(ValueError):
         parse_shard("0,3")
+
+
+def test_two_shards_downloading_into_one_folder_keep_each_others_progress(mirror, tmp_path):
+    """Both rewrite the one local plan from its log, under a lock: neither puts back the files the other did."""
+    (tmp_path / LOCAL_PLAN).write_bytes(mirror.plan)  # as the first to start would have fetched it
+    shards = [subprocess.Popen([sys.executable, "-m", "yt8m", "download", "--partition", PARTITION, "--base_url",
+                                mirror.url, "--output_dir", str(tmp_path), "--shard", f"{i},2", "--parallel", "1",
+                                *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    for process in shards:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+    assert local_plan(tmp_path)["files"] == {} and not (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").exists()
+    assert_downloaded(tmp_path, mirror.files, mirror.files)
+
+
+def test_the_plan_log_of_a_killed_run_is_read_line_by_line_and_a_cut_line_passed_over(mirror, tmp_path, capsys):
+    (tmp_path / LOCAL_PLAN).write_bytes(mirror.plan)
+    (tmp_path / "train0000.tfrecord").write_bytes(mirror.files["trainaa.tfrecord"])
+    (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").write_text('"trainaa.tfrecord"\n"trainab.tf')  # killed mid-line
+    status, summary, _ = run(mirror, tmp_path, capsys=capsys)
+    assert status == 0 and summary["files"] == 5 and summary["already_present"] == 0
+    assert "trainaa.tfrecord" not in mirror.gets()
+    assert local_plan(tmp_path)["files"] == {} and not (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").exists()
