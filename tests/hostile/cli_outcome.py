@@ -1,4 +1,7 @@
-"""Running `yt8m` as a user does and classifying what came back, for the hostile-input suite.
+"""The hostile-input suite's harness: running `yt8m` as a user does and classifying what came back.
+
+Test modules mark themselves `pytestmark = pytest.mark.hostile` and import the fixtures they use
+(`from cli_outcome import yt8m, yt8m_here`).
 
 A clean error is one line `yt8m <command>: error: ...` and exit 1; a traceback, a crash (a signal, another status)
 or a hang (past the case's time limit) is a defect. With HOSTILE_OUTCOMES=FILE set, every case's outcome is appended
@@ -17,6 +20,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANG_SECS = 20.0
@@ -117,3 +122,15 @@ def in_process_runner(test: str) -> Callable[..., Outcome]:
         return record(test, Outcome(argv[0], status, out.getvalue(), err.getvalue()))
 
     return run
+
+
+@pytest.fixture
+def yt8m(request) -> Callable[..., Outcome]:
+    """`yt8m(*argv, timeout=, env=, cwd=)` -> Outcome: the command in a process of its own, as a user runs it."""
+    return process_runner(request.node.nodeid)
+
+
+@pytest.fixture
+def yt8m_here(request) -> Callable[..., Outcome]:
+    """`yt8m_here(*argv)` -> Outcome: the command in this process."""
+    return in_process_runner(request.node.nodeid)

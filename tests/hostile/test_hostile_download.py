@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cli_outcome import yt8m, yt8m_here  # noqa: F401  (fixtures)
 from faults import files_under
 from loopback_mirror import LOCAL_PLAN, OVERSIZE_BYTES, PARTITION, PLAN_PATH, Mirror, synthetic_files
+
+pytestmark = pytest.mark.hostile
 
 FAST = ["--backoff_secs", "0.01", "--retries", "1"]
 

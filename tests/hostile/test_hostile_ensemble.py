@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_outcome import yt8m_env
+from cli_outcome import yt8m_env, yt8m_here  # noqa: F401  (fixtures)
 from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.hostile
 
 CSV = "VideoId,LabelConfidencePairs\nv1,1 0.9 2 0.5\nv2,{pairs}\nv3,0 0.1\n"
 JSONL = ('{{"video_id": "v1", "class_indexes": [1], "predictions": [0.9]}}\n\n'

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cli_outcome import yt8m  # noqa: F401  (fixtures)
+
 from yt8m.data.synthetic import write_synthetic
+
+pytestmark = pytest.mark.hostile
 
 
 @pytest.fixture(scope="module")

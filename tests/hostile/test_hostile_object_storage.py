@@ -1,12 +1,14 @@
 """s3:// that cannot be reached: an endpoint where nothing listens, a server that refuses the key pair (moto with
-key checks), a bucket that does not exist. Each is one line naming the URL, never a botocore traceback."""
+key checks). Each is one line naming the URL, never a botocore traceback."""
 
 from __future__ import annotations
 
 import pytest
 
-from cli_outcome import yt8m_env
+from cli_outcome import yt8m, yt8m_env  # noqa: F401  (fixtures)
 from s3_server import free_port, loopback_s3_server, s3_environment
+
+pytestmark = pytest.mark.hostile
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -19,7 +21,8 @@ READS = [
     (["inspect", "s3://bucket/shards/a.tfrecord"], "s3://bucket/shards/a.tfrecord"),
     (["eval", "--train_dir", "s3://bucket/run", "--eval_data_pattern", "s3://bucket/shards/*.tfrecord",
       "--run_once"], "s3://bucket/run"),
-    (["tune-report", "s3://bucket/study"], "s3://bucket/study"),
+    (["predict", "--train_dir", "s3://bucket/run", "--input_data_pattern", "s3://bucket/shards/*.tfrecord",
+      "--output_file", "predictions.csv"], "s3://bucket/run"),
 ]
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cli_outcome import Outcome, record, yt8m_env
+from cli_outcome import Outcome, record, yt8m, yt8m_env  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.hostile
 
 HUGE = 5 << 20
 LABELS = "VideoId,Labels\nv1,1 2\nv2,3\n"

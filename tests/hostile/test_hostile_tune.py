@@ -17,6 +17,8 @@ import yaml
 
 from cli_outcome import CLEAN_ERROR, Outcome, record, yt8m_env
 
+pytestmark = pytest.mark.hostile
+
 NUM_CLASSES = 8
 FEATURE_SIZES = (16, 8)
 
