@@ -16,6 +16,7 @@ import numpy as np
 
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
+from yt8m.messages import quoted
 
 log = logging.getLogger("yt8m.eval.score")
 
@@ -33,35 +34,68 @@ class CsvFormatError(ValueError):
 
 def _rows(path: str, header: str) -> Iterator[tuple[str, int, str, str]]:
     """(`path:line`, line number, video id, second field) for each non-blank line after the header."""
-    with open(path, encoding="utf-8-sig") as fh:
-        first = fh.readline().rstrip("\r\n")
-        if first.strip() != header:
-            raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {first!r}")
-        for number, line in enumerate(fh, start=2):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            fields = line.split(",")
-            video_id = fields[0].strip()
-            if len(fields) != 2 or not video_id:
-                raise CsvFormatError(f"{where}: expected 'VideoId,<space-separated values>', got {line!r}")
-            yield where, number, video_id, fields[1]
+    lines = text_lines(path)
+    first = next(lines, (1, ""))[1]
+    if first.strip() != header:
+        raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {quoted(first)}")
+    for number, line in lines:
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        fields = line.split(",")
+        video_id = fields[0].strip()
+        if len(fields) != 2 or not video_id:
+            raise CsvFormatError(f"{where}: expected 'VideoId,<space-separated values>', got {quoted(line)}")
+        yield where, number, video_id, fields[1]
+
+
+def text_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line break) of each line of a UTF-8 file (a byte order mark passed over);
+    bytes that are not UTF-8 are a CsvFormatError naming the file, line and byte."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            yield number, decoded(raw, f"{path}:{number}", "utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+
+
+def decoded(raw: bytes, where: str, encoding: str = "utf-8") -> str:
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise CsvFormatError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start + 1} of the line: "
+                             f"{quoted(raw[err.start:err.start + 4])})") from None
 
 
 def _duplicate_error(path: str, duplicate: Duplicate) -> CsvFormatError:
-    return CsvFormatError(f"{path}:{duplicate.line}: video {duplicate.key!r} is already on line {duplicate.first_line}")
+    return CsvFormatError(f"{path}:{duplicate.line}: video {quoted(duplicate.key)} is already on line "
+                          f"{duplicate.first_line}")
 
 
 def _class_ids(where: str, tokens: Sequence[str], num_classes: int) -> list[int]:
     try:
         classes = list(map(int, tokens))
     except ValueError:
-        raise CsvFormatError(f"{where}: class ids must be integers, got {' '.join(tokens)!r}") from None
+        bad = next(token for token in tokens if not _is_integer(token))
+        raise CsvFormatError(f"{where}: class ids must be integers, got {quoted(bad)}") from None
     if classes and (min(classes) < 0 or max(classes) >= num_classes):
         outside = next(c for c in classes if not 0 <= c < num_classes)
         raise CsvFormatError(f"{where}: class id {outside} is outside [0, {num_classes})")
     return classes
+
+
+def _is_integer(token: str) -> bool:
+    try:
+        int(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def _label_ids(where: str, field: str, num_classes: int) -> np.ndarray:
@@ -78,7 +112,8 @@ def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[in
     try:
         confidences = list(map(float, tokens[1::2]))
     except ValueError:
-        raise CsvFormatError(f"{where}: confidences must be numbers, got {' '.join(tokens[1::2])!r}") from None
+        bad = next(token for token in tokens[1::2] if not _is_number(token))
+        raise CsvFormatError(f"{where}: confidences must be numbers, got {quoted(bad)}") from None
     if not all(map(math.isfinite, confidences)):
         raise CsvFormatError(f"{where}: confidences must be finite numbers")
     if len(set(classes)) != len(classes):

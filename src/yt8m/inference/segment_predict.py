@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import os
+import re
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
 
@@ -35,6 +36,7 @@ MIN_SLACK = 2048
 SEGMENT_NUMBER_DTYPE = np.uint32  # 4 bytes per kept candidate: up to 4.29 billion segments per run
 # Frames no video reaches: the dataset reads every frame (a test video may last longer than 300 s).
 EVERY_FRAME = 1 << 40
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 # (segment numbers) -> lexsort keys, the primary key last: the order in which tied segments are kept and written.
 TieKeys = Callable[[np.ndarray], tuple[np.ndarray, ...]]
@@ -71,7 +73,7 @@ def read_segment_label_ids(path: str, num_classes: int) -> np.ndarray:
 
 
 def _is_integer(field: str) -> bool:
-    return field.lstrip("+-").isdigit()
+    return _INTEGER.fullmatch(field) is not None  # ASCII digits: str.isdigit() takes '٣' (Arabic-Indic 3) too
 
 
 def split_segments(features: torch.Tensor, num_frames: torch.Tensor,
