@@ -66,7 +66,7 @@ def test_a_train_dir_and_a_different_num_classes_are_refused(yt8m_here, tiny_dat
 
 def killed_owner_of_a_scratch_database(tmpdir: Path) -> None:
     """A process that makes its temporary database, as `yt8m ensemble` does, and is killed (kill -9)."""
-    code = "import os, signal; from yt8m.io.spill import TemporaryDatabase; TemporaryDatabase(); " \
+    code = "import os, signal; from yt8m.io.spill import TemporaryDatabase; database = TemporaryDatabase(); " \
            "os.kill(os.getpid(), signal.SIGKILL)"
     subprocess.run([sys.executable, "-c", code], env=yt8m_env(TMPDIR=str(tmpdir)), check=False)
 

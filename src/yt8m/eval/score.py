@@ -129,36 +129,52 @@ def _read_dict(path: str, header: str, parse: Callable[[str, str], T]) -> dict[s
     return rows
 
 
-def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], T],
+def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str, str], T],
              payload: Callable[[T], tuple] = lambda parsed: ()) -> Iterator[tuple[int, str, T]]:
     """(line, video id, parsed second field) of each line of a CSV, checked, with `payload(parsed)` stored in `table`
     beside the id: a video twice is an error too, and the first problem in line order is the one raised."""
-    parsed = ((line, video_id, parse(where, field)) for where, line, video_id, field in _rows(path, header))
+    parsed = ((line, video_id, parse(where, video_id, field)) for where, line, video_id, field in _rows(path, header))
     return add_unique(table, parsed, lambda row: (row[1], row[0], *payload(row[2])),
                       lambda duplicate: _duplicate_error(path, duplicate))
 
 
 def read_labels_csv(path: str, num_classes: int = 3862) -> dict[str, np.ndarray]:
     """Video id -> its distinct class ids (int64, sorted; empty for a video without labels), in file order."""
-    return _read_dict(path, LABELS_HEADER, lambda where, field: _label_ids(where, field, num_classes))
+    return _read_dict(path, LABELS_HEADER, lambda where, _, field: _label_ids(where, field, num_classes))
 
 
 def read_predictions_csv(path: str, num_classes: int = 3862) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Video id -> (class ids int64, confidences float64) as listed on its line, in file order."""
-    def parse(where: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+    def parse(where: str, video_id: str, field: str) -> tuple[np.ndarray, np.ndarray]:
         classes, confidences = _prediction_pairs(where, field, num_classes)
         return np.array(classes, dtype=np.int64), np.array(confidences, dtype=np.float64)
 
     return _read_dict(path, PREDICTIONS_HEADER, parse)
 
 
-def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862) -> None:
+def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862, probabilities: bool = False) -> None:
     """Check every line of a predictions CSV into `table` (payload columns classes, confidences: int32 and float32
-    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line."""
-    _load(table, path, PREDICTIONS_HEADER, lambda where, field: _stored_predictions(where, field, num_classes))
+    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line; with
+    `probabilities`, so is a confidence outside [0, 1] (Kaggle's scoring only ranks them, an ensemble averages)."""
+    def parse(where: str, video_id: str, field: str) -> tuple[bytes, bytes]:
+        classes, confidences = _prediction_pairs(where, field, num_classes)
+        if probabilities:
+            check_probabilities(f"{where}: video {quoted(video_id)}", confidences)
+        # Scores are float32 (EvaluationMetrics compares them so): rounded here as they would be in its input.
+        return np.array(classes, dtype=np.int32).tobytes(), np.array(confidences, dtype=np.float32).tobytes()
+
+    _load(table, path, PREDICTIONS_HEADER, parse)
 
 
-def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], tuple]) -> None:
+def check_probabilities(where: str, confidences: Sequence[float]) -> None:
+    """ValueError naming `where` and the first confidence outside [0, 1]."""
+    outside = next((value for value in confidences if not 0 <= value <= 1), None)
+    if outside is not None:
+        raise ValueError(f"{where} has confidence {outside:g}, outside [0, 1]: an ensemble input holds probabilities "
+                         "(yt8m predict's output)")
+
+
+def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str, str], tuple]) -> None:
     """Check every line of a CSV into `table`: its video id, its line and the parsed second field's columns."""
     for _ in _checked(table, path, header, parse, payload=lambda columns: columns):
         pass
@@ -166,12 +182,6 @@ def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str],
 
 def _stored_labels(where: str, field: str, num_classes: int) -> tuple[bytes]:
     return (_label_ids(where, field, num_classes).astype(np.int32).tobytes(),)
-
-
-def _stored_predictions(where: str, field: str, num_classes: int) -> tuple[bytes, bytes]:
-    classes, confidences = _prediction_pairs(where, field, num_classes)
-    # Scores are float32 (EvaluationMetrics compares them so): rounded here as they would be in its input.
-    return np.array(classes, dtype=np.int32).tobytes(), np.array(confidences, dtype=np.float32).tobytes()
 
 
 def _examples(video_ids: list[str], count: int) -> str:
@@ -251,7 +261,7 @@ def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num
     """
     with TemporaryDatabase() as database:
         labels = KeyedTable(database, "labels", ("classes",))
-        _load(labels, labels_path, LABELS_HEADER, lambda where, field: _stored_labels(where, field, num_classes))
+        _load(labels, labels_path, LABELS_HEADER, lambda where, _, field: _stored_labels(where, field, num_classes))
         if not len(labels):
             raise ValueError(f"{labels_path} lists no videos")
         predictions = KeyedTable(database, "predictions", ("classes", "confidences"))

@@ -313,15 +313,19 @@ def _write_across_ranks(config: PredictConfig, predict: Predictor, batches: Iter
 def read_jsonl_predictions(path: str) -> Iterator[tuple[str, list[int], list[float]]]:
     """(video id, class indexes, confidences) of each line of a `--output_format jsonl` file, checked (a video twice
     too, against a temporary SQLite file of the ids: memory does not grow with the file)."""
+    for _, video_id, classes, confidences in numbered_jsonl_predictions(path):
+        yield video_id, classes, confidences
+
+
+def numbered_jsonl_predictions(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
+    """read_jsonl_predictions with each record's line number first."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"predictions file not found: {path}")
     with TemporaryDatabase() as database:
-        records = add_unique(KeyedTable(database, "videos"), _jsonl_records(path),
-                             lambda record: (record[1], record[0]),
-                             lambda duplicate: ValueError(f"{path}:{duplicate.line}: video {duplicate.key!r} is "
-                                                          f"already on line {duplicate.first_line}"))
-        for _, video_id, classes, confidences in records:
-            yield video_id, classes, confidences
+        yield from add_unique(KeyedTable(database, "videos"), _jsonl_records(path),
+                              lambda record: (record[1], record[0]),
+                              lambda duplicate: ValueError(f"{path}:{duplicate.line}: video {duplicate.key!r} is "
+                                                           f"already on line {duplicate.first_line}"))
 
 
 def _jsonl_records(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
