@@ -1,6 +1,7 @@
 """A loopback HTTP mirror of one YouTube-8M partition for the `yt8m download` tests, with injected faults.
 
-Test modules import what they use (`from loopback_mirror import Mirror, ...`).
+Test modules import what they use (`from loopback_mirror import Mirror, mirror, ...`); pytest then treats `mirror`
+(six files, no sizes in the plan) as a fixture.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+import pytest
 
 PARTITION = "2/video/train"
 PLAN_PATH = "/2/download_plans/video_train.json"
@@ -150,3 +154,10 @@ class Mirror:
                 pass
 
         return Handler
+
+
+@pytest.fixture
+def mirror() -> Iterator[Mirror]:
+    server = Mirror(synthetic_files(6))
+    yield server
+    server.close()

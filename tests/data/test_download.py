@@ -17,18 +17,11 @@ from pathlib import Path
 import pytest
 
 from faults import files_under, fill_disk_after
-from loopback_mirror import LOCAL_PLAN, PARTITION, PLAN_PATH, Mirror, synthetic_files
+from loopback_mirror import LOCAL_PLAN, PARTITION, PLAN_PATH, Mirror, mirror, synthetic_files  # noqa: F401  (a fixture)
 from yt8m import cli
 from yt8m.data.download import DONE_LOG_SUFFIX, Source, in_shard, local_name, parse_shard
 
 FAST = ["--backoff_secs", "0.01", "--timeout_secs", "2"]
-
-
-@pytest.fixture
-def mirror():
-    server = Mirror(synthetic_files(6))
-    yield server
-    server.close()
 
 
 def run(mirror: Mirror, output_dir: Path, *flags: str, capsys) -> tuple[int, dict, str]:

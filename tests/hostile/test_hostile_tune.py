@@ -13,41 +13,11 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 
 from cli_outcome import CLEAN_ERROR, Outcome, record, yt8m_env
+from tune_fixtures import SEARCH, shards, tune_file  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.hostile
-
-NUM_CLASSES = 8
-FEATURE_SIZES = (16, 8)
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    from yt8m.data.synthetic import write_synthetic
-
-    root = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(str(root), kind="video", num_classes=NUM_CLASSES, train_videos=120, validate_videos=60,
-                    test_videos=0, shards=2, feature_sizes=FEATURE_SIZES, seed=3)
-    return root / "video"
-
-
-def tune_file(folder: Path, shards: Path, **tune) -> str:
-    document = {
-        "train": {"train_data_pattern": str(shards / "train-*.tfrecord"),
-                  "eval_data_pattern": str(shards / "validate-*.tfrecord"),
-                  "feature_names": "mean_rgb,mean_audio", "feature_sizes": ",".join(map(str, FEATURE_SIZES)),
-                  "num_classes": NUM_CLASSES, "batch_size": 30, "num_epochs": 1, "num_readers": 0,
-                  "model": "LogisticModel", "log_every_steps": 100},
-        "search": {"base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True}},
-        "objective": {"metric": "gap", "direction": "maximize"},
-        "tune": {"study_dir": str(folder / "study"), "pruner": "none", "n_startup_trials": 1, **tune},
-    }
-    path = folder / "tune.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return str(path)
-
 
 def children(pid: int) -> list[int]:
     found = []
@@ -64,7 +34,8 @@ def children(pid: int) -> list[int]:
 
 
 def test_a_job_killed_mid_study_fails_the_command(tmp_path, shards, request):
-    path = tune_file(tmp_path, shards, keep_best=1)
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none", "keep_best": 1}, model="LogisticModel", num_epochs=1)
     process = subprocess.Popen([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "4",
                                 "--n_jobs", "2"], env=yt8m_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)

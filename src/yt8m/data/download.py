@@ -217,6 +217,9 @@ class LocalPlan:
         _drop(plan, _DoneLog.names(path + DONE_LOG_SUFFIX))
         return cls(plan, path)
 
+    def __len__(self) -> int:
+        return len(self._plan["files"])
+
     def remaining(self, shard: tuple[int, int]) -> list[str]:
         return sorted(name for name in self._plan["files"] if in_shard(name, shard))
 
@@ -235,7 +238,7 @@ class LocalPlan:
             with self._log.locked():
                 self._log.append(name)
                 self._logged += 1
-                if self._logged * 2 >= len(self._plan["files"]) or \
+                if self._logged * 2 >= len(self) or \
                         time.monotonic() - self._compacted_at >= _COMPACT_EVERY_SECS:
                     self._compact()
 
@@ -357,7 +360,7 @@ def open_plan(source: Source, output_dir: str, policy: RetryPolicy, keep_copy: b
     path = os.path.join(output_dir, source.plan_filename)
     if os.path.exists(path):
         plan = LocalPlan.read(path)
-        log.info("resuming with %s (%d files left in the plan)", path, len(plan.remaining((1, 1))))
+        log.info("resuming with %s (%d files left in the plan)", path, len(plan))
         return plan
     text = _retrying("the download plan", source.plan_url, policy, threading.Event(),
                      lambda: _read_url(source.plan_url, policy))
@@ -496,8 +499,9 @@ def _is_transient(err: BaseException) -> bool:
 
 
 def _describe(err: BaseException) -> str:
-    if isinstance(err, urllib.error.HTTPError):  # a redirect loop's reason has three lines: the first tells
-        return f"HTTP {err.code} {str(err.reason).splitlines()[0] if str(err.reason) else ''}".rstrip()
+    if isinstance(err, urllib.error.HTTPError):
+        reason = str(err.reason).splitlines()  # a redirect loop's has three lines: the first tells
+        return " ".join([f"HTTP {err.code}", *reason[:1]])
     if isinstance(err, urllib.error.URLError):
         return _describe(err.reason) if isinstance(err.reason, BaseException) else str(err.reason)
     if isinstance(err, http.client.IncompleteRead):

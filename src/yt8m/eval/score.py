@@ -71,28 +71,25 @@ def _duplicate_error(path: str, duplicate: Duplicate) -> CsvFormatError:
 
 
 def _class_ids(where: str, tokens: Sequence[str], num_classes: int) -> list[int]:
-    try:
-        classes = list(map(int, tokens))
-    except ValueError:
-        bad = next(token for token in tokens if not _is_integer(token))
-        raise CsvFormatError(f"{where}: class ids must be integers, got {quoted(bad)}") from None
+    classes = _converted(where, tokens, int, "class ids must be integers")
     if classes and (min(classes) < 0 or max(classes) >= num_classes):
         outside = next(c for c in classes if not 0 <= c < num_classes)
         raise CsvFormatError(f"{where}: class id {outside} is outside [0, {num_classes})")
     return classes
 
 
-def _is_integer(token: str) -> bool:
+def _converted(where: str, tokens: Sequence[str], convert: Callable[[str], T], rule: str) -> list[T]:
+    """`convert` of each token; CsvFormatError naming `rule` and the first token it refuses."""
     try:
-        int(token)
+        return list(map(convert, tokens))
     except ValueError:
-        return False
-    return True
+        bad = next(token for token in tokens if not _converts(convert, token))
+        raise CsvFormatError(f"{where}: {rule}, got {quoted(bad)}") from None
 
 
-def _is_number(token: str) -> bool:
+def _converts(convert: Callable[[str], object], token: str) -> bool:
     try:
-        float(token)
+        convert(token)
     except ValueError:
         return False
     return True
@@ -109,11 +106,7 @@ def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[in
     if len(tokens) % 2:
         raise CsvFormatError(f"{where}: expected 'class confidence' pairs, got an odd number of values")
     classes = _class_ids(where, tokens[0::2], num_classes)
-    try:
-        confidences = list(map(float, tokens[1::2]))
-    except ValueError:
-        bad = next(token for token in tokens[1::2] if not _is_number(token))
-        raise CsvFormatError(f"{where}: confidences must be numbers, got {quoted(bad)}") from None
+    confidences = _converted(where, tokens[1::2], float, "confidences must be numbers")
     if not all(map(math.isfinite, confidences)):
         raise CsvFormatError(f"{where}: confidences must be finite numbers")
     if len(set(classes)) != len(classes):
