@@ -91,9 +91,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def is_user_error(err: BaseException) -> bool:
-    return isinstance(err, USER_ERRORS) or any(
-        cls.__module__.split(".")[0] in STORAGE_CLIENTS or cls.__module__.startswith(STORAGE_CLIENTS)
-        for cls in type(err).__mro__)
+    return isinstance(err, USER_ERRORS) or any(_is_storage_client(cls.__module__) for cls in type(err).__mro__)
+
+
+def _is_storage_client(module: str) -> bool:
+    return any(module == client or module.startswith(f"{client}.") for client in STORAGE_CLIENTS)
 
 
 def shortened(message: str) -> str:

@@ -32,6 +32,7 @@ def main(argv: Sequence[str]) -> int:
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
     if summary["failed_jobs"]:
-        raise ChildProcessError(f"tune job {', '.join(summary['failed_jobs'])} died; the other jobs carried on and its "
-                                "trial is recovered as interrupted: run the same command again to finish the study")
+        raise ChildProcessError(f"{', '.join(summary['failed_jobs'])} died; the other jobs carried on, and a dead "
+                                "job's trial is re-queued as interrupted: run the same command again to finish the "
+                                "study")
     return 0 if summary["best_value"] is not None else 1

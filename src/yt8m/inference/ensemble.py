@@ -117,8 +117,9 @@ def opened_inputs(sources: Sequence[str], num_classes: int, device: str = "auto"
     input must predict `num_classes` classes; without `num_classes_given`, the first train dir's or export's classes
     are the files' (num_classes where there is none)."""
     with TemporaryDatabase() as database:
-        models = {index: _load_model(source, kind, device) for index, source in enumerate(sources)
-                  if (kind := input_kind(source)) != PREDICTIONS}
+        kinds = [input_kind(source) for source in sources]
+        models = {index: _load_model(source, kind, device) for index, (source, kind) in enumerate(zip(sources, kinds))
+                  if kind != PREDICTIONS}
         if models and not num_classes_given:
             first = next(iter(models.values()))
             num_classes, whose = first.spec.num_classes, f"ensemble input {first.source}'s"
