@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli_outcome import yt8m, yt8m_env  # noqa: F401  (fixtures)
-from s3_server import free_port, loopback_s3_server, s3_environment
+from cli_outcome import yt8m_here  # noqa: F401  (a fixture)
+from s3_server import free_port, loopback_s3_server, s3_environment_set
 
 pytestmark = pytest.mark.hostile
 
@@ -33,15 +33,19 @@ def refusing_endpoint():
 
 
 @pytest.mark.parametrize("argv, url", READS, ids=[argv[0] + str(i) for i, (argv, _) in enumerate(READS)])
-def test_an_endpoint_where_nothing_listens(yt8m, tmp_path, argv, url):
-    env = yt8m_env(**s3_environment(f"http://127.0.0.1:{free_port()}"), **FEW_ATTEMPTS)
-    outcome = yt8m(*argv, env=env, cwd=str(tmp_path))
+def test_an_endpoint_where_nothing_listens(yt8m_here, tmp_path, monkeypatch, argv, url):
+    for name, value in FEW_ATTEMPTS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    with s3_environment_set(f"http://127.0.0.1:{free_port()}"):
+        outcome = yt8m_here(*argv)
     outcome.assert_clean_error(url, "Could not connect to the endpoint URL")
 
 
 @pytest.mark.parametrize("argv, url", READS, ids=[argv[0] + str(i) for i, (argv, _) in enumerate(READS)])
-def test_a_key_pair_the_server_refuses(yt8m, refusing_endpoint, tmp_path, argv, url):
-    outcome = yt8m(*argv, env=yt8m_env(**s3_environment(refusing_endpoint)), cwd=str(tmp_path))
+def test_a_key_pair_the_server_refuses(yt8m_here, refusing_endpoint, tmp_path, monkeypatch, argv, url):
+    monkeypatch.chdir(tmp_path)
+    with s3_environment_set(refusing_endpoint):
+        outcome = yt8m_here(*argv)
     outcome.assert_clean_error(url)
     assert "Access Key" in outcome.error_line or "Forbidden" in outcome.error_line
-

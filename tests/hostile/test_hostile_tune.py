@@ -36,7 +36,7 @@ def children(pid: int) -> list[int]:
 def test_a_job_killed_mid_study_fails_the_command(tmp_path, shards, request):
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
                      tune={"pruner": "none", "keep_best": 1}, model="LogisticModel", num_epochs=1)
-    process = subprocess.Popen([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "4",
+    process = subprocess.Popen([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "3",
                                 "--n_jobs", "2"], env=yt8m_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     deadline = time.monotonic() + 60
