@@ -88,3 +88,16 @@ def test_scratch_folders_of_killed_runs_are_removed_and_a_running_ones_kept(yt8m
         assert set(os.listdir(tmpdir)) == running
     assert os.listdir(tmpdir) == []
     assert json.loads(outcome.out)["output_file"] == str(tmp_path / "out.csv")
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"video_id": "v2", "class_indexes": [1], "predictions": [0.\xe95]}', "not UTF-8"),
+    (b"[" * 200_000, "nested too deeply"),
+    (b'{"video_id": "v2", "class_indexes": [' + b"-1, " * 1_000_000 + b'1], "predictions": [0.5]}',
+     "must be a list of non-negative integers"),
+], ids=["not utf-8", "nested", "huge list"])
+def test_a_bad_jsonl_line_is_one_short_error_naming_the_line(yt8m_here, tmp_path, line, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"video_id": "v1", "class_indexes": [1], "predictions": [0.9]}\n' + line + b"\n")
+    outcome = yt8m_here("ensemble", str(bad), "--num_classes", "3", "--output_file", str(tmp_path / "out.csv"))
+    assert len(outcome.assert_clean_error(f"{bad}:2: ", message)) < 600

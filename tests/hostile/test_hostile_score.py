@@ -125,3 +125,11 @@ def test_a_segment_class_list_must_be_ascii_digits(yt8m_here, frame_run, tmp_pat
                         "--num_readers", "0")
     outcome.assert_clean_error(f"{classes}:3: expected a class index", repr(field))
     assert not output.exists()
+
+
+def test_a_segment_class_list_that_is_not_utf8_is_named_by_line(yt8m_here, frame_run, tmp_path):
+    classes = write(tmp_path / "classes.csv", b"Index\n1\n\xff2\n")
+    outcome = yt8m_here("predict", "--segment_labels", "--train_dir", frame_run["train_dir"], "--input_data_pattern",
+                        frame_run["validate"], "--segment_label_ids_file", classes, "--output_file",
+                        str(tmp_path / "segments.csv"), "--num_readers", "0")
+    outcome.assert_clean_error(f"{classes}:3: not UTF-8")

@@ -29,6 +29,7 @@ from yt8m.data.batch import Batch
 from yt8m.models.base import forward
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
+from yt8m.messages import quoted
 
 log = logging.getLogger("yt8m.inference.predict")
 
@@ -330,10 +331,11 @@ def numbered_jsonl_predictions(path: str) -> Iterator[tuple[int, str, list[int],
 
 def _jsonl_records(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
     """(line number, video id, class indexes, confidences) of each non-blank line."""
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                yield number, *_parse_jsonl_record(f"{path}:{number}", line)
+    from yt8m.eval.score import text_lines
+
+    for number, line in text_lines(path):  # bytes that are not UTF-8: an error naming the line
+        if line.strip():
+            yield number, *_parse_jsonl_record(f"{path}:{number}", line)
 
 
 def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[float]]:
@@ -341,6 +343,8 @@ def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[flo
         record = json.loads(line)
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: not a JSON object ({err})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise ValueError(f"{where}: not a JSON object (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
     for field in ("video_id", "class_indexes", "predictions"):
@@ -348,16 +352,17 @@ def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[flo
             raise ValueError(f"{where}: field '{field}' is missing")
     video_id, classes, confidences = record["video_id"], record["class_indexes"], record["predictions"]
     if not isinstance(video_id, str) or not video_id:
-        raise ValueError(f"{where}: field 'video_id' must be a non-empty string, got {video_id!r}")
+        raise ValueError(f"{where}: field 'video_id' must be a non-empty string, got {quoted(video_id)}")
     problem = unwritable_id(video_id, "csv")
     if problem is not None:
-        raise ValueError(f"{where}: field 'video_id' {video_id!r} cannot be written to the CSV: {problem}")
+        raise ValueError(f"{where}: field 'video_id' {quoted(video_id)} cannot be written to the CSV: {problem}")
     if not isinstance(classes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
                                                 for c in classes):
-        raise ValueError(f"{where}: field 'class_indexes' must be a list of non-negative integers, got {classes!r}")
+        raise ValueError(f"{where}: field 'class_indexes' must be a list of non-negative integers, got "
+                         f"{quoted(classes)}")
     if not isinstance(confidences, list) or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
                                                     and math.isfinite(p) for p in confidences):
-        raise ValueError(f"{where}: field 'predictions' must be a list of finite numbers, got {confidences!r}")
+        raise ValueError(f"{where}: field 'predictions' must be a list of finite numbers, got {quoted(confidences)}")
     if len(classes) != len(confidences):
         raise ValueError(f"{where}: fields 'class_indexes' ({len(classes)}) and 'predictions' "
                          f"({len(confidences)}) must have the same length")

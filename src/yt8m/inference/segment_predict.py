@@ -17,10 +17,12 @@ import torch.nn.functional as F
 from yt8m.config import ConfigError, PredictConfig
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.eval.score import text_lines
 from yt8m.io.files import write_file_atomically
 from yt8m.inference.predict import Predictor, check_finite, find_video, unwritable_id
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.messages import quoted
 
 log = logging.getLogger("yt8m.inference.predict")
 
@@ -49,18 +51,18 @@ def read_segment_label_ids(path: str, num_classes: int) -> np.ndarray:
     if path:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--segment_label_ids_file not found: {path}")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        numbered = text_lines(path)  # bytes that are not UTF-8: an error naming the line
     else:
         path = f"{DEFAULT_LABEL_IDS} (packaged with yt8m)"
         text = importlib.resources.files("yt8m.data").joinpath(DEFAULT_LABEL_IDS).read_text(encoding="utf-8")
+        numbered = enumerate(text.splitlines(), start=1)
     lines: dict[int, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered:
         field = line.split(",", 1)[0].strip()
         if not field or (number == 1 and not _is_integer(field)):
             continue
         if not _is_integer(field):
-            raise ValueError(f"{path}:{number}: expected a class index as the first field, found {field!r}")
+            raise ValueError(f"{path}:{number}: expected a class index as the first field, found {quoted(field)}")
         class_id = int(field)
         if not 0 <= class_id < num_classes:
             raise ValueError(f"{path}:{number}: class {class_id} is not one of the model's classes [0, {num_classes})")
