@@ -29,12 +29,14 @@ def s3_environment(endpoint: str) -> dict[str, str]:
 
 
 @contextmanager
-def loopback_s3_server() -> Iterator[str]:
-    """Run `moto_server` on 127.0.0.1 and a free port until the block ends; yields its endpoint URL."""
+def loopback_s3_server(checking_keys: bool = False) -> Iterator[str]:
+    """Run `moto_server` on 127.0.0.1 and a free port until the block ends; yields its endpoint URL. With
+    `checking_keys`, it refuses every request as S3 refuses a key pair it does not know."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if checking_keys else {})}
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         _wait_until_serving(server, endpoint)
         yield endpoint
@@ -51,6 +53,8 @@ def _wait_until_serving(server: subprocess.Popen, endpoint: str) -> None:
         try:
             with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
                 return
+        except urllib.error.HTTPError:
+            return  # serving, and refusing an unsigned request
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.1)
     raise RuntimeError(f"moto_server did not answer on {endpoint} within {_START_SECS} s")

@@ -35,8 +35,14 @@ TRAINING_COMMANDS = ("train", "tune")
 STREAMING_COMMANDS = ("eval", "predict", "ensemble", "score", "convert-predictions")
 VERBOSE_FLAG = "--verbose"
 # Errors a user can act on, printed as one line: bad input or flags (ValueError), missing or unwritable files and a
-# full disk (OSError). Anything else is a bug and keeps its traceback.
+# full disk (OSError), and what object storage's clients raise of their own for an endpoint that does not answer,
+# a refused key pair or a missing bucket (botocore's EndpointConnectionError, ...). Anything else is a bug and keeps
+# its traceback.
 USER_ERRORS = (ValueError, OSError)
+STORAGE_CLIENTS = ("botocore", "aiobotocore", "s3fs", "gcsfs", "google.auth", "google.api_core", "aiohttp")
+# An error line longer than this is cut in the middle: messages quote input in part (yt8m.fields.quoted), and
+# this keeps one that does not, or that lists thousands of failures, a line a terminal can show.
+MESSAGE_LIMIT = 2000
 
 
 def configure_process_for(command: str) -> None:
@@ -74,11 +80,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(command(rest) or 0)
-    except USER_ERRORS as err:
+    except Exception as err:
+        if not is_user_error(err):
+            raise
         if verbose:
             traceback.print_exc()
-        print(f"yt8m {name}: error: {err}", file=sys.stderr)
+        print(f"yt8m {name}: error: {shortened(str(err) or type(err).__name__)}", file=sys.stderr)
         return 1
+
+
+def is_user_error(err: BaseException) -> bool:
+    return isinstance(err, USER_ERRORS) or any(_is_storage_client(cls.__module__) for cls in type(err).__mro__)
+
+
+def _is_storage_client(module: str) -> bool:
+    return any(module == client or module.startswith(f"{client}.") for client in STORAGE_CLIENTS)
+
+
+def shortened(message: str) -> str:
+    """`message`, cut in the middle to about MESSAGE_LIMIT characters where it is longer."""
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    head, tail = MESSAGE_LIMIT * 3 // 4, MESSAGE_LIMIT // 4
+    return f"{message[:head]} ... [{len(message) - head - tail} characters cut] ... {message[-tail:]}"
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Config fields declared once where a value is defined (configs, model hyper-parameters): a default, the help its
-flag shows and its valid values; plus parsing the text forms the flags give (booleans, comma lists)."""
+flag shows and its valid values; parsing the text forms the flags give (booleans, comma lists); and what a message
+shows of a user's input (a did-you-mean, a value quoted and cut to a readable length)."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import reprlib
 from dataclasses import field
 from typing import Any, Callable, Optional, Sequence
 
@@ -47,3 +49,16 @@ def parse_list(value: str | Sequence[Any], element: type) -> list:
     Python); each element converted to `element` (ValueError where one does not convert)."""
     parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
     return [element(part) for part in parts if part != ""]
+
+
+# What an error message shows of the user's input: a value quoted as repr() quotes it, cut in the middle when it is
+# long, so that a bad 20 MB line gives an error line of a few hundred characters that still shows both its ends.
+QUOTE_LIMIT = 200
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = _QUOTE.maxlong = QUOTE_LIMIT
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = 20
+
+
+def quoted(value: object) -> str:
+    """repr(value), cut to about QUOTE_LIMIT characters (strings in the middle, lists after 20 items)."""
+    return _QUOTE.repr(value)

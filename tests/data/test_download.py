@@ -6,138 +6,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from faults import files_under, fill_disk_after
+from loopback_mirror import LOCAL_PLAN, PARTITION, PLAN_PATH, Mirror, mirror, synthetic_files  # noqa: F401  (a fixture)
 from yt8m import cli
-from yt8m.data.download import Source, in_shard, local_name, parse_shard
+from yt8m.data.download import DONE_LOG_SUFFIX, Source, in_shard, local_name, parse_shard
 
-PARTITION = "2/video/train"
-PLAN_PATH = "/2/download_plans/video_train.json"
-LOCAL_PLAN = "2_video_train_download_plan.json"
 FAST = ["--backoff_secs", "0.01", "--timeout_secs", "2"]
-
-
-def synthetic_files(count: int) -> dict[str, bytes]:
-    """Plan names as on the official host (train<two letters>.tfrecord) holding a few hundred KB each."""
-    rng = random.Random(count)
-    return {f"train{letters}.tfrecord": rng.randbytes(rng.randrange(100_000, 400_000))
-            for letters in ["aa", "ab", "aZ", "b0", "c9", "99"][:count]}
-
-
-class Mirror:
-    """A loopback HTTP server of one partition's plan and files. `faults[name]` lists what the next requests of a
-    file get, one each: "drop" (the connection closes mid-file), "wrong" (a flipped byte), "404", "500", "slow"
-    (no answer within the client's timeout) or "stall" (half the file, then nothing until the test ends)."""
-
-    def __init__(self, files: dict[str, bytes], with_sizes: bool = False) -> None:
-        self.files = files
-        plan = {"files": {name: hashlib.md5(data).hexdigest() for name, data in files.items()}}
-        if with_sizes:
-            plan["sizes"] = {name: len(data) for name, data in files.items()}
-        self.plan = json.dumps(plan).encode()
-        self.faults: dict[str, list[str]] = {}
-        self.requests: list[tuple[str, str]] = []
-        self.sending, self.most_sending = 0, 0  # responses being sent at once, now and at most
-        self._count = threading.Lock()
-        self.stalled = threading.Event()
-        self.release = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def gets(self) -> list[str]:
-        """The names of the files requested with GET, in order (the plan not included)."""
-        return [path.rsplit("/", 1)[1] for method, path in self.requests if method == "GET" and path != PLAN_PATH]
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        mirror = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self._answer(body=True)
-
-            def do_HEAD(self) -> None:
-                self._answer(body=False)
-
-            def _answer(self, body: bool) -> None:
-                mirror.requests.append((self.command, self.path))
-                data = self._content()
-                if data is None:
-                    self.send_error(404)
-                    return
-                name = self.path.rsplit("/", 1)[1]
-                fault = mirror.faults.get(name, []).pop(0) if body and mirror.faults.get(name) else None
-                if fault == "404":
-                    self.send_error(404)
-                elif fault == "500":
-                    self.send_error(503)
-                elif fault == "slow":
-                    time.sleep(1.0)
-                    self.send_error(503)
-                else:
-                    self._send(data, fault, body)
-
-            def _content(self) -> bytes | None:
-                if self.path == PLAN_PATH:
-                    return mirror.plan
-                prefix = f"/{PARTITION}/"
-                return mirror.files.get(self.path[len(prefix):]) if self.path.startswith(prefix) else None
-
-            def _send(self, data: bytes, fault: str | None, body: bool) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if not body:
-                    return
-                if fault == "wrong":
-                    data = bytes([data[0] ^ 1]) + data[1:]
-                with mirror._count:
-                    mirror.sending += 1
-                    mirror.most_sending = max(mirror.most_sending, mirror.sending)
-                try:
-                    self._write_body(data, fault)
-                finally:
-                    with mirror._count:
-                        mirror.sending -= 1
-
-            def _write_body(self, data: bytes, fault: str | None) -> None:
-                if fault in ("drop", "stall"):
-                    self.wfile.write(data[:len(data) // 2])
-                    self.wfile.flush()
-                    if fault == "stall":
-                        mirror.stalled.set()
-                        mirror.release.wait(30)
-                    return  # the server closes the connection: the client is short of bytes
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        return Handler
-
-
-@pytest.fixture
-def mirror():
-    server = Mirror(synthetic_files(6))
-    yield server
-    server.close()
 
 
 def run(mirror: Mirror, output_dir: Path, *flags: str, capsys) -> tuple[int, dict, str]:
@@ -151,6 +35,13 @@ def run(mirror: Mirror, output_dir: Path, *flags: str, capsys) -> tuple[int, dic
 
 def local_plan(output_dir: Path) -> dict:
     return json.loads((output_dir / LOCAL_PLAN).read_text())
+
+
+def left_in_plan(output_dir: Path) -> list[str]:
+    """What a re-run would download: the plan's copy less the files its log lists (a run killed mid-way)."""
+    log = output_dir / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}"
+    done = {json.loads(line) for line in log.read_text().splitlines()} if log.exists() else set()
+    return sorted(set(local_plan(output_dir)["files"]) - done)
 
 
 def assert_downloaded(output_dir: Path, files: dict[str, bytes], names) -> None:
@@ -296,13 +187,13 @@ def test_a_rerun_after_a_kill_fetches_only_the_rest(mirror, tmp_path):
     while not any(name.startswith(".train0114.tfrecord.tmp-") for name in os.listdir(tmp_path)):
         assert time.monotonic() < deadline  # the half-written file is there, under its temporary name
         time.sleep(0.01)
-    while len(local_plan(tmp_path)["files"]) > 2:  # the file before it, synced off the connection, is done
+    while len(left_in_plan(tmp_path)) > 2:  # the file before it, synced off the connection, is done
         assert time.monotonic() < deadline
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (tmp_path / "train0114.tfrecord").exists()
-    assert sorted(local_plan(tmp_path)["files"]) == ["trainb0.tfrecord", "trainc9.tfrecord"]
+    assert left_in_plan(tmp_path) == ["trainb0.tfrecord", "trainc9.tfrecord"]
     fetched_before = mirror.gets()
     assert fetched_before == ["train99.tfrecord", "trainaZ.tfrecord", "trainaa.tfrecord", "trainab.tfrecord",
                               "trainb0.tfrecord"]
@@ -386,3 +277,26 @@ def test_parse_shard():
     assert parse_shard("1,100") == (1, 100) and parse_shard("3,3") == (3, 3)
     with pytest.raises(ValueError):
         parse_shard("0,3")
+
+
+def test_two_shards_downloading_into_one_folder_keep_each_others_progress(mirror, tmp_path):
+    """Both rewrite the one local plan from its log, under a lock: neither puts back the files the other did."""
+    (tmp_path / LOCAL_PLAN).write_bytes(mirror.plan)  # as the first to start would have fetched it
+    shards = [subprocess.Popen([sys.executable, "-m", "yt8m", "download", "--partition", PARTITION, "--base_url",
+                                mirror.url, "--output_dir", str(tmp_path), "--shard", f"{i},2", "--parallel", "1",
+                                *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    for process in shards:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+    assert local_plan(tmp_path)["files"] == {} and not (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").exists()
+    assert_downloaded(tmp_path, mirror.files, mirror.files)
+
+
+def test_the_plan_log_of_a_killed_run_is_read_line_by_line_and_a_cut_line_passed_over(mirror, tmp_path, capsys):
+    (tmp_path / LOCAL_PLAN).write_bytes(mirror.plan)
+    (tmp_path / "train0000.tfrecord").write_bytes(mirror.files["trainaa.tfrecord"])
+    (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").write_text('"trainaa.tfrecord"\n"trainab.tf')  # killed mid-line
+    status, summary, _ = run(mirror, tmp_path, capsys=capsys)
+    assert status == 0 and summary["files"] == 5 and summary["already_present"] == 0
+    assert "trainaa.tfrecord" not in mirror.gets()
+    assert local_plan(tmp_path)["files"] == {} and not (tmp_path / f"{LOCAL_PLAN}{DONE_LOG_SUFFIX}").exists()

@@ -15,7 +15,17 @@ from faults import file_size_limit, files_under, fill_disk_after
 from yt8m.io.checkpoints import save_checkpoint
 from yt8m.io.checkpoints import export_path, list_exports, read_export_metrics
 from yt8m.training.best_models import write_export
-from yt8m.io.files import WriteError, atomic_writer, is_temporary, remove_temporaries, temporary_path, write_file_atomically
+from yt8m.io.files import (
+    NAME_MAX_BYTES,
+    WriteError,
+    atomic_writer,
+    is_temporary,
+    remove_temporaries,
+    temporary_owner,
+    temporary_path,
+    temporary_stem,
+    write_file_atomically,
+)
 
 
 def test_temporary_names_are_unique_hidden_and_beside_the_target(tmp_path):
@@ -26,6 +36,17 @@ def test_temporary_names_are_unique_hidden_and_beside_the_target(tmp_path):
     assert f"-{os.getpid()}-" in os.path.basename(first)
     assert os.path.basename(first).startswith(".config.yaml.tmp-")
     assert is_temporary(os.path.basename(first)) and not is_temporary("config.yaml")
+
+
+@pytest.mark.parametrize("name", ["a" * 230, "b" * 231, "c" * 249 + ".x", "é" * 127, "d" * 253 + "é"])
+def test_a_name_up_to_the_longest_a_file_system_takes_has_a_temporary_name_it_takes(tmp_path, name):
+    temporary = os.path.basename(temporary_path(str(tmp_path / name)))
+    assert len(temporary.encode()) <= NAME_MAX_BYTES and temporary_owner(temporary) == (temporary_stem(name),
+                                                                                       os.getpid())
+    assert temporary_stem(name) == name or temporary_stem(name) != temporary_stem(name[:-1] + "z")
+    with atomic_writer(str(tmp_path / name)) as out:
+        out.write("whole")
+    assert (tmp_path / name).read_text() == "whole" and files_under(tmp_path) == [name]
 
 
 def test_two_writers_of_one_file_do_not_share_a_temporary_file(tmp_path):

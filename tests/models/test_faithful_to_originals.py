@@ -320,7 +320,8 @@ def test_batch_norms_are_slims(name):
 def test_only_the_classifiers_weights_are_l2_penalized(name):
     """slim.l2_regularizer(moe_l2) is on the MoE's gates and experts only (video_level_models.MoeModel); neither
     original penalizes the gating weights, on the probabilities or the hidden layer."""
-    sizes = {} if name == "GatedMoeModel" else {"modality_sizes": SIZES}
+    # the pooling models with WILLOW's MoE classifier (NeXtVLAD's own default is logistic: one weight, penalized)
+    sizes = {} if name == "GatedMoeModel" else {"modality_sizes": SIZES, "video_level_classifier_model": "MoeModel"}
     model = create_model(name, FEATURES, CLASSES, **sizes, **TINY)
     moe = model.moe if name == "GatedMoeModel" else model.classifier
     assert [weight for weight, _ in model.l2_penalties()] == [moe.gates.weight, moe.experts.weight]

@@ -19,6 +19,7 @@ import optuna
 import pytest
 import yaml
 
+from tune_fixtures import FEATURE_SIZES, NUM_CLASSES, SEARCH, shards, tune_file  # noqa: F401  (a fixture)
 from yt8m import cli
 from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tune.objective import TrialObjective
@@ -38,40 +39,6 @@ from yt8m.tune.study import (
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NUM_CLASSES = 8
-FEATURE_SIZES = (16, 8)
-SEARCH = {
-    "model": {"type": "categorical", "choices": ["LogisticModel", "MoeModel"]},
-    "base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True},
-    "moe_num_mixtures": {"type": "int", "low": 1, "high": 3, "when": {"model": "MoeModel"}},
-}
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    from yt8m.data.synthetic import write_synthetic
-
-    root = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(str(root), kind="video", num_classes=NUM_CLASSES, train_videos=240, validate_videos=120,
-                    test_videos=0, shards=2, feature_sizes=FEATURE_SIZES, seed=3)
-    return root / "video"
-
-
-def tune_file(path: Path, shards: Path, search: dict = SEARCH, tune: dict | None = None, **train) -> str:
-    document = {
-        "train": {"train_data_pattern": str(shards / "train-*.tfrecord"),
-                  "eval_data_pattern": str(shards / "validate-*.tfrecord"),
-                  "feature_names": "mean_rgb,mean_audio", "feature_sizes": ",".join(map(str, FEATURE_SIZES)),
-                  "num_classes": NUM_CLASSES, "batch_size": 30, "num_epochs": 2, "num_readers": 0,
-                  "log_every_steps": 100, **train},
-        "search": search,
-        "objective": {"metric": "gap", "direction": "maximize"},
-        "tune": {"study_dir": str(path.parent / "study"), "n_startup_trials": 1, **(tune or {})},
-    }
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return str(path)
-
-
 def tune_in_process(capsys, *argv: str) -> dict:
     assert cli.main(["tune", *argv]) == 0, capsys.readouterr().err[-3000:]
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -9,6 +9,7 @@ import logging
 import sys
 from typing import Sequence
 
+from yt8m.io import storage
 from yt8m.data.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
 
 
@@ -32,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backoff_secs", type=float, default=1.0,
                         help="Wait before the first retry, doubled for each next one (at most 60 s).")
     parser.add_argument("--timeout_secs", type=float, default=60.0, help="Socket timeout of each request.")
+    parser.add_argument("--min_bytes_per_sec", type=float, default=1024.0,
+                        help="A request (plan or file) that receives fewer bytes a second than this over a "
+                             "--timeout_secs window, headers included, is cut off as timed out and retried: a "
+                             "server trickling a byte at a time never trips the socket timeout. 0: no minimum.")
     parser.add_argument("--dry_run", action="store_true",
                         help="List the files and their total size (the plan's sizes, else HEAD requests); "
                              "download nothing, write nothing.")
@@ -40,13 +45,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
-    if args.parallel < 1 or args.retries < 0 or args.backoff_secs < 0 or args.timeout_secs <= 0:
-        raise ValueError("--parallel must be >= 1, --retries and --backoff_secs >= 0, --timeout_secs > 0")
+    if args.parallel < 1 or args.retries < 0 or args.backoff_secs < 0 or args.timeout_secs <= 0 or \
+            not args.min_bytes_per_sec >= 0:
+        raise ValueError("--parallel must be >= 1, --retries, --backoff_secs and --min_bytes_per_sec >= 0, "
+                         "--timeout_secs > 0")
+    if not storage.is_local(args.output_dir):
+        raise ValueError(f"--output_dir {args.output_dir}: download into a local folder (then copy it to object "
+                         "storage)")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     source = Source(args.partition, args.mirror, args.base_url)
     shard = parse_shard(args.shard)
-    policy = RetryPolicy(args.retries, args.backoff_secs, args.timeout_secs)
+    policy = RetryPolicy(args.retries, args.backoff_secs, args.timeout_secs, args.min_bytes_per_sec)
     if args.dry_run:
         print(json.dumps(dry_run(source, args.output_dir, shard, args.parallel, policy)))
         return 0

@@ -24,7 +24,7 @@ def main(argv: Sequence[str]) -> int:
         if hasattr(args, "inputs"):
             parser.error("give the inputs as arguments or as --inputs, not both")
         args.inputs = args.sources
-    config, _ = parse_config(EnsembleConfig, args)
+    config, given = parse_config(EnsembleConfig, args)
     setup_logging()
-    print(json.dumps(run_ensemble(config)), flush=True)
+    print(json.dumps(run_ensemble(config, num_classes_given="num_classes" in given)), flush=True)
     return 0

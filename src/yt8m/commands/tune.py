@@ -31,4 +31,8 @@ def main(argv: Sequence[str]) -> int:
     print(json.dumps(summary), flush=True)
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
+    if summary["failed_jobs"]:
+        raise ChildProcessError(f"{', '.join(summary['failed_jobs'])} died; the other jobs carried on, and a dead "
+                                "job's trial is re-queued as interrupted: run the same command again to finish the "
+                                "study")
     return 0 if summary["best_value"] is not None else 1

@@ -10,11 +10,15 @@ of that, so a download started by either one can be finished by the other.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import http.client
 import json
 import logging
 import os
+import socket
 import string
 import sys
 import threading
@@ -24,11 +28,12 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Optional, TypeVar
+from typing import IO, Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from tqdm import tqdm
 
-from yt8m.io.files import WriteError, atomic_writer, is_temporary, write_file_atomically
+from yt8m.io.files import NAME_MAX_BYTES, WriteError, atomic_writer, temporary_owner, temporary_stem, write_file_atomically
+from yt8m.fields import quoted
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -42,6 +47,12 @@ _ID_CHARACTERS = string.ascii_lowercase + string.ascii_uppercase + string.digits
 _CHUNK_BYTES = 1 << 20
 _MAX_WAIT_SECS = 60.0
 _MD5_HEX_DIGITS = 32
+# The official plans are a few hundred KB: a larger answer is not a plan (and must not fill the memory).
+_MAX_PLAN_BYTES = 64 << 20
+# The local copy of the plan is rewritten from its log of files done at least this often, so that a run killed and
+# resumed with the official downloader (which reads the copy only) fetches at most this long's files again.
+_COMPACT_EVERY_SECS = 60.0
+DONE_LOG_SUFFIX = ".done"
 
 
 class DownloadError(OSError):
@@ -60,6 +71,14 @@ class _ShortBody(http.client.HTTPException):
     """The connection closed before the Content-Length announced was received (retried)."""
 
 
+class _WrongSize(http.client.HTTPException):
+    """The server announces or sends another number of bytes than the plan's size (retried)."""
+
+
+class _TooSlow(TimeoutError):
+    """The transfer received fewer than --min_bytes_per_sec over a --timeout_secs window (retried)."""
+
+
 class _Cancelled(Exception):
     """The run is stopping (an interrupt, a full disk): downloads in flight end, their temporary files removed."""
 
@@ -67,11 +86,14 @@ class _Cancelled(Exception):
 @dataclass(frozen=True)
 class RetryPolicy:
     """Attempts after the first (`retries`), the wait before the first retry (doubled for each next one, at most a
-    minute) and the socket timeout; connection resets, timeouts, HTTP 5xx and MD5 mismatches are retried."""
+    minute), the socket timeout, and the least rate a transfer must keep: fewer than `min_bytes_per_sec` over any
+    window of `timeout_secs` (headers included) is a timeout too, since a server that sends a byte a second is never
+    timed out by the socket. Connection resets, timeouts, HTTP 5xx and MD5 or size mismatches are retried."""
 
     retries: int = 5
     backoff_secs: float = 1.0
     timeout_secs: float = 60.0
+    min_bytes_per_sec: float = 1024.0
 
     def wait_before(self, retry: int) -> float:
         return min(self.backoff_secs * 2 ** (retry - 1), _MAX_WAIT_SECS)
@@ -146,6 +168,8 @@ def parse_plan(text: bytes, origin: str) -> dict[str, Any]:
     bytes}, anything else kept as is}."""
     try:
         plan = json.loads(text)
+    except RecursionError:  # json's parser recurses once per nesting level: "[" * 200_000
+        raise PlanError(f"{origin} is not a download plan: JSON nested too deeply") from None
     except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8
         raise PlanError(f"{origin} is not a download plan: {err}") from err
     files = plan.get("files") if isinstance(plan, dict) else None
@@ -153,9 +177,12 @@ def parse_plan(text: bytes, origin: str) -> dict[str, Any]:
         raise PlanError(f'{origin} is not a download plan: no "files" object mapping file names to MD5s')
     for name, md5 in files.items():
         if not _is_plain_file_name(name):
-            raise PlanError(f"{origin}: {name!r} is not a plain file name")
+            raise PlanError(f"{origin}: {quoted(name)} is not a plain file name")
+        if len(local_name(name).encode()) > NAME_MAX_BYTES:
+            raise PlanError(f"{origin}: the file name {quoted(name)} is longer than {NAME_MAX_BYTES} bytes, "
+                            "more than file systems take")
         if not (isinstance(md5, str) and len(md5) == _MD5_HEX_DIGITS and all(c in string.hexdigits for c in md5)):
-            raise PlanError(f"{origin}: the MD5 of {name} is not 32 hex digits: {md5!r}")
+            raise PlanError(f"{origin}: the MD5 of {quoted(name)} is not 32 hex digits: {quoted(md5)}")
     if not isinstance(plan.get("sizes", {}), dict):
         raise PlanError(f'{origin}: "sizes" is not an object mapping file names to bytes')
     return plan
@@ -167,13 +194,31 @@ def _is_plain_file_name(name: str) -> bool:
 
 
 class LocalPlan:
-    """The plan's copy in the output dir, what is left to download: a file leaves it once verified (atomically
-    rewritten each time, so an interrupted run's progress is kept)."""
+    """The plan's copy in the output dir, what is left to download, and beside it the log of the files done since
+    the copy was last rewritten (_DoneLog): a file done costs a line, not a rewrite of the copy, so that a plan of N
+    files costs O(N) writes, not O(N^2). The copy is rewritten without the logged files (and the log emptied) once
+    the log holds half as many files as are left, at least every minute, and when the run ends; from both as they
+    are on the disk, so that downloads of other shards into the same folder keep each other's progress. A re-run,
+    even after kill -9, reads both; the official downloader reads the copy, which lists at most the last minute's
+    files again."""
 
     def __init__(self, plan: dict[str, Any], path: Optional[str]) -> None:
         self._plan = plan
         self._path = path
+        self._log = _DoneLog(path + DONE_LOG_SUFFIX) if path is not None else None
         self._lock = threading.Lock()
+        self._logged = 0
+        self._compacted_at = time.monotonic()
+
+    @classmethod
+    def read(cls, path: str) -> "LocalPlan":
+        """The copy at `path` less the files of its log."""
+        plan = _read_plan_file(path)
+        _drop(plan, _DoneLog.names(path + DONE_LOG_SUFFIX))
+        return cls(plan, path)
+
+    def __len__(self) -> int:
+        return len(self._plan["files"])
 
     def remaining(self, shard: tuple[int, int]) -> list[str]:
         return sorted(name for name in self._plan["files"] if in_shard(name, shard))
@@ -183,14 +228,130 @@ class LocalPlan:
 
     def size(self, name: str) -> Optional[int]:
         size = self._plan.get("sizes", {}).get(name)
-        return size if isinstance(size, int) else None
+        return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
     def mark_done(self, name: str) -> None:
         with self._lock:
-            del self._plan["files"][name]
-            self._plan.get("sizes", {}).pop(name, None)
-            if self._path is not None:
-                write_file_atomically(self._path, lambda out: json.dump(self._plan, out))
+            _drop(self._plan, [name])
+            if self._log is None:
+                return
+            with self._log.locked():
+                self._log.append(name)
+                self._logged += 1
+                if self._logged * 2 >= len(self) or \
+                        time.monotonic() - self._compacted_at >= _COMPACT_EVERY_SECS:
+                    self._compact()
+
+    def close(self) -> None:
+        """Rewrite the copy without the files logged and remove the log; where the copy cannot be written (a full
+        disk), the log stays, with a warning: the next run reads it."""
+        with self._lock:
+            if self._log is None or not os.path.exists(self._log.path):
+                return
+            try:
+                with self._log.locked():
+                    self._compact()
+                    self._log.remove()
+            except WriteError as err:
+                log.warning("%s; the files done are listed in %s for the next run", err, self._log.path)
+            finally:
+                self._log.close()
+
+    def _compact(self) -> None:
+        """With the log locked: the copy rewritten without the files logged, the log emptied."""
+        plan = _read_plan_file(self._path)
+        _drop(plan, _DoneLog.names(self._log.path))
+        write_file_atomically(self._path, lambda out: json.dump(plan, out))
+        self._log.empty()
+        self._logged, self._compacted_at = 0, time.monotonic()
+
+
+class _DoneLog:
+    """The log of files done beside a plan's copy (`<copy>.done`): one JSON string a line, appended under an
+    exclusive lock (flock) that also guards rewriting the copy from it. Whoever removes the log holds the lock;
+    another process holding the file then finds its name gone, or taken by a new file, and opens that."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: Optional[int] = None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        while True:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if self._is_at_path():
+                break
+            self.close()  # removed by another process meanwhile: closing drops the lock too
+        try:
+            yield
+        finally:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def append(self, name: str) -> None:
+        """A line for `name`, on a line of its own after a line a killed writer cut short."""
+        line = json.dumps(name).encode() + b"\n"
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            written = os.write(self._fd, line)
+        except OSError as err:
+            raise WriteError(self.path, err) from err
+        if written != len(line):  # a full disk part way: the line is cut, and passed over when read
+            raise WriteError(self.path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    @staticmethod
+    def names(path: str) -> list[str]:
+        """The names the log at `path` lists; a line cut short by a kill is passed over."""
+        try:
+            with open(path, "rb") as fh:
+                lines = fh.read().splitlines()
+        except FileNotFoundError:
+            return []
+        names = []
+        for line in lines:
+            try:
+                name = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    def empty(self) -> None:
+        try:
+            os.ftruncate(self._fd, 0)
+        except OSError as err:
+            raise WriteError(self.path, err) from err
+
+    def remove(self) -> None:
+        os.remove(self.path)
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _is_at_path(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
+
+
+def _read_plan_file(path: str) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        return parse_plan(fh.read(), path)
+
+
+def _drop(plan: dict[str, Any], names: Sequence[str]) -> None:
+    for name in names:
+        plan["files"].pop(name, None)
+        plan.get("sizes", {}).pop(name, None)
 
 
 def open_plan(source: Source, output_dir: str, policy: RetryPolicy, keep_copy: bool = True) -> LocalPlan:
@@ -198,10 +359,9 @@ def open_plan(source: Source, output_dir: str, policy: RetryPolicy, keep_copy: b
     (and, with `keep_copy`, saved as the local copy)."""
     path = os.path.join(output_dir, source.plan_filename)
     if os.path.exists(path):
-        with open(path, "rb") as fh:
-            plan = parse_plan(fh.read(), path)
-        log.info("resuming with %s (%d files left in the plan)", path, len(plan["files"]))
-        return LocalPlan(plan, path)
+        plan = LocalPlan.read(path)
+        log.info("resuming with %s (%d files left in the plan)", path, len(plan))
+        return plan
     text = _retrying("the download plan", source.plan_url, policy, threading.Event(),
                      lambda: _read_url(source.plan_url, policy))
     plan = parse_plan(text, source.plan_url)
@@ -214,8 +374,98 @@ def open_plan(source: Source, output_dir: str, policy: RetryPolicy, keep_copy: b
 
 
 def _read_url(url: str, policy: RetryPolicy) -> bytes:
-    with urllib.request.urlopen(url, timeout=policy.timeout_secs) as response:
-        return response.read()
+    """The body of `url`, at most _MAX_PLAN_BYTES, received at --min_bytes_per_sec at least."""
+    with _Watch(policy) as watch:
+        with _open(url, policy, watch) as response:
+            body = bytearray()
+            while chunk := response.read(_CHUNK_BYTES):
+                watch.received(len(chunk))
+                body += chunk
+                if len(body) > _MAX_PLAN_BYTES:
+                    raise DownloadError(f"{url} is not a download plan: more than {_MAX_PLAN_BYTES >> 20} MiB")
+            watch.check()
+            return bytes(body)
+
+
+class _Watch:
+    """A watch over one attempt's connections (redirects open more): when they receive fewer than
+    `min_bytes_per_sec` over a window of `timeout_secs`, headers included, their sockets are shut down and the
+    attempt fails as too slow. The socket timeout alone never ends a transfer that trickles a byte at a time."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._window = policy.timeout_secs
+        self._least = policy.min_bytes_per_sec * policy.timeout_secs
+        self._sockets: list[socket.socket] = []
+        self._count = 0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="yt8m-download-watch", daemon=True)
+        self.cut_off: Optional[str] = None
+
+    def __enter__(self) -> "_Watch":
+        if self._least > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: Optional[type], error: Optional[BaseException], traceback: object) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if error is not None and not isinstance(error, (_Cancelled, WriteError)):
+            self.check()  # a cut-off connection fails in many ways: the cause is the rate
+
+    def connected(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.cut_off:
+                _shut_down(sock)
+
+    def received(self, count: int) -> None:
+        self._count += count  # only the downloading thread adds; the watch only reads
+
+    def check(self) -> None:
+        if self.cut_off:
+            raise _TooSlow(self.cut_off)
+
+    def _watch(self) -> None:
+        counted = 0
+        while not self._done.wait(self._window):
+            if self._count - counted < self._least:
+                with self._lock:
+                    self.cut_off = (f"{self._count - counted} bytes in {self._window:g} s, less than "
+                                    f"{self._least / self._window:g} bytes/s (--min_bytes_per_sec)")
+                    for sock in self._sockets:
+                        _shut_down(sock)
+                return
+            counted = self._count
+
+
+def _shut_down(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # the reading thread's recv returns at once
+    except OSError:
+        pass  # already closed
+
+
+def _open(url: str, policy: RetryPolicy, watch: _Watch, method: str = "GET") -> http.client.HTTPResponse:
+    """urlopen, each connection (the first, and those of redirects) handed to `watch`."""
+    opener = urllib.request.build_opener(_watched_handler(urllib.request.HTTPHandler, watch),
+                                         _watched_handler(urllib.request.HTTPSHandler, watch))
+    return opener.open(urllib.request.Request(url, method=method), timeout=policy.timeout_secs)
+
+
+def _watched_handler(handler: type, watch: _Watch) -> urllib.request.BaseHandler:
+    """An instance of urllib's HTTP(S)Handler whose connections tell `watch` their socket once connected."""
+    class Watched(handler):
+        def do_open(self, connection_class: type, request: urllib.request.Request, **options: Any) -> Any:
+            class Connection(connection_class):
+                def connect(self) -> None:
+                    super().connect()
+                    watch.connected(self.sock)
+
+            return super().do_open(Connection, request, **options)
+
+    return Watched()
 
 
 def _retrying(what: str, url: str, policy: RetryPolicy, stop: threading.Event, attempt: Callable[[], T]) -> T:
@@ -225,7 +475,7 @@ def _retrying(what: str, url: str, policy: RetryPolicy, stop: threading.Event, a
     for number in range(1, attempts + 1):
         try:
             return attempt()
-        except (WriteError, _Cancelled):
+        except (WriteError, _Cancelled, DownloadError):
             raise
         except (OSError, http.client.HTTPException, _ChecksumMismatch) as err:
             if not _is_transient(err):
@@ -250,11 +500,14 @@ def _is_transient(err: BaseException) -> bool:
 
 def _describe(err: BaseException) -> str:
     if isinstance(err, urllib.error.HTTPError):
-        return f"HTTP {err.code} {err.reason}"
+        reason = str(err.reason).splitlines()  # a redirect loop's has three lines: the first tells
+        return " ".join([f"HTTP {err.code}", *reason[:1]])
     if isinstance(err, urllib.error.URLError):
         return _describe(err.reason) if isinstance(err.reason, BaseException) else str(err.reason)
     if isinstance(err, http.client.IncompleteRead):
         return f"the connection closed after {len(err.partial)} bytes, {err.expected} more expected"
+    if isinstance(err, _TooSlow):
+        return f"timed out: {err}"
     if isinstance(err, TimeoutError):
         return "timed out"
     return str(err) or type(err).__name__
@@ -336,6 +589,7 @@ def download(source: Source, output_dir: str, shard: tuple[int, int] = (1, 1), p
     finally:
         stop.set()  # after an interrupt, the downloads in flight stop at their next chunk, the others never start
         pool.shutdown(wait=True, cancel_futures=True)
+        plan.close()
     summary = {"files": len(downloaded), "bytes": sum(downloaded.values()),
                "seconds": round(time.monotonic() - started, 3), "failures": len(errors),
                "already_present": len(present), "remaining": len(missing) - len(downloaded),
@@ -373,22 +627,26 @@ def _download_file(source: Source, output_dir: str, name: str, plan: LocalPlan, 
         raise _Cancelled()
     url = source.file_url(name)
     path = os.path.join(output_dir, local_name(name))
-    size = _retrying(name, url, policy, stop, lambda: _download_once(url, path, plan.md5(name), name, policy,
-                                                                     progress, stop, connections))
+    size = _retrying(name, url, policy, stop, lambda: _download_once(url, path, plan.md5(name), plan.size(name), name,
+                                                                     policy, progress, stop, connections))
     plan.mark_done(name)
     return size
 
 
-def _download_once(url: str, path: str, md5: str, name: str, policy: RetryPolicy, progress: _Progress,
-                   stop: threading.Event, connections: threading.BoundedSemaphore) -> int:
+def _download_once(url: str, path: str, md5: str, planned_size: Optional[int], name: str, policy: RetryPolicy,
+                   progress: _Progress, stop: threading.Event, connections: threading.BoundedSemaphore) -> int:
     """One attempt: the bytes go to a temporary file beside `path`, which becomes `path` only if their MD5 is the
-    plan's; otherwise it is removed. It holds one of `connections` until the bytes are written, not while they
-    are synced to the disk and renamed."""
-    with _Held(connections) as connection, urllib.request.urlopen(url, timeout=policy.timeout_secs) as response:
+    plan's; otherwise it is removed. No more bytes than the plan's size (where it has one) or the Content-Length
+    are written. It holds one of `connections` until the bytes are written, not while they are synced to the disk
+    and renamed."""
+    with _Held(connections) as connection, _Watch(policy) as watch, _open(url, policy, watch) as response:
         length = _content_length(response)
+        if None not in (planned_size, length) and length != planned_size:
+            raise _WrongSize(f"the server announces {length} bytes, not the plan's size, {planned_size} bytes")
         progress.announce(name, length)
         with atomic_writer(path, binary=True) as out:
-            digest, size = _copy(response, out, progress, stop)
+            digest, size = _copy(response, out, progress, stop, watch, planned_size)
+            watch.check()
             if length is not None and size < length:  # http.client's readinto() does not check it
                 raise _ShortBody(f"the connection closed after {size} of {length} bytes")
             if digest != md5:
@@ -423,22 +681,26 @@ def _content_length(response: http.client.HTTPResponse) -> Optional[int]:
     return int(length) if length.isdigit() else None
 
 
-def _copy(response: http.client.HTTPResponse, out: IO[bytes], progress: _Progress, stop: threading.Event) -> tuple[str, int]:
-    """Copy the response into `out` through one reused buffer, hashing as it goes; returns (MD5, bytes)."""
+def _copy(response: http.client.HTTPResponse, out: IO[bytes], progress: _Progress, stop: threading.Event,
+          watch: _Watch, limit: Optional[int]) -> tuple[str, int]:
+    """Copy the response into `out` through one reused buffer, hashing as it goes; returns (MD5, bytes). More than
+    `limit` bytes (the plan's size) is an error as soon as one byte more arrives."""
     buffer = bytearray(_CHUNK_BYTES)
     view = memoryview(buffer)
     digest = hashlib.md5()
     size = 0
-    while count := response.readinto(buffer):
+    while count := response.readinto(view if limit is None else view[:min(_CHUNK_BYTES, limit + 1 - size)]):
         if stop.is_set():
             raise _Cancelled()
+        if limit is not None and size + count > limit:
+            raise _WrongSize(f"the server sends more than the plan's size, {limit} bytes")
         chunk = view[:count]
         digest.update(chunk)  # hashlib lets other threads run while it hashes
         out.write(chunk)
         progress.advance(count)
+        watch.received(count)
         size += count
     return digest.hexdigest(), size
-
 
 
 def _is_present(output_dir: str, name: str, plan: LocalPlan) -> bool:
@@ -457,11 +719,10 @@ def _is_present(output_dir: str, name: str, plan: LocalPlan) -> bool:
 def _remove_abandoned_temporaries(directory: str, names: set[str]) -> None:
     """Remove what a killed run left half-written of these files: temporary files whose writer has exited (a
     download running beside this one, of another partition or shard, keeps its own)."""
+    stems = {temporary_stem(name) for name in names}
     for entry in os.listdir(directory):
-        if not is_temporary(entry):
-            continue
-        target, _, writer = entry[1:].rpartition(".tmp-")
-        if target in names and not _process_exists(int(writer.split("-")[0])):
+        owner = temporary_owner(entry)
+        if owner is not None and owner[0] in stems and not _process_exists(owner[1]):
             os.remove(os.path.join(directory, entry))
             log.info("removed %s, left by an interrupted download", entry)
 
@@ -499,8 +760,7 @@ def _size(source: Source, plan: LocalPlan, name: str, policy: RetryPolicy) -> Op
     url = source.file_url(name)
 
     def attempt() -> Optional[int]:
-        request = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(request, timeout=policy.timeout_secs) as response:
+        with _Watch(policy) as watch, _open(url, policy, watch, method="HEAD") as response:
             return _content_length(response)
 
     return _retrying(name, url, policy, threading.Event(), attempt)

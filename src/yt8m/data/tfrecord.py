@@ -5,8 +5,10 @@ Paths go through fsspec (local, gs://, s3://, memory://); patterns may be comma-
 
 from __future__ import annotations
 
+import glob as globbing
 import gzip
 import logging
+import os
 import struct
 import zlib
 from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional
@@ -14,7 +16,10 @@ from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional
 import crc32c
 import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
+from yt8m.io import storage
+from yt8m.fields import quoted
 from yt8m.optional import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)
@@ -96,13 +101,29 @@ def _expand_one(glob: str) -> list[str]:
     try:
         fs, stripped = fsspec.core.url_to_fs(glob)
     except ImportError as err:  # e.g. gs:// without gcsfs
-        raise ValueError(f"cannot read {glob!r}: {err}") from err
-    if _has_glob(stripped):
-        found = [path for path, info in fs.glob(stripped, detail=True).items() if info.get("type") == "file"]
-    else:
-        found = [stripped] if fs.isfile(stripped) else []
-    is_local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-    return [path if is_local else fs.unstrip_protocol(path) for path in found]
+        raise ValueError(f"cannot read {quoted(glob)}: {err}") from err
+    if isinstance(fs, LocalFileSystem):
+        return _expand_local(stripped)
+    with storage.reaching(glob):
+        if _has_glob(stripped):
+            found = [path for path, info in fs.glob(stripped, detail=True).items() if info.get("type") == "file"]
+        else:
+            found = [stripped] if _is_file(fs, stripped) else []
+    return [fs.unstrip_protocol(path) for path in found]
+
+
+def _expand_local(pattern: str) -> list[str]:
+    """What the shell's glob matches, as it matches it: symlinks followed (dangling ones too, which fail naming
+    themselves when read), hidden names left out; folders are never shards."""
+    found = globbing.glob(pattern, recursive=True) if _has_glob(pattern) else [pattern]
+    return [path for path in found if os.path.lexists(path) and not os.path.isdir(path)]
+
+
+def _is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    try:
+        return fs.info(path).get("type") == "file"
+    except FileNotFoundError:
+        return False
 
 
 def expand_pattern(pattern: str) -> list[str]:
@@ -112,13 +133,13 @@ def expand_pattern(pattern: str) -> list[str]:
     """
     globs = [part.strip() for part in pattern.split(",") if part.strip()]
     if not globs:
-        raise ValueError(f"empty file pattern {pattern!r}")
+        raise ValueError(f"empty file pattern {quoted(pattern)}")
     paths: set[str] = set()
     for glob in globs:
         found = _expand_one(glob)
         if not found:
-            where = "" if glob == pattern.strip() else f" (in pattern {pattern!r})"
-            raise ValueError(f"no files match {glob!r}{where}")
+            where = "" if glob == pattern.strip() else f" (in pattern {quoted(pattern)})"
+            raise ValueError(f"no files match {quoted(glob)}{where}")
         paths.update(found)
     return sorted(paths)
 

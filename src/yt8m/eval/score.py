@@ -16,6 +16,7 @@ import numpy as np
 
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
+from yt8m.fields import quoted
 
 log = logging.getLogger("yt8m.eval.score")
 
@@ -33,35 +34,65 @@ class CsvFormatError(ValueError):
 
 def _rows(path: str, header: str) -> Iterator[tuple[str, int, str, str]]:
     """(`path:line`, line number, video id, second field) for each non-blank line after the header."""
-    with open(path, encoding="utf-8-sig") as fh:
-        first = fh.readline().rstrip("\r\n")
-        if first.strip() != header:
-            raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {first!r}")
-        for number, line in enumerate(fh, start=2):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            fields = line.split(",")
-            video_id = fields[0].strip()
-            if len(fields) != 2 or not video_id:
-                raise CsvFormatError(f"{where}: expected 'VideoId,<space-separated values>', got {line!r}")
-            yield where, number, video_id, fields[1]
+    lines = text_lines(path)
+    first = next(lines, (1, ""))[1]
+    if first.strip() != header:
+        raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {quoted(first)}")
+    for number, line in lines:
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        fields = line.split(",")
+        video_id = fields[0].strip()
+        if len(fields) != 2 or not video_id:
+            raise CsvFormatError(f"{where}: expected 'VideoId,<space-separated values>', got {quoted(line)}")
+        yield where, number, video_id, fields[1]
+
+
+def text_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line break) of each line of a UTF-8 file (a byte order mark passed over);
+    bytes that are not UTF-8 are a CsvFormatError naming the file, line and byte."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            yield number, decoded(raw, f"{path}:{number}", "utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+
+
+def decoded(raw: bytes, where: str, encoding: str = "utf-8") -> str:
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise CsvFormatError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start + 1} of the line: "
+                             f"{quoted(raw[err.start:err.start + 4])})") from None
 
 
 def _duplicate_error(path: str, duplicate: Duplicate) -> CsvFormatError:
-    return CsvFormatError(f"{path}:{duplicate.line}: video {duplicate.key!r} is already on line {duplicate.first_line}")
+    return CsvFormatError(f"{path}:{duplicate.line}: video {quoted(duplicate.key)} is already on line "
+                          f"{duplicate.first_line}")
 
 
 def _class_ids(where: str, tokens: Sequence[str], num_classes: int) -> list[int]:
-    try:
-        classes = list(map(int, tokens))
-    except ValueError:
-        raise CsvFormatError(f"{where}: class ids must be integers, got {' '.join(tokens)!r}") from None
+    classes = _converted(where, tokens, int, "class ids must be integers")
     if classes and (min(classes) < 0 or max(classes) >= num_classes):
         outside = next(c for c in classes if not 0 <= c < num_classes)
         raise CsvFormatError(f"{where}: class id {outside} is outside [0, {num_classes})")
     return classes
+
+
+def _converted(where: str, tokens: Sequence[str], convert: Callable[[str], T], rule: str) -> list[T]:
+    """`convert` of each token; CsvFormatError naming `rule` and the first token it refuses."""
+    try:
+        return list(map(convert, tokens))
+    except ValueError:
+        bad = next(token for token in tokens if not _converts(convert, token))
+        raise CsvFormatError(f"{where}: {rule}, got {quoted(bad)}") from None
+
+
+def _converts(convert: Callable[[str], object], token: str) -> bool:
+    try:
+        convert(token)
+    except ValueError:
+        return False
+    return True
 
 
 def _label_ids(where: str, field: str, num_classes: int) -> np.ndarray:
@@ -75,10 +106,7 @@ def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[in
     if len(tokens) % 2:
         raise CsvFormatError(f"{where}: expected 'class confidence' pairs, got an odd number of values")
     classes = _class_ids(where, tokens[0::2], num_classes)
-    try:
-        confidences = list(map(float, tokens[1::2]))
-    except ValueError:
-        raise CsvFormatError(f"{where}: confidences must be numbers, got {' '.join(tokens[1::2])!r}") from None
+    confidences = _converted(where, tokens[1::2], float, "confidences must be numbers")
     if not all(map(math.isfinite, confidences)):
         raise CsvFormatError(f"{where}: confidences must be finite numbers")
     if len(set(classes)) != len(classes):
@@ -94,36 +122,52 @@ def _read_dict(path: str, header: str, parse: Callable[[str, str], T]) -> dict[s
     return rows
 
 
-def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], T],
+def _checked(table: KeyedTable, path: str, header: str, parse: Callable[[str, str, str], T],
              payload: Callable[[T], tuple] = lambda parsed: ()) -> Iterator[tuple[int, str, T]]:
     """(line, video id, parsed second field) of each line of a CSV, checked, with `payload(parsed)` stored in `table`
     beside the id: a video twice is an error too, and the first problem in line order is the one raised."""
-    parsed = ((line, video_id, parse(where, field)) for where, line, video_id, field in _rows(path, header))
+    parsed = ((line, video_id, parse(where, video_id, field)) for where, line, video_id, field in _rows(path, header))
     return add_unique(table, parsed, lambda row: (row[1], row[0], *payload(row[2])),
                       lambda duplicate: _duplicate_error(path, duplicate))
 
 
 def read_labels_csv(path: str, num_classes: int = 3862) -> dict[str, np.ndarray]:
     """Video id -> its distinct class ids (int64, sorted; empty for a video without labels), in file order."""
-    return _read_dict(path, LABELS_HEADER, lambda where, field: _label_ids(where, field, num_classes))
+    return _read_dict(path, LABELS_HEADER, lambda where, _, field: _label_ids(where, field, num_classes))
 
 
 def read_predictions_csv(path: str, num_classes: int = 3862) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Video id -> (class ids int64, confidences float64) as listed on its line, in file order."""
-    def parse(where: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+    def parse(where: str, video_id: str, field: str) -> tuple[np.ndarray, np.ndarray]:
         classes, confidences = _prediction_pairs(where, field, num_classes)
         return np.array(classes, dtype=np.int64), np.array(confidences, dtype=np.float64)
 
     return _read_dict(path, PREDICTIONS_HEADER, parse)
 
 
-def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862) -> None:
+def load_predictions_csv(table: KeyedTable, path: str, num_classes: int = 3862, probabilities: bool = False) -> None:
     """Check every line of a predictions CSV into `table` (payload columns classes, confidences: int32 and float32
-    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line."""
-    _load(table, path, PREDICTIONS_HEADER, lambda where, field: _stored_predictions(where, field, num_classes))
+    bytes), as `yt8m score` reads it: a malformed line or a video twice is an error naming the file and line; with
+    `probabilities`, so is a confidence outside [0, 1] (Kaggle's scoring only ranks them, an ensemble averages)."""
+    def parse(where: str, video_id: str, field: str) -> tuple[bytes, bytes]:
+        classes, confidences = _prediction_pairs(where, field, num_classes)
+        if probabilities:
+            check_probabilities(f"{where}: video {quoted(video_id)}", confidences)
+        # Scores are float32 (EvaluationMetrics compares them so): rounded here as they would be in its input.
+        return np.array(classes, dtype=np.int32).tobytes(), np.array(confidences, dtype=np.float32).tobytes()
+
+    _load(table, path, PREDICTIONS_HEADER, parse)
 
 
-def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str], tuple]) -> None:
+def check_probabilities(where: str, confidences: Sequence[float]) -> None:
+    """ValueError naming `where` and the first confidence outside [0, 1]."""
+    outside = next((value for value in confidences if not 0 <= value <= 1), None)
+    if outside is not None:
+        raise ValueError(f"{where} has confidence {outside:g}, outside [0, 1]: an ensemble input holds probabilities "
+                         "(yt8m predict's output)")
+
+
+def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str, str], tuple]) -> None:
     """Check every line of a CSV into `table`: its video id, its line and the parsed second field's columns."""
     for _ in _checked(table, path, header, parse, payload=lambda columns: columns):
         pass
@@ -131,12 +175,6 @@ def _load(table: KeyedTable, path: str, header: str, parse: Callable[[str, str],
 
 def _stored_labels(where: str, field: str, num_classes: int) -> tuple[bytes]:
     return (_label_ids(where, field, num_classes).astype(np.int32).tobytes(),)
-
-
-def _stored_predictions(where: str, field: str, num_classes: int) -> tuple[bytes, bytes]:
-    classes, confidences = _prediction_pairs(where, field, num_classes)
-    # Scores are float32 (EvaluationMetrics compares them so): rounded here as they would be in its input.
-    return np.array(classes, dtype=np.int32).tobytes(), np.array(confidences, dtype=np.float32).tobytes()
 
 
 def _examples(video_ids: list[str], count: int) -> str:
@@ -216,7 +254,7 @@ def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num
     """
     with TemporaryDatabase() as database:
         labels = KeyedTable(database, "labels", ("classes",))
-        _load(labels, labels_path, LABELS_HEADER, lambda where, field: _stored_labels(where, field, num_classes))
+        _load(labels, labels_path, LABELS_HEADER, lambda where, _, field: _stored_labels(where, field, num_classes))
         if not len(labels):
             raise ValueError(f"{labels_path} lists no videos")
         predictions = KeyedTable(database, "predictions", ("classes", "confidences"))

@@ -8,18 +8,20 @@ submission is read row by row (memory does not grow with it); the rated pairs ar
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import logging
 import re
-from typing import Iterator, Optional, Sequence, TextIO
+from typing import BinaryIO, Iterator, NamedTuple, Optional, Sequence, TextIO
 
 import numpy as np
 
 from yt8m.data.decode import RecordError, decode_segment_ratings
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.io.files import write_file_atomically
-from yt8m.eval.score import CsvFormatError
+from yt8m.eval.score import CsvFormatError, decoded
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
+from yt8m.fields import quoted
 
 log = logging.getLogger("yt8m.eval.score")
 
@@ -28,6 +30,9 @@ LABELS_CSV_HEADER = "segment_id,class,score"
 # VIDEOID:START, START a frame number written as `%d` writes it (the starter kit's ids; 05 would never match 5).
 _SEGMENT_ID = r"[^\s,:]+:(?:0|[1-9][0-9]*)"
 _SEGMENT_ID_RE = re.compile(_SEGMENT_ID)
+_CLASS_FIELD = re.compile(r"[ \t]*-?[0-9]+[ \t]*")
+# Bytes of a submission row read at a time (a row of a million ids is some 20 MB).
+_ROW_CHUNK = 1 << 20
 _RATINGS = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 _EXAMPLES_SHOWN = 5
 _SPACE, _COLON, _ZERO = ord(" "), ord(":"), ord("0")
@@ -156,16 +161,20 @@ def write_rated_segments_csv(rated: RatedSegments, path: str) -> None:
 
 
 def _check_header(fh: TextIO, path: str, header: str) -> None:
-    first = fh.readline().rstrip("\r\n")
+    _check_header_line(fh.readline().rstrip("\r\n"), path, header)
+
+
+def _check_header_line(first: str, path: str, header: str) -> None:
     if first.strip() != header:
-        raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {first!r}")
+        raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {quoted(first)}")
 
 
 def _class_id(where: str, field: str, num_classes: int) -> int:
-    try:
-        class_id = int(field)
-    except ValueError:
-        raise CsvFormatError(f"{where}: the class must be an integer, got {field.strip()!r}") from None
+    """A class field: ASCII digits (int() also reads '1_0' as 10 and Arabic-Indic digits), a minus sign allowed
+    for the range error to name it."""
+    if not _CLASS_FIELD.fullmatch(field):
+        raise CsvFormatError(f"{where}: the class must be an integer, got {quoted(field.strip())}")
+    class_id = int(field)
     if not 0 <= class_id < num_classes:
         raise CsvFormatError(f"{where}: class {class_id} is outside [0, {num_classes})")
     return class_id
@@ -194,13 +203,15 @@ def _well_formed_ids(text: bytes, count: int) -> bool:
     return not ((chars[colons + 1] == _ZERO) & (colons + 2 < ends)).any()  # no leading zero
 
 
-def _segment_ids(where: str, field: str) -> list[str]:
-    """A submission row's segment ids, best first; malformed or repeated ids are errors."""
-    tokens = field.split()
+def _check_ids(where: str, tokens: list[str]) -> None:
+    """Malformed segment ids are errors naming the first."""
     if not _well_formed_ids(" ".join(tokens).encode(), len(tokens)):
         bad = next(token for token in tokens if not _SEGMENT_ID_RE.fullmatch(token))
-        raise CsvFormatError(f"{where}: malformed segment id {bad!r} (expected VIDEOID:START, START a frame "
+        raise CsvFormatError(f"{where}: malformed segment id {quoted(bad)} (expected VIDEOID:START, START a frame "
                              "number without leading zeros)")
+
+
+def _check_repeats(where: str, tokens: list[str]) -> None:
     if len(set(tokens)) != len(tokens):
         first_seen: dict[str, int] = {}
         for position, token in enumerate(tokens):
@@ -208,32 +219,94 @@ def _segment_ids(where: str, field: str) -> list[str]:
                 raise CsvFormatError(f"{where}: segment {token} is listed twice (positions {first_seen[token] + 1} "
                                      f"and {position + 1})")
             first_seen[token] = position
-    return tokens
 
 
-def _submission_rows(path: str, num_classes: int) -> Iterator[tuple[int, list[str]]]:
-    """(class, its segment ids best first) per row of a submission, checked, one row in memory at a time."""
+class _Row(NamedTuple):
+    """A submission row: its class, its first top_n segment ids (best first) and how many it lists."""
+
+    class_id: int
+    segment_ids: list[str]
+    listed: int
+
+
+def _submission_rows(path: str, num_classes: int, top_n: int) -> Iterator[_Row]:
+    """The rows of a submission, checked, each read _ROW_CHUNK bytes at a time: memory holds a chunk and top_n ids
+    however long a row is (ids past top_n are checked for their form, not for repeats: they are never scored)."""
     seen: dict[int, int] = {}
-    with open(path, encoding="utf-8-sig") as fh:
-        _check_header(fh, path, SUBMISSION_HEADER)
-        for number, line in enumerate(fh, start=2):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            class_field, comma, segments = line.partition(",")
-            if not comma or "," in segments:
-                raise CsvFormatError(f"{where}: expected 'Class,<space-separated VIDEOID:START ids>', got "
-                                     f"{_shortened(line)!r}")
-            class_id = _class_id(where, class_field, num_classes)
-            if class_id in seen:
-                raise CsvFormatError(f"{where}: class {class_id} is already on line {seen[class_id]}")
-            seen[class_id] = number
-            yield class_id, _segment_ids(where, segments)
+    with open(path, "rb") as fh:
+        _check_header_line(decoded(fh.readline(_ROW_CHUNK), f"{path}:1", "utf-8-sig").rstrip("\r\n"), path,
+                           SUBMISSION_HEADER)
+        for number in itertools.count(2):
+            chunks = _line_chunks(fh, f"{path}:{number}")
+            first = next(chunks)
+            if first is None:
+                return
+            row = _read_row(itertools.chain([first], chunks), f"{path}:{number}", num_classes, top_n)
+            if row is None:
+                continue  # a blank line
+            if row.class_id in seen:
+                raise CsvFormatError(f"{path}:{number}: class {row.class_id} is already on line {seen[row.class_id]}")
+            seen[row.class_id] = number
+            yield row
 
 
-def _shortened(line: str, limit: int = 80) -> str:
-    line = line.rstrip("\r\n")
-    return line if len(line) <= limit else line[:limit] + "..."
+def _line_chunks(fh: BinaryIO, where: str) -> Iterator[Optional[str]]:
+    """The next line of `fh` as text, _ROW_CHUNK bytes at a time, without its line break; a single None at the end
+    of the file. A UTF-8 character cut between two chunks is decoded whole."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    while True:
+        raw = fh.readline(_ROW_CHUNK)
+        if not raw and not offset:
+            yield None
+            return
+        last = raw.endswith(b"\n") or len(raw) < _ROW_CHUNK
+        try:
+            text = decoder.decode(raw, final=last)
+        except UnicodeDecodeError as err:
+            raise CsvFormatError(f"{where}: not UTF-8 text ({err.reason} near byte {offset + err.start + 1} of "
+                                 "the line)") from None
+        offset += len(raw)
+        yield text.rstrip("\r\n") if last else text
+        if last:
+            return
+
+
+def _read_row(chunks: Iterator[str], where: str, num_classes: int, top_n: int) -> Optional[_Row]:
+    """The row whose text `chunks` hand out (None for a blank line): `Class,<space-separated VIDEOID:START ids>`."""
+    head, comma, rest = "", "", ""
+    for chunk in chunks:
+        head, comma, rest = (head + chunk).partition(",")
+        if comma or len(head) > _ROW_CHUNK:
+            break
+    if not comma:
+        if not head.strip():
+            return None
+        raise CsvFormatError(f"{where}: expected 'Class,<space-separated VIDEOID:START ids>', got {quoted(head)}")
+    class_id = _class_id(where, head, num_classes)
+    kept: list[str] = []
+    listed = 0
+    for tokens in _tokens(itertools.chain([rest], chunks), where, head):
+        _check_ids(where, tokens)
+        kept.extend(tokens[:top_n - len(kept)])
+        listed += len(tokens)
+    _check_repeats(where, kept)
+    return _Row(class_id, kept, listed)
+
+
+def _tokens(chunks: Iterator[str], where: str, head: str) -> Iterator[list[str]]:
+    """The whitespace-separated tokens of the text `chunks` hand out, a chunk's worth at a time, none cut in two."""
+    carry = ""
+    for chunk in chunks:
+        if "," in chunk:
+            raise CsvFormatError(f"{where}: expected 'Class,<space-separated VIDEOID:START ids>', got "
+                                 f"{quoted(head + ',' + chunk)}")
+        text = carry + chunk
+        tokens = text.split()
+        carry = tokens.pop() if tokens and not text[-1].isspace() else ""
+        yield tokens
+    if carry:
+        yield [carry]
 
 
 def _ranked_ratings(segment_ids: Sequence[str], ratings: dict[str, int]) -> np.ndarray:
@@ -251,12 +324,12 @@ def score_segment_submission(path: str, rated: RatedSegments, top_n: int = DEFAU
     class_ap = np.zeros(rated.num_classes)
     submitted = np.zeros(rated.num_classes, dtype=bool)
     num_submitted = 0
-    for class_id, segment_ids in _submission_rows(path, rated.num_classes):
-        ranked = _ranked_ratings(segment_ids[:top_n], rated.by_class.get(class_id, {}))
+    for class_id, segment_ids, listed in _submission_rows(path, rated.num_classes, top_n):
+        ranked = _ranked_ratings(segment_ids, rated.by_class.get(class_id, {}))
         class_ap[class_id] = average_precisions(np.zeros(len(ranked), np.int64), ranked,
                                                 num_positives[class_id:class_id + 1], top_n)[0]
         submitted[class_id] = True
-        num_submitted += len(segment_ids)
+        num_submitted += listed
     missing = np.flatnonzero((num_positives > 0) & ~submitted)
     if len(missing):
         shown = ", ".join(map(str, missing[:_EXAMPLES_SHOWN])) + (", ..." if len(missing) > _EXAMPLES_SHOWN else "")

@@ -16,6 +16,7 @@ videos x candidates numbers, where candidates <= inputs x fit_top_k + the video'
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -30,12 +31,12 @@ import torch
 from yt8m.config import ConfigError, EnsembleConfig, config_problems
 from yt8m.io.files import write_file_atomically
 from yt8m.eval.metrics import EvaluationMetrics
-from yt8m.eval.score import unmatched
-from yt8m.inference.predictions import Predictor, load_model_predictor, read_jsonl_predictions, write_predictions
+from yt8m.eval.score import check_probabilities, load_predictions_csv, unmatched
+from yt8m.inference.predictions import Predictor, load_model_predictor, numbered_jsonl_predictions, write_predictions
 from yt8m.data.inspection import find_video
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.fields import quoted
 from yt8m.inference.onnx_export import MODEL_FILE
-from yt8m.eval.score import load_predictions_csv
 from yt8m.data.decode import RecordError, decode_id_and_labels
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.data.dataset import YT8MDataset, make_loader
@@ -97,7 +98,8 @@ class FileInput:
         for row, video_id in enumerate(video_ids):
             found = self.table.payload_of(video_id)
             if found is None:
-                raise ValueError(f"{self.source}: video {video_id!r} is missing: every input must predict every video")
+                raise ValueError(f"{self.source}: video {quoted(video_id)} is missing: every input must predict every "
+                                 "video")
             classes = torch.from_numpy(np.frombuffer(found[0], np.int32).astype(np.int64))
             out[row, classes] = torch.from_numpy(np.frombuffer(found[1], np.float32).copy())
         return out
@@ -107,34 +109,45 @@ Input = Union[ModelInput, FileInput]
 
 
 @contextmanager
-def opened_inputs(sources: Sequence[str], num_classes: int, device: str = "auto") -> Iterator[list[Input]]:
-    """The inputs, loaded: models on `device`, prediction files into a temporary database (removed on exit)."""
+def opened_inputs(sources: Sequence[str], num_classes: int, device: str = "auto",
+                  num_classes_given: bool = True) -> Iterator[list[Input]]:
+    """The inputs, loaded: models on `device`, prediction files into a temporary database (removed on exit). Every
+    input must predict `num_classes` classes; without `num_classes_given`, the first train dir's or export's classes
+    are the files' (num_classes where there is none)."""
     with TemporaryDatabase() as database:
-        inputs: list[Input] = []
-        for index, source in enumerate(sources):
-            kind = input_kind(source)
-            if kind == PREDICTIONS:
-                inputs.append(_load_file(database, f"input{index}", source, num_classes))
-                continue
-            predict, spec, about = load_model_predictor(source if kind == RUN else "", source if kind == EXPORT else "",
-                                                        device)
-            if spec.num_classes != num_classes:
-                raise ValueError(f"ensemble input {source} predicts {spec.num_classes} classes, --num_classes is "
+        kinds = [input_kind(source) for source in sources]
+        models = {index: _load_model(source, kind, device) for index, (source, kind) in enumerate(zip(sources, kinds))
+                  if kind != PREDICTIONS}
+        if models and not num_classes_given:
+            first = next(iter(models.values()))
+            num_classes, whose = first.spec.num_classes, f"ensemble input {first.source}'s"
+        else:
+            whose = "--num_classes"
+        for model in models.values():
+            if model.spec.num_classes != num_classes:
+                raise ValueError(f"ensemble input {model.source} predicts {model.spec.num_classes} classes, {whose} "
                                  f"{num_classes}: every input must predict the same classes")
-            inputs.append(ModelInput(source, kind, predict, spec, about))
-        yield inputs
+        yield [models[index] if index in models else _load_file(database, f"input{index}", source, num_classes)
+               for index, source in enumerate(sources)]
+
+
+def _load_model(source: str, kind: str, device: str) -> ModelInput:
+    predict, spec, about = load_model_predictor(source if kind == RUN else "", source if kind == EXPORT else "", device)
+    return ModelInput(source, kind, predict, spec, about)
 
 
 def _load_file(database: TemporaryDatabase, name: str, source: str, num_classes: int) -> FileInput:
     table = KeyedTable(database, name, ("classes", "confidences"))
     if source.endswith(".csv"):
-        load_predictions_csv(table, source, num_classes)
+        load_predictions_csv(table, source, num_classes, probabilities=True)
     else:
-        for line, (video_id, classes, confidences) in enumerate(read_jsonl_predictions(source), start=1):
-            _check_classes(f"{source}: video {video_id!r}", classes, num_classes)
+        for line, video_id, classes, confidences in numbered_jsonl_predictions(source):
+            where = f"{source}:{line}: video {quoted(video_id)}"
+            _check_classes(where, classes, num_classes)
+            check_probabilities(where, confidences)
             table.add(video_id, line, np.array(classes, np.int32).tobytes(),
                       np.array(confidences, np.float32).tobytes())
-        table.flush()  # read_jsonl_predictions refused any video listed twice
+        table.flush()  # numbered_jsonl_predictions refused any video listed twice
     if not len(table):
         raise ValueError(f"{source} lists no videos")
     most = database.connection.execute(f"SELECT MAX(LENGTH(classes)) FROM {name}").fetchone()[0] // 4
@@ -170,7 +183,7 @@ def videos_table(database: TemporaryDatabase, video_ids: Iterable[str], what: st
     for line, video_id in enumerate(video_ids, start=1):
         duplicate = table.add(video_id, line)
         if duplicate is not None:
-            raise ValueError(f"{what}: video {duplicate.key!r} appears twice")
+            raise ValueError(f"{what}: video {quoted(duplicate.key)} appears twice")
     if table.flush() is not None:
         raise ValueError(f"{what}: a video appears twice")
     return table
@@ -399,15 +412,20 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
 
 # The command -------------------------------------------------------------------------------------------------------
 
-def run_ensemble(config: EnsembleConfig) -> dict[str, Any]:
-    """Fit or take the weights, write the ensemble's predictions as `yt8m predict` does; returns the summary."""
+def run_ensemble(config: EnsembleConfig, num_classes_given: bool = True) -> dict[str, Any]:
+    """Fit or take the weights, write the ensemble's predictions as `yt8m predict` does; returns the summary.
+    Without `num_classes_given`, a train dir's or export's classes are the prediction files' too."""
+    if not config.inputs:
+        raise ValueError("no inputs: give the train dirs, exports or prediction files to combine (as arguments or "
+                         "--inputs)")
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid ensemble config", problems)
-    with opened_inputs(config.inputs, config.num_classes, config.device) as inputs:
-        models = [item.source for item in inputs if isinstance(item, ModelInput)]
+    with opened_inputs(config.inputs, config.num_classes, config.device, num_classes_given) as inputs:
+        models = [item for item in inputs if isinstance(item, ModelInput)]
+        config = dataclasses.replace(config, num_classes=models[0].spec.num_classes if models else config.num_classes)
         if models and not config.input_data_pattern:
-            raise ValueError(f"--input_data_pattern is required: {models[0]} predicts the shards it names")
+            raise ValueError(f"--input_data_pattern is required: {models[0].source} predicts the shards it names")
         summary: dict[str, Any] = {}
         weights = list(config.weights) or [1.0] * len(inputs)
         if config.fit_weights_on:

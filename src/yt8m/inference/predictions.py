@@ -17,10 +17,12 @@ from torch import nn
 from yt8m.config import PredictConfig
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec
+from yt8m.eval.score import text_lines
 from yt8m.distributed.ranks import training_device
 from yt8m.inference.onnx_export import load_exported
 from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
+from yt8m.fields import quoted
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_payload
@@ -201,23 +203,26 @@ def load_model_predictor(train_dir: str, model: str, device_name: str, task: str
 def read_jsonl_predictions(path: str) -> Iterator[tuple[str, list[int], list[float]]]:
     """(video id, class indexes, confidences) of each line of a `--output_format jsonl` file, checked (a video twice
     too, against a temporary SQLite file of the ids: memory does not grow with the file)."""
+    for _, video_id, classes, confidences in numbered_jsonl_predictions(path):
+        yield video_id, classes, confidences
+
+
+def numbered_jsonl_predictions(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
+    """read_jsonl_predictions with each record's line number first."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"predictions file not found: {path}")
     with TemporaryDatabase() as database:
-        records = add_unique(KeyedTable(database, "videos"), _jsonl_records(path),
-                             lambda record: (record[1], record[0]),
-                             lambda duplicate: ValueError(f"{path}:{duplicate.line}: video {duplicate.key!r} is "
-                                                          f"already on line {duplicate.first_line}"))
-        for _, video_id, classes, confidences in records:
-            yield video_id, classes, confidences
+        yield from add_unique(KeyedTable(database, "videos"), _jsonl_records(path),
+                              lambda record: (record[1], record[0]),
+                              lambda duplicate: ValueError(f"{path}:{duplicate.line}: video {duplicate.key!r} is "
+                                                           f"already on line {duplicate.first_line}"))
 
 
 def _jsonl_records(path: str) -> Iterator[tuple[int, str, list[int], list[float]]]:
     """(line number, video id, class indexes, confidences) of each non-blank line."""
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                yield number, *_parse_jsonl_record(f"{path}:{number}", line)
+    for number, line in text_lines(path):  # bytes that are not UTF-8: an error naming the line
+        if line.strip():
+            yield number, *_parse_jsonl_record(f"{path}:{number}", line)
 
 
 def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[float]]:
@@ -225,6 +230,8 @@ def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[flo
         record = json.loads(line)
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: not a JSON object ({err})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise ValueError(f"{where}: not a JSON object (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
     for field in ("video_id", "class_indexes", "predictions"):
@@ -232,16 +239,17 @@ def _parse_jsonl_record(where: str, line: str) -> tuple[str, list[int], list[flo
             raise ValueError(f"{where}: field '{field}' is missing")
     video_id, classes, confidences = record["video_id"], record["class_indexes"], record["predictions"]
     if not isinstance(video_id, str) or not video_id:
-        raise ValueError(f"{where}: field 'video_id' must be a non-empty string, got {video_id!r}")
+        raise ValueError(f"{where}: field 'video_id' must be a non-empty string, got {quoted(video_id)}")
     problem = unwritable_id(video_id, "csv")
     if problem is not None:
-        raise ValueError(f"{where}: field 'video_id' {video_id!r} cannot be written to the CSV: {problem}")
+        raise ValueError(f"{where}: field 'video_id' {quoted(video_id)} cannot be written to the CSV: {problem}")
     if not isinstance(classes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
                                                 for c in classes):
-        raise ValueError(f"{where}: field 'class_indexes' must be a list of non-negative integers, got {classes!r}")
+        raise ValueError(f"{where}: field 'class_indexes' must be a list of non-negative integers, got "
+                         f"{quoted(classes)}")
     if not isinstance(confidences, list) or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
                                                     and math.isfinite(p) for p in confidences):
-        raise ValueError(f"{where}: field 'predictions' must be a list of finite numbers, got {confidences!r}")
+        raise ValueError(f"{where}: field 'predictions' must be a list of finite numbers, got {quoted(confidences)}")
     if len(classes) != len(confidences):
         raise ValueError(f"{where}: fields 'class_indexes' ({len(classes)}) and 'predictions' "
                          f"({len(confidences)}) must have the same length")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import os
+import re
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
 
@@ -16,11 +17,13 @@ import torch.nn.functional as F
 from yt8m.config import ConfigError, PredictConfig
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.eval.score import text_lines
 from yt8m.io.files import write_file_atomically
 from yt8m.inference.predictions import Predictor, check_finite, unwritable_id
 from yt8m.data.inspection import find_video
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.fields import quoted
 
 log = logging.getLogger("yt8m.inference.predict")
 
@@ -36,6 +39,7 @@ MIN_SLACK = 2048
 SEGMENT_NUMBER_DTYPE = np.uint32  # 4 bytes per kept candidate: up to 4.29 billion segments per run
 # Frames no video reaches: the dataset reads every frame (a test video may last longer than 300 s).
 EVERY_FRAME = 1 << 40
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 # (segment numbers) -> lexsort keys, the primary key last: the order in which tied segments are kept and written.
 TieKeys = Callable[[np.ndarray], tuple[np.ndarray, ...]]
@@ -48,18 +52,18 @@ def read_segment_label_ids(path: str, num_classes: int) -> np.ndarray:
     if path:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--segment_label_ids_file not found: {path}")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        numbered = text_lines(path)  # bytes that are not UTF-8: an error naming the line
     else:
         path = f"{DEFAULT_LABEL_IDS} (packaged with yt8m)"
         text = importlib.resources.files("yt8m.data").joinpath(DEFAULT_LABEL_IDS).read_text(encoding="utf-8")
+        numbered = enumerate(text.splitlines(), start=1)
     lines: dict[int, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered:
         field = line.split(",", 1)[0].strip()
         if not field or (number == 1 and not _is_integer(field)):
             continue
         if not _is_integer(field):
-            raise ValueError(f"{path}:{number}: expected a class index as the first field, found {field!r}")
+            raise ValueError(f"{path}:{number}: expected a class index as the first field, found {quoted(field)}")
         class_id = int(field)
         if not 0 <= class_id < num_classes:
             raise ValueError(f"{path}:{number}: class {class_id} is not one of the model's classes [0, {num_classes})")
@@ -72,7 +76,7 @@ def read_segment_label_ids(path: str, num_classes: int) -> np.ndarray:
 
 
 def _is_integer(field: str) -> bool:
-    return field.lstrip("+-").isdigit()
+    return _INTEGER.fullmatch(field) is not None  # ASCII digits: str.isdigit() takes '٣' (Arabic-Indic 3) too
 
 
 def split_segments(features: torch.Tensor, num_frames: torch.Tensor,

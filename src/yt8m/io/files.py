@@ -8,6 +8,7 @@ multipart upload): the object appears under its name only whole.
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import re
@@ -22,7 +23,13 @@ from yt8m.io import storage
 T = TypeVar("T")
 
 # `.NAME.tmp-PID-RANDOM` beside NAME: hidden from globs, never a name another writer picks.
-_TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
+_TEMPORARY = re.compile(r"^\.(.+)\.tmp-(\d+)-[0-9a-f]{8}$")
+# The longest file name (bytes) Linux, macOS and Windows file systems take.
+NAME_MAX_BYTES = 255
+# What a temporary name adds to the NAME part: `.`, `.tmp-`, a PID of up to 10 digits, `-` and 8 hex digits.
+_TEMPORARY_EXTRA_BYTES = 1 + 5 + 10 + 1 + 8
+# A NAME part cut short ends with `~` and 8 hex digits of the full name's MD5.
+_CUT_NAME_EXTRA_BYTES = 9
 _BUFFER_BYTES = 1 << 20
 
 
@@ -43,11 +50,27 @@ class WriteError(OSError):
 def temporary_path(path: str) -> str:
     """A name beside `path` (so that renaming it into place is atomic) that no other writer uses."""
     directory, name = os.path.split(path)
-    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return os.path.join(directory, f".{temporary_stem(name)}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def temporary_stem(name: str) -> str:
+    """The NAME part of `name`'s temporary names: the name itself, or where that would make a temporary name longer
+    than a file system takes (a name of 231 to 255 bytes), its start and a hash of it."""
+    encoded = name.encode()
+    if len(encoded) + _TEMPORARY_EXTRA_BYTES <= NAME_MAX_BYTES:
+        return name
+    start = encoded[:NAME_MAX_BYTES - _TEMPORARY_EXTRA_BYTES - _CUT_NAME_EXTRA_BYTES].decode(errors="ignore")
+    return f"{start}~{hashlib.md5(encoded).hexdigest()[:8]}"
+
+
+def temporary_owner(name: str) -> Optional[tuple[str, int]]:
+    """(NAME part, writer's PID) of a temporary name, or None for any other name."""
+    match = _TEMPORARY.match(name)
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 def is_temporary(name: str) -> bool:
-    return bool(_TEMPORARY.match(name))
+    return temporary_owner(name) is not None
 
 
 class _RawFile(io.RawIOBase):

@@ -1,17 +1,25 @@
 """Temporary files that keep eval, predict and score in memory bounded whatever the number of videos: sorted runs of
 records merged back in key order, and SQLite tables of rows keyed by a unique id.
 
-Both live in a fresh directory under the system's temporary folder (`TMPDIR`), removed when closed.
+Both live in a fresh directory under the system's temporary folder (`TMPDIR`), removed when closed; one left by a
+process that was killed (SIGTERM, kill -9) is removed by the next that makes one (ScratchFolder).
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
+import shutil
 import sqlite3
 import tempfile
+import time
+import weakref
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # Records read from each run file per step of a merge.
 MERGE_BLOCK = 1 << 16
@@ -20,7 +28,65 @@ _INSERT_BATCH = 10_000
 _LOOKUP_BATCH = 900
 # SQLite's page cache per connection (negative: KiB); its memory does not grow with the table.
 _SQLITE_CACHE_KIB = 32 << 10
+# A scratch folder's lock file: locked (flock) as long as its process lives.
+_IN_USE = ".in-use"
+# A scratch folder without a lock file is one being made, or one an older yt8m left: removed once this old.
+_UNLOCKED_STALE_SECS = 3600.0
 T = TypeVar("T")
+
+
+class ScratchFolder:
+    """A fresh folder `<prefix>XXXXXXXX` under the temporary folder, holding a lock file that its process keeps
+    locked (flock: the OS drops the lock when the process dies, however it dies). Making one first removes the
+    folders of the same prefix whose lock is free, left by killed processes; a running one's is never free. Removed
+    by `cleanup()`, at garbage collection or at exit, as tempfile.TemporaryDirectory is."""
+
+    def __init__(self, prefix: str) -> None:
+        remove_abandoned_scratch(prefix)
+        self.name = tempfile.mkdtemp(prefix=prefix)
+        fd = os.open(os.path.join(self.name, _IN_USE), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._finalizer = weakref.finalize(self, _remove_scratch, self.name, fd)
+
+    def cleanup(self) -> None:
+        self._finalizer()
+
+
+def _remove_scratch(folder: str, lock_fd: int) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    os.close(lock_fd)
+
+
+def remove_abandoned_scratch(prefix: str) -> list[str]:
+    """Remove the scratch folders `<prefix>*` of the temporary folder that no living process holds; returns them."""
+    root = tempfile.gettempdir()
+    removed = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.startswith(prefix) and os.path.isdir(path) and not os.path.islink(path) and _is_abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log.info("removed %s, left by a yt8m process that was killed", path)
+    return removed
+
+
+def _is_abandoned(folder: str) -> bool:
+    try:
+        fd = os.open(os.path.join(folder, _IN_USE), os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return time.time() - os.stat(folder).st_mtime > _UNLOCKED_STALE_SECS
+        except FileNotFoundError:
+            return False  # removed meanwhile
+    except OSError:
+        return False  # another user's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class SortedRuns:
@@ -30,7 +96,7 @@ class SortedRuns:
     def __init__(self, dtype: np.dtype, prefix: str = "yt8m-runs-"):
         self.dtype = np.dtype(dtype)
         self._prefix = prefix
-        self._folder: Optional[tempfile.TemporaryDirectory] = None
+        self._folder: Optional[ScratchFolder] = None
         self._paths: list[str] = []
 
     def __len__(self) -> int:
@@ -43,7 +109,7 @@ class SortedRuns:
     def add_blocks(self, blocks: Iterable[np.ndarray]) -> None:
         """Write one run given a block at a time (in memory one block at a time): together sorted by key."""
         if self._folder is None:
-            self._folder = tempfile.TemporaryDirectory(prefix=self._prefix)
+            self._folder = ScratchFolder(self._prefix)
         path = os.path.join(self._folder.name, f"run-{len(self._paths):06d}.bin")
         with open(path, "wb") as out:
             for records in blocks:
@@ -128,7 +194,7 @@ class TemporaryDatabase:
     """A SQLite database in a temporary directory, for tables larger than memory; removed by `close()`."""
 
     def __init__(self):
-        self._folder = tempfile.TemporaryDirectory(prefix="yt8m-db-")
+        self._folder = ScratchFolder("yt8m-db-")
         self.connection = sqlite3.connect(os.path.join(self._folder.name, "rows.sqlite"))
         # A scratch file: nothing to recover after a crash, so no journal and no syncs.
         self.connection.executescript(f"PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "

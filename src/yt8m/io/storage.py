@@ -1,7 +1,9 @@
 """Paths on the local disk or on object storage (s3://, gs://, any fsspec URL): what train dirs, checkpoints,
 exports and predictions need of them (exist, list, read, remove), one call for both.
 
-Listings are never cached: a watching `yt8m eval` must see the checkpoints another process wrote since.
+Listings are never cached: a watching `yt8m eval` must see the checkpoints another process wrote since. A failure
+to reach object storage (no answer from the endpoint, a refused key pair, a missing bucket) is a StorageError naming
+the URL, whatever the client raised.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import IO, Any
+from contextlib import contextmanager
+from typing import IO, Any, Iterator
 
 import fsspec
 
@@ -34,6 +37,27 @@ def filesystem(path: str) -> tuple[Any, str]:
         raise ValueError(f"cannot reach {path}: {err}{extra}") from err
 
 
+class StorageError(OSError):
+    """Object storage could not be reached for a URL: names the URL and the client's reason, on one line."""
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """The object store's failures inside the block as StorageError naming `url`: botocore, gcsfs and aiohttp raise
+    errors of their own (EndpointConnectionError, a bare PermissionError("Forbidden")) that name the endpoint's
+    request at best. FileNotFoundError, a missing object, passes as it is: callers tell it from the others; so does
+    anything raised for a local path."""
+    try:
+        yield
+    except (FileNotFoundError, StorageError):
+        raise
+    except Exception as err:
+        if is_local(url):
+            raise
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise StorageError(f"cannot reach {url}: {reason}") from err
+
+
 def _uncached(path: str) -> tuple[Any, str]:
     fs, inner = filesystem(path)
     fs.invalidate_cache(inner)
@@ -44,7 +68,8 @@ def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(path)
     fs, inner = _uncached(path)
-    return fs.exists(inner)
+    with reaching(path):
+        return fs.exists(inner)
 
 
 def isdir(path: str) -> bool:
@@ -52,7 +77,8 @@ def isdir(path: str) -> bool:
     if is_local(path):
         return os.path.isdir(path)
     fs, inner = _uncached(path)
-    return fs.isdir(inner)
+    with reaching(path):
+        return fs.isdir(inner)
 
 
 def listdir(path: str) -> list[str]:
@@ -61,7 +87,8 @@ def listdir(path: str) -> list[str]:
         return os.listdir(path) if os.path.isdir(path) else []
     fs, inner = _uncached(path)
     try:
-        entries = fs.ls(inner, detail=False)
+        with reaching(path):
+            entries = fs.ls(inner, detail=False)
     except FileNotFoundError:
         return []
     return [name for name in (entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries) if name]
@@ -78,11 +105,12 @@ def open_file(path: str, mode: str = "rb") -> IO:
     if is_local(path):
         return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     fs, inner = filesystem(path)
-    return fs.open(inner, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    with reaching(path):
+        return fs.open(inner, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def read_bytes(path: str) -> bytes:
-    with open_file(path, "rb") as fh:
+    with open_file(path, "rb") as fh, reaching(path):
         return fh.read()
 
 
@@ -93,7 +121,8 @@ def remove(path: str) -> None:
             os.remove(path)
         else:
             fs, inner = filesystem(path)
-            fs.rm_file(inner)
+            with reaching(path):
+                fs.rm_file(inner)
     except FileNotFoundError:
         pass
 
@@ -105,6 +134,7 @@ def remove_tree(path: str) -> None:
         return
     fs, inner = _uncached(path)
     try:
-        fs.rm(inner, recursive=True)
+        with reaching(path):
+            fs.rm(inner, recursive=True)
     except FileNotFoundError:
         pass

@@ -16,6 +16,7 @@ import optuna
 
 from yt8m.io.checkpoints import checkpoint_dir
 from yt8m.io.checkpoints import EXPORT_DIR
+from yt8m.io.files import temporary_path
 from yt8m.config import TrainConfig
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.tune.space import TuneSpec, objective_key, report_schedule
@@ -193,8 +194,19 @@ def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Op
     best = {t.number for t in sorted(complete, key=lambda t: t.value, reverse=maximize)[:keep]}
     for trial in finished:
         folder = trial_dir(study_dir, trial.number)
-        kept = [path for path in (checkpoint_dir(folder), os.path.join(folder, EXPORT_DIR)) if os.path.isdir(path)]
-        if trial.number not in best and kept:
-            for path in kept:
-                shutil.rmtree(path)
-            log.info("--keep_best %d: removed the checkpoints and exports of trial %d", keep, trial.number)
+        if trial.number not in best:
+            removed = [_remove_unless_gone(path) for path in (checkpoint_dir(folder), os.path.join(folder, EXPORT_DIR))]
+            if any(removed):
+                log.info("--keep_best %d: removed the checkpoints and exports of trial %d", keep, trial.number)
+
+
+def _remove_unless_gone(folder: str) -> bool:
+    """Remove a folder another job may be removing at the same moment (each job prunes after its trials): renamed
+    first, which only one of them can do; False when it is gone already."""
+    claimed = temporary_path(folder)
+    try:
+        os.rename(folder, claimed)
+    except FileNotFoundError:
+        return False
+    shutil.rmtree(claimed)
+    return True

@@ -56,15 +56,15 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
     log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
              display_url(storage_url(settings)), settings.study_dir, state_counts(study), settings.n_trials)
     deadline = time.time() + settings.timeout if settings.timeout else None
-    interrupted = False
+    interrupted, failed_jobs = False, []
     try:
         with _ending_on_lost_interrupt():
-            run_jobs(spec, deadline)
+            failed_jobs = run_jobs(spec, deadline)
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: the running trials were marked FAILED and re-queued; run the same command "
                     "again to resume the study")
-    return study, {**write_report(study, spec), "interrupted": interrupted}
+    return study, {**write_report(study, spec), "interrupted": interrupted, "failed_jobs": failed_jobs}
 
 
 def _check_data(spec: TuneSpec) -> None:
@@ -82,12 +82,13 @@ def write_study_file(spec: TuneSpec, path: str) -> None:
     write_file_atomically(path, lambda out: yaml.safe_dump(document, out, sort_keys=False))
 
 
-def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
-    """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe)."""
+def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> list[str]:
+    """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
+    the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
     n_jobs = spec.settings.n_jobs
     if n_jobs == 1:
         run_worker(spec, deadline)
-        return
+        return []
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_job_process, args=(spec, deadline, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
@@ -104,10 +105,13 @@ def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> None:
         for worker in workers:
             worker.join()
         raise
-    failed = [f"{worker.name} (exit code {worker.exitcode})" for worker in workers if worker.exitcode != 0]
-    if failed:
-        log.warning("tune jobs ended abnormally: %s; their trials are recovered on the next run",
-                    ", ".join(failed))
+    return [f"{worker.name} ({_exit_description(worker.exitcode)})" for worker in workers if worker.exitcode != 0]
+
+
+def _exit_description(exitcode: int) -> str:
+    if exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
 
 
 def run_worker(spec: TuneSpec, deadline: Optional[float]) -> None:
