@@ -24,7 +24,7 @@ from yt8m.data.batch import Batch
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame_batch,
                               decode_segment_video, decode_video_batch, record_id_key)
-from yt8m.data.shared_slots import SharedSlots, SlotRef, copy_out
+from yt8m.data.batch_memory import RecycledBuffers, SharedSlots, SlotRef, copy_out, fresh_shared
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
@@ -159,15 +159,6 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
             buffer[slot] = record
     for slot in rng.permutation(size).tolist():
         yield buffer[slot]
-
-
-def _fresh_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero tensor in fresh shared memory, for a worker of a DataLoader other than make_loader's (which has slots):
-    sending it to the main process copies nothing."""
-    count = int(np.prod(shape))
-    # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
-    storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
 
 
 # The batch entries sent as LabelIds and expanded by finish_batch; "label_weights" (segments): the rated classes.
@@ -424,6 +415,7 @@ class YT8MDataset(IterableDataset):
         self.batch_loader_worker = False  # set in make_loader's workers: they send _Delivery items to BatchLoader
         self.slots: Optional[SharedSlots] = None  # make_loader's workers decode into these (set while they run)
         self.pin_memory = False  # in-process batches in pinned memory (a CUDA run's make_loader sets it)
+        self._recycled = RecycledBuffers()  # in-process batches' memory otherwise
 
     @property
     def skipped_files(self) -> int:
@@ -517,11 +509,13 @@ class YT8MDataset(IterableDataset):
         """A batch's tensor (contents undefined): in a make_loader worker its next shared slot (`in_slot`), in another
         DataLoader's worker fresh shared memory, in-process memory of its own (pinned for a CUDA run)."""
         info = get_worker_info()
+        if info is None and self.pin_memory:
+            return None, torch.empty(shape, dtype=dtype, pin_memory=True)
         if info is None:
-            return None, torch.empty(shape, dtype=dtype, pin_memory=self.pin_memory)
+            return None, self._recycled.tensor(shape, dtype)
         if self.slots is not None and in_slot:
             return self.slots.take(info.id, shape, dtype)
-        return None, _fresh_shared(shape, dtype)
+        return None, fresh_shared(shape, dtype)
 
     def _records(self, shares: Iterable[tuple[str, int, int]]) -> Iterator[Record]:
         """The shares' records, each paired with its file's path; iterated at C speed (chain, zip, islice)."""
