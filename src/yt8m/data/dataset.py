@@ -71,14 +71,15 @@ class _Delivery:
     batch: Optional[Batch] = None
     read_stats: Optional[ReadStats] = None
     error: Optional[BaseException] = None
+    num_classes: int = 0  # what the batch's label ids expand to
 
     def pin_memory(self) -> "_Delivery":
-        """Called by the DataLoader's pinning thread (pin_memory=True): the batch's features are copied out of their
-        shared slot into pinned memory (freeing the slot), its other tensors pinned."""
-        batch = self.batch
-        if batch is not None and isinstance(batch.features, SlotRef):
-            batch.features = copy_out(batch.features, pin_memory=True)
-        return _Delivery(batch.pin_memory() if batch is not None else None, self.read_stats, self.error)
+        """Called by the DataLoader's pinning thread (pin_memory=True), off the training loop's thread: the batch
+        made whole (finish_batch) in pinned memory, its features copied out of their shared slot (freeing it)."""
+        if self.batch is None:
+            return self
+        batch = finish_batch(self.batch, self.num_classes, pin_memory=True)
+        return _Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes)
 
 
 @dataclass
@@ -177,9 +178,13 @@ def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Ba
     if isinstance(batch.features, SlotRef):
         batch.features = copy_out(batch.features, pin_memory)
     for key in LABEL_ID_KEYS:
-        if isinstance(getattr(batch, key), LabelIds):
-            expanded = torch.from_numpy(getattr(batch, key).multi_hot(num_classes))
-            setattr(batch, key, expanded.pin_memory() if pin_memory else expanded)
+        if isinstance(label_ids := getattr(batch, key), LabelIds):
+            shape = (len(label_ids.offsets) - 1, num_classes)
+            # made where it stays: pinned memory is filled in place, not copied into
+            expanded = torch.zeros(shape, dtype=torch.bool, pin_memory=True) if pin_memory else \
+                torch.from_numpy(np.zeros(shape, bool))
+            label_ids.multi_hot(num_classes, out=expanded.numpy())
+            setattr(batch, key, expanded)
     return batch
 
 
@@ -437,7 +442,7 @@ class YT8MDataset(IterableDataset):
         """In this process (or a worker of a DataLoader of one's own): batches with their labels expanded."""
         for batch in self._batches():
             self.absorb(self._take_unsent())
-            yield finish_batch(batch, self.spec.num_classes)
+            yield finish_batch(batch, self.spec.num_classes, self.pin_memory)
         self.absorb(self._take_unsent())
 
     def _deliveries(self) -> Iterator[_Delivery]:
@@ -445,7 +450,7 @@ class YT8MDataset(IterableDataset):
         then what was read after it; a data error is sent as data."""
         try:
             for batch in self._batches():
-                yield _Delivery(batch, self._take_unsent() or None)
+                yield _Delivery(batch, self._take_unsent() or None, num_classes=self.spec.num_classes)
             if self._unsent:
                 yield _Delivery(read_stats=self._take_unsent())
         except (ValueError, OSError) as err:
