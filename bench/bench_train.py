@@ -30,13 +30,14 @@ import torch  # noqa: E402
 
 from yt8m import kernels  # noqa: E402
 from yt8m.config import TrainConfig  # noqa: E402
+from yt8m.data.batch import Batch  # noqa: E402
 from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.tasks.losses import create_loss  # noqa: E402
 from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
 from yt8m.models.multihead import build_multitask_model  # noqa: E402
 from yt8m.tasks.spec import is_multitask  # noqa: E402
-from yt8m.tasks.multitask import SOURCE_KEY, MultiTask, plan_tasks  # noqa: E402
+from yt8m.tasks.multitask import MultiTask, plan_tasks  # noqa: E402
 from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
 from yt8m.tasks.video import task_from_config  # noqa: E402
@@ -123,10 +124,10 @@ def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], device: torch.devic
     return min(timings[1:])
 
 
-def one_batch(config: TrainConfig) -> dict:
+def one_batch(config: TrainConfig) -> Batch:
     """The first batch, on the device the trainer would use."""
     batch = next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
-    return to_device(batch, resolve_device(config.device))
+    return batch.to(resolve_device(config.device))
 
 
 def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
@@ -149,9 +150,7 @@ def bare_step(config: TrainConfig):
     model.train()
     optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
     scaler = grad_scaler(config, device)
-    task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)
-    if plan:
-        batch[SOURCE_KEY] = 0
+    task, batch = MultiTask(plan) if plan else task_from_config(config), one_batch(config)  # Batch.source is 0
     forward_loss = torch.compile(model_loss) if config.compile else model_loss
     penalties = l2_terms(model, config.regularization_penalty)
 

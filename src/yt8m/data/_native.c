@@ -436,6 +436,15 @@ static void release_records(Records *records) {
     PyBuffer_Release(&records->id_sizes);
 }
 
+/* What a features decoder holds when it returns: its table, records, and wanted sizes, offsets and output. */
+static void release_decoding(Table *table, Records *records, Py_buffer *sizes, Py_buffer *offsets, Py_buffer *out) {
+    free_table(table);
+    release_records(records);
+    PyBuffer_Release(sizes);
+    PyBuffer_Release(offsets);
+    PyBuffer_Release(out);
+}
+
 /* Decode one record as `row`, its id's bounds into `id`: false where the Python decoder must take it. */
 typedef int (*RecordDecoder)(void *state, Py_ssize_t row, Cursor record, Table *table, Cursor *id);
 
@@ -548,11 +557,7 @@ static PyObject *decode_examples(PyObject *self, PyObject *args) {
     VideoRows rows = {&wanted, out.buf, row_floats};
     result = decode_all(&records, &labels, decode_video_row, &rows);
 done:
-    free_table(&labels);
-    release_records(&records);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&offsets);
-    PyBuffer_Release(&out);
+    release_decoding(&labels, &records, &sizes, &offsets, &out);
     return result;
 }
 
@@ -697,11 +702,7 @@ static PyObject *decode_sequence_examples(PyObject *self, PyObject *args) {
     rows.num_frames = num_frames.buf;
     result = decode_all(&records, &labels, decode_frame_row, &rows);
 done:
-    free_table(&labels);
-    release_records(&records);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&offsets);
-    PyBuffer_Release(&out);
+    release_decoding(&labels, &records, &sizes, &offsets, &out);
     PyBuffer_Release(&num_frames);
     return result;
 }
