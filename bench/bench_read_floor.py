@@ -92,10 +92,14 @@ def main() -> None:
                 best[name] = result
     floor = best["floor"]["examples_per_sec"]
     in_process = best.get("yt8m_0_workers", {}).get("examples_per_sec")
+    steady_in_process = best.get("yt8m_0_workers", {}).get("after_first_examples_per_sec")
     for name, result in best.items():
+        steady = result.get("after_first_examples_per_sec")
         print(json.dumps({"setting": name, "examples_per_sec": result["examples_per_sec"],
                           "of_floor": round(result["examples_per_sec"] / floor, 3),
-                          "of_in_process": round(result["examples_per_sec"] / in_process, 3) if in_process else None}))
+                          "of_in_process": round(result["examples_per_sec"] / in_process, 3) if in_process else None,
+                          "first_batch_seconds": result.get("first_batch_seconds"),
+                          "after_first_of_in_process": round(steady / steady_in_process, 3) if steady else None}))
     print(json.dumps({"pipe_bytes_per_batch": pipe_bytes_per_batch(args.batch_size, 300),
                       "shared_memory_bytes_per_video": 300 * FRAME_SPEC.feature_size}))
 
