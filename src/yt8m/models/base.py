@@ -75,7 +75,7 @@ class BaseModel(nn.Module):
         L2-normalized, unless `normalizes_input` (the model reads raw frames, uint8 or float32, and does both on the
         frames it samples)."""
         self._check_shape(features)
-        if features.dtype == torch.uint8 and not self.normalizes_input:
+        if self.frame_level and features.dtype == torch.uint8 and not self.normalizes_input:
             features = self.dequantize_frames(features, real_frames(features, num_frames))
         if self.frame_level and features.shape[1] == 0:
             # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
