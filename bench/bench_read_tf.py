@@ -61,9 +61,11 @@ def main() -> None:
     parser.add_argument("--data_dir", required=True, help="The folder bench_read.py wrote (video/, frame/).")
     parser.add_argument("--repeats", type=int, default=2, help="Timed passes per setting; the best is kept.")
     parser.add_argument("--readers", default="1,2", help="Comma-separated num_parallel_reads values.")
+    parser.add_argument("--kinds", default="video,frame", help="Which of video, frame to time.")
     args = parser.parse_args()
     builders = {"video": (_video_dataset, 1024), "frame": (_frame_dataset, 64)}
-    for kind, (build, batch_size) in builders.items():
+    for kind in args.kinds.split(","):
+        build, batch_size = builders[kind]
         files = sorted(glob.glob(os.path.join(args.data_dir, kind, "train-*")))
         for readers in [int(r) for r in args.readers.split(",")]:
             best = max((_time(build(files, batch_size, readers), files) for _ in range(args.repeats)),

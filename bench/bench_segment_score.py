@@ -74,9 +74,14 @@ def write_submission(path: str, rng: np.random.Generator, segment_ids: list[str]
     return submitted
 
 
-def timed(function, *args):
-    started = time.perf_counter()
-    return function(*args), time.perf_counter() - started
+def timed(function, *args, repeats: int = 1):
+    """(the result, the best time of `repeats` calls)."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = function(*args)
+        best = min(best, time.perf_counter() - started)
+    return result, best
 
 
 def main() -> None:
@@ -85,6 +90,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--per_class", type=int, default=10_000, help="Segment ids per submission row.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="Reads of the rated pairs timed; the best is kept.")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     segment_ids, labels, positive = make_pairs(rng, args.rated_pairs, args.classes)
@@ -95,9 +101,10 @@ def main() -> None:
         write_shard(shard, segment_ids, labels, positive)
         submitted = write_submission(submission, rng, segment_ids, labels, args.per_class)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        rated, csv_seconds = timed(read_rated_segments_csv, labels_csv, NUM_CLASSES)
-        from_shard, shard_seconds = timed(read_rated_segments_tfrecords, shard, NUM_CLASSES)
-        assert from_shard.by_class == rated.by_class
+        rated, csv_seconds = timed(read_rated_segments_csv, labels_csv, NUM_CLASSES, repeats=args.repeats)
+        from_shard, shard_seconds = timed(read_rated_segments_tfrecords, shard, NUM_CLASSES, repeats=args.repeats)
+        assert all((getattr(from_shard, name) == getattr(rated, name)).all()
+                   for name in ("videos", "classes", "video_index", "starts", "ratings"))
         del from_shard
         rss_rated = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         result, score_seconds = timed(score_segment_submission, submission, rated, 100_000)

@@ -159,7 +159,8 @@ class TrainConfig(DataConfig):
     keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.", at_least=1)
     start_new_model: bool = setting(False, "Delete the train dir's checkpoints and start from scratch.")
     shuffle_buffer: int = setting(10000, "Records held in the shuffle buffer of each reader.", at_least=1)
-    cache_in_memory: bool = setting(False, "Video-level: hold the decoded training set in RAM after the first epoch.")
+    cache_in_memory: bool = setting(False, "Hold the decoded training set in RAM after the first epoch (frame level: "
+                                           "uint8 frames as stored, a quarter of float32's bytes).")
     seed: int = setting(0, "Seed for initialization, shuffling and sampling.", at_least=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
     mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "

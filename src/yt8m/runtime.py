@@ -9,11 +9,12 @@ import contextlib
 import logging
 import os
 import sys
-from typing import ContextManager
+from typing import ContextManager, Optional
 
 import torch
 
 log = logging.getLogger("yt8m")
+MAX_GPU_READERS = 16  # reader processes "auto" starts on a GPU machine, at most
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -38,28 +39,38 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def reader_workers(requested: int | str, frame_features: bool) -> int:
+def reader_workers(requested: int | str, frame_features: bool, accelerator: Optional[bool] = None) -> int:
     """DataLoader worker processes for --num_readers / --num_workers: "auto", or a count ("3" or 3) used as given
     but clamped to the CPUs available (more processes than CPUs only thrash). The choice is logged.
 
-    "auto" reads in-process, except frame-level data with 4 CPUs or more, which gets min(CPUs // 2, 8) workers. From
-    `yt8m bench read` on this project's 2-CPU machine (busy, shared; page-cached synthetic shards, bench/README.md):
-    - video-level: in-process 209k-387k examples/s, one worker 80k-117k, two 54k-177k. A worker spends about 7 us of
-      CPU per example (its batch made in fresh shared memory) and the main process still 2 us receiving it, against
-      3 us to read it in-process: workers do not pay for video-level data, whatever the CPUs.
-    - frame-level (300 frames): in-process 580-2,250 videos/s, one worker 336-600, two 273-712. A worker spends
-      1.4-1.8 ms of CPU per video against 0.6-0.8 ms in-process, but leaves the main process 0.05-0.2 ms: with cores
-      to spare (4 or more, half of them left to the model) workers free the training loop; with 2 they compete with
-      it. Above 2 CPUs this is a judgment from those costs, not a measurement.
+    "auto" on a machine with a GPU (`accelerator`; default: CUDA is available) takes the CPUs but one, up to 16: the
+    training loop keeps its core to launch the GPU's work, every other core decodes. The GPU steps take 7,700-9,000
+    frame-level videos/s (compiled bf16 NeXtVLAD/NetVLAD on an H200) where one reader process decodes 7k-10k
+    (`yt8m bench read` on this project's 2-CPU AMD EPYC, bench/README.md); a worker hands its batch over in a reused
+    shared-memory slot, the main process copying it out at about 37 us a video, in a thread of its own when pinning.
+
+    "auto" without a GPU reads in-process, except frame-level data with 4 CPUs or more, which gets min(CPUs // 2, 8)
+    workers: the model then needs the cores. From `yt8m bench read` on the 2-CPU machine (busy, shared):
+    - video-level: in-process reading costs about 3 us of CPU per example; a worker adds the main process's copy
+      and labels (about 1 us), and with 2 CPUs competes with the model.
+    - frame-level (300 frames): about 100 us of CPU per video in-process; one worker spends about as much (its start,
+      100-150 ms, aside) and leaves the main process about 45 us: with cores to spare (4 or more, half of them left to
+      the model) workers free the training loop; with 2 they compete with it. Above 2 CPUs this is a judgment from
+      those costs, not a measurement.
     """
     cpus = available_cpus()
     kind = "frame-level" if frame_features else "video-level"
     if requested == "auto":
-        workers = min(cpus // 2, 8) if frame_features and cpus >= 4 else 0
-        if workers:
-            log.info("reading with %d worker processes: %d CPUs, %s data (auto)", workers, cpus, kind)
+        gpu = torch.cuda.is_available() if accelerator is None else accelerator
+        if gpu:
+            workers = max(1, min(cpus - 1, MAX_GPU_READERS))
         else:
-            log.info("reading in-process: %d CPUs, %s data (auto)", cpus, kind)
+            workers = min(cpus // 2, 8) if frame_features and cpus >= 4 else 0
+        machine = "a GPU machine" if gpu else "no GPU"
+        if workers:
+            log.info("reading with %d worker processes: %d CPUs, %s, %s data (auto)", workers, cpus, machine, kind)
+        else:
+            log.info("reading in-process: %d CPUs, %s, %s data (auto)", cpus, machine, kind)
         return workers
     try:
         count = int(requested)

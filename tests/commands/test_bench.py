@@ -112,11 +112,22 @@ def test_bench_read_wrong_feature_size_in_workers_is_one_line_as_in_process(real
 def test_auto_reads_video_level_in_process_and_frame_level_with_spare_cores(monkeypatch, caplog, cpus, frame_workers):
     monkeypatch.setattr(runtime, "available_cpus", lambda: cpus)
     with caplog.at_level(logging.INFO, logger="yt8m"):
-        assert reader_workers("auto", frame_features=False) == 0
-        assert reader_workers("auto", frame_features=True) == frame_workers
-    assert caplog.messages[0] == f"reading in-process: {cpus} CPUs, video-level data (auto)"
-    assert caplog.messages[1] == (f"reading with {frame_workers} worker processes: {cpus} CPUs, frame-level data (auto)"
-                                  if frame_workers else f"reading in-process: {cpus} CPUs, frame-level data (auto)")
+        assert reader_workers("auto", frame_features=False, accelerator=False) == 0
+        assert reader_workers("auto", frame_features=True, accelerator=False) == frame_workers
+    assert caplog.messages[0] == f"reading in-process: {cpus} CPUs, no GPU, video-level data (auto)"
+    assert caplog.messages[1] == (f"reading with {frame_workers} worker processes: {cpus} CPUs, no GPU, frame-level "
+                                  "data (auto)" if frame_workers else
+                                  f"reading in-process: {cpus} CPUs, no GPU, frame-level data (auto)")
+
+
+@pytest.mark.parametrize("cpus, workers", [(1, 1), (2, 1), (16, 15), (64, 16)])
+def test_auto_on_a_gpu_machine_reads_with_every_core_but_one(monkeypatch, caplog, cpus, workers):
+    monkeypatch.setattr(runtime, "available_cpus", lambda: cpus)
+    with caplog.at_level(logging.INFO, logger="yt8m"):
+        assert reader_workers("auto", frame_features=True, accelerator=True) == workers
+        assert reader_workers("auto", frame_features=False, accelerator=True) == workers
+    assert caplog.messages[0] == (f"reading with {workers} worker processes: {cpus} CPUs, a GPU machine, frame-level "
+                                  "data (auto)")
 
 
 def test_explicit_reader_counts_are_used_as_given_up_to_the_cpus(monkeypatch):

@@ -91,27 +91,22 @@ def test_gzip_shards_read_like_plain_ones(fixtures_dir):
     np.testing.assert_array_equal(batches[0].features.numpy().view(np.uint32), expected.view(np.uint32))
 
 
-def dequantized(frames: list) -> np.ndarray:
-    """The YT8M dequantization (range [-2, 2]) in float32, as the reference for the reader."""
-    return np.asarray(frames, np.float32) * np.float32(4 / 255) + np.float32(4 / 512 - 2)
-
-
 @pytest.mark.parametrize("max_frames", [300, 40])
-def test_frame_batches_are_padded_truncated_and_dequantized(fixtures_dir, max_frames):
+def test_frame_batches_are_padded_truncated_uint8_as_stored(fixtures_dir, max_frames):
     paths = sorted((fixtures_dir / "frame").glob("train*.tfrecord"))
     spec = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, max_frames=max_frames)
     batches = read_all(YT8MDataset(str(fixtures_dir / "frame" / "train*.tfrecord"), spec, batch_size=3))
     records = iter(sidecar_records(paths))
     for batch in batches:
         num_frames = batch.num_frames
-        assert num_frames.dtype == torch.int64 and batch.features.dtype == torch.float32
+        assert num_frames.dtype == torch.int64 and batch.features.dtype == torch.uint8
         assert batch.features.shape == (len(batch.video_ids), int(num_frames.max()), 1152)
         for row, video_id in enumerate(batch.video_ids):
             record = next(records)
             kept = min(record["num_frames"], max_frames)
             assert video_id == record["id"] and int(num_frames[row]) == kept
             frames = np.concatenate([record["rgb"], record["audio"]], axis=1)[:kept]
-            np.testing.assert_allclose(batch.features[row, :kept].numpy(), dequantized(frames), rtol=0, atol=1e-6)
+            np.testing.assert_array_equal(batch.features[row, :kept].numpy(), np.asarray(frames, np.uint8))
             assert not batch.features[row, kept:].any()
             np.testing.assert_array_equal(batch.labels[row].numpy(), multi_hot(record["labels"], 3862))
     assert next(records, None) is None
@@ -279,8 +274,9 @@ def test_invalid_arguments_are_rejected(fixtures_dir):
     pattern = str(fixtures_dir / "video" / "train00.tfrecord")
     with pytest.raises(ValueError, match="rank"):
         YT8MDataset(pattern, VIDEO_SPEC, batch_size=8, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="video-level"):
-        YT8MDataset(pattern, FRAME_SPEC, batch_size=8, cache_in_memory=True)
+    segments = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True)
+    with pytest.raises(ValueError, match="rated segments are streamed"):
+        YT8MDataset(pattern, segments, batch_size=8, cache_in_memory=True)
     with pytest.raises(ValueError, match="no files match"):
         YT8MDataset(str(fixtures_dir / "nothing*.tfrecord"), VIDEO_SPEC, batch_size=8)
 

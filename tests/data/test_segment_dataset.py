@@ -21,11 +21,6 @@ from yt8m.data.tfrecord import TFRecordWriter
 SEGMENT_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True)
 
 
-def dequantized(frames: np.ndarray) -> np.ndarray:
-    """The YT8M dequantization (range [-2, 2]) in float32, as the reference for the reader."""
-    return np.asarray(frames, np.float32) * np.float32(4 / 255) + np.float32(4 / 512 - 2)
-
-
 def expected_segments(paths: list[Path]) -> dict[str, dict]:
     """Segment id -> what the sidecars say its example holds: one per distinct rated start, in file order."""
     expected = {}
@@ -36,7 +31,7 @@ def expected_segments(paths: list[Path]) -> dict[str, dict]:
             ratings = zip(record["segment_start_times"], record["segment_labels"], record["segment_scores"])
             for start, label, score in ratings:
                 segment = expected.setdefault(f"{record['id']}:{start}", {
-                    "present": set(), "rated": set(), "frames": dequantized(frames[start:start + 5])})
+                    "present": set(), "rated": set(), "frames": np.asarray(frames[start:start + 5], np.uint8)})
                 segment["rated"].add(label)
                 if score == 1:
                     segment["present"].add(label)
@@ -46,7 +41,7 @@ def expected_segments(paths: list[Path]) -> dict[str, dict]:
 def read_segments(dataset: YT8MDataset, num_workers: int = 0) -> dict[str, dict]:
     found = {}
     for batch in make_loader(dataset, num_workers):
-        assert batch.features.shape[1:] == (5, 1152) and batch.features.dtype == torch.float32
+        assert batch.features.shape[1:] == (5, 1152) and batch.features.dtype == torch.uint8
         assert batch.num_frames.tolist() == [5] * len(batch.video_ids)
         assert batch.labels.dtype == batch.label_weights.dtype == torch.bool
         for row, segment_id in enumerate(batch.video_ids):
@@ -73,7 +68,7 @@ def test_each_rated_segment_of_the_fixtures_is_one_example(fixtures_dir, shuffle
     for segment_id, segment in expected.items():
         assert found[segment_id]["present"] == segment["present"], segment_id
         assert found[segment_id]["rated"] == segment["rated"], segment_id
-        np.testing.assert_allclose(found[segment_id]["frames"], segment["frames"], rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(found[segment_id]["frames"], segment["frames"])
 
 
 def test_the_segments_of_every_rank_together_are_every_segment_once(fixtures_dir):

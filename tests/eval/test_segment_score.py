@@ -124,7 +124,7 @@ def test_label_csv_scores_as_the_shards_and_can_be_written_from_them(capsys, tmp
 
 def test_python_api_reads_either_source(tmp_path, fixtures_dir):
     rated = read_rated_segments(shards(fixtures_dir), 3862)
-    assert rated.by_class[1962] == {"wG1j:50": False, "wG1j:85": False, "wG1j:120": True, "wG1j:130": True,
+    assert rated.class_ratings(1962) == {"wG1j:50": False, "wG1j:85": False, "wG1j:120": True, "wG1j:130": True,
                                     "wG1j:320": False, "wG1j:355": True}
     result = score_segment_submission(write(tmp_path, "sub.csv", "Class,Segments\n319,AJ57:0\n"), rated, top_n=5)
     assert result["segment_map"] == pytest.approx(1 / 8)
@@ -213,3 +213,35 @@ def test_segment_score_through_the_cli_as_a_user_runs_it(tmp_path, fixtures_dir)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (f"yt8m score: error: {submission}:9: class 407 is already on "
                                                       "line 3")
+
+
+def test_the_label_store_holds_what_dicts_of_the_pairs_hold(tmp_path):
+    """Random pairs (ids of several lengths, repeats alike) through the label CSV and a shard: the array store's
+    ratings per class and its look-ups equal dicts built from the pairs, as the store was before."""
+    rng = np.random.default_rng(3)
+    videos = [f"v{index}{'x' * (index % 4)}" for index in range(40)]
+    pairs = {}
+    for _ in range(400):
+        pairs[(f"{videos[rng.integers(40)]}:{5 * int(rng.integers(0, 80))}", int(rng.integers(0, 50)))] = \
+            int(rng.integers(0, 2))
+    listed = list(pairs.items()) + list(pairs.items())[:30]  # the repeats rate alike
+    csv = "segment_id,class,score\n" + "".join(f"{segment},{class_id},{rating}\n"
+                                               for (segment, class_id), rating in listed)
+    shard = str(tmp_path / "rated.tfrecord")
+    with TFRecordWriter(shard) as writer:
+        for (segment, class_id), rating in listed:
+            video_id, start = segment.split(":")
+            writer.write(segment_record(video_id, int(start), class_id, float(rating)))
+    expected: dict[int, dict[str, bool]] = {}
+    for (segment, class_id), rating in pairs.items():
+        expected.setdefault(class_id, {})[segment] = bool(rating)
+    queries = [segment for segment, _ in pairs] + ["zzz:5", "v1:7", "v1x:0", "v1:05", "v1", ":5"]
+    for rated in (read_rated_segments(write(tmp_path, "labels.csv", csv), 50), read_rated_segments(shard, 50)):
+        assert len(rated) == len(pairs)
+        assert rated.num_positives().tolist() == [sum(found.values()) for found in
+                                                  (expected.get(class_id, {}) for class_id in range(50))]
+        for class_id in range(50):
+            by_class = expected.get(class_id, {})
+            assert rated.class_ratings(class_id) == by_class
+            looked_up = rated.ratings_of(class_id, queries).tolist()
+            assert looked_up == [int(by_class[query]) if query in by_class else -1 for query in queries]

@@ -39,14 +39,15 @@ SHAPES = [(1, 1), (2, 9), (7, 40), (6, 5)]  # (batch, frames): neither is fixed 
 
 
 def random_inputs(model, batch: int, frames: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Raw features (not normalized); frame-level: zero-padded videos of random lengths, one full, one empty."""
+    """Raw features (not normalized); frame-level: uint8 frames as stored, zero-padded videos of random lengths, one
+    full, one empty."""
     if not model.frame_level:
         return (torch.randn(batch, FEATURE_SIZE, generator=generator) * 3,)
     num_frames = torch.randint(0, frames + 1, (batch,), generator=generator)
     num_frames[0] = frames
     if batch > 1:
         num_frames[1] = 0
-    features = torch.randn(batch, frames, FEATURE_SIZE, generator=generator) * 3
+    features = torch.randint(0, 256, (batch, frames, FEATURE_SIZE), generator=generator, dtype=torch.uint8)
     return features * (torch.arange(frames) < num_frames[:, None]).unsqueeze(-1), num_frames
 
 

@@ -146,7 +146,7 @@ def test_forward_on_a_real_frame_level_video(name, real_video):
     torch.manual_seed(0)
     model = create_model(name, 1152, 3862, modality_sizes=(1024, 128), **TINY)
     features, num_frames = real_video.features, real_video.num_frames
-    padded = torch.cat([features, torch.zeros(1, 30, 1152)], dim=1).expand(4, -1, -1)
+    padded = torch.cat([features, torch.zeros(1, 30, 1152, dtype=features.dtype)], dim=1).expand(4, -1, -1)
     model.train()
     with torch.no_grad():
         model(padded, num_frames.expand(4))  # batch-norm statistics of the real frames

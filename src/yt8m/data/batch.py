@@ -14,7 +14,8 @@ import torch
 class Batch:
     """A batch of examples: videos, or 2019 rated segments (ids VIDEOID:START).
 
-    `features` is float32 [B, D] (video level) or [B, T, D] zero-padded with `num_frames` (frame level). `labels` is
+    `features` is float32 [B, D] (video level) or uint8 [B, T, D] as stored, zero-padded after `num_frames` (frame
+    level and segments; dequantized by the model on its device; a worker's slot while inside the loader). `labels` is
     the bool multi-hot [B, classes] of the classes present (LabelIds while still inside the loader, a few KB to send
     instead of the tensor); segments add `label_weights`, every class rated there. `source` is the index of the
     training data set the batch came from (a multi-task run reads several; 0 otherwise).
@@ -38,6 +39,10 @@ class Batch:
     def pin_memory(self) -> "Batch":
         """Called by torch's DataLoader (pin_memory=True) on each batch."""
         return self._map(lambda tensor: tensor.pin_memory())
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The batch's tensors (features, and labels, num_frames, label_weights where they are tensors)."""
+        return [value for field in dataclasses.fields(self) if torch.is_tensor(value := getattr(self, field.name))]
 
     def _map(self, move: Any) -> "Batch":
         changes = {field.name: move(value) for field in dataclasses.fields(self)

@@ -1,4 +1,5 @@
-"""Whole-batch decoding of video-level Examples into one float32 array, by the native decoder (_native.c).
+"""Whole-batch decoding by the native decoder (_native.c): video-level Examples into one float32 array, frame-level
+SequenceExamples into one uint8 array, 2019 segment ratings into arrays.
 
 A record it does not take (anything damaged, repeated, missing or out of range) is left to the per-record decoder
 in decode.py, which has the rules in full and writes the errors; without the extension it takes every record.
@@ -50,21 +51,75 @@ class PackedRecords:
 
 def decode_packed(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]], num_classes: int,
                   out: np.ndarray) -> FastDecoded:
-    """Decode the records the native decoder takes (none without it); `wanted` lists (key, float count, first
-    column in `out`)."""
-    count = len(buf)
-    done = np.zeros(count, np.uint8)
+    """Decode the video-level records the native decoder takes (none without it) into float32 `out` [N, width];
+    `wanted` lists (key, float count, first column in `out`)."""
     if native is None:
-        return FastDecoded(done.view(bool), [None] * count, np.empty(0, np.int64), np.empty(0, np.int64))
-    id_start, id_size = np.zeros(count, np.int64), np.zeros(count, np.int64)
-    keys = tuple(key for key, _, _ in wanted)
-    sizes = np.array([size for _, size, _ in wanted], np.int64)
-    columns = np.array([column for _, _, column in wanted], np.int64)
-    rows, values = native.decode_examples(buf.data, buf.starts, buf.ends, keys, sizes, columns, num_classes,
-                                          out, done, id_start, id_size)
+        return _nothing_decoded(len(buf))
+    keys, sizes, columns = _wanted_arrays(wanted)
+    done, id_start, id_size = _record_arrays(len(buf))
+    labels = native.decode_examples(buf.data, buf.starts, buf.ends, keys, sizes, columns, num_classes, out, done,
+                                    id_start, id_size)
+    return _decoded(buf, done, id_start, id_size, labels)
+
+
+def decode_packed_frames(buf: PackedRecords, wanted: Sequence[tuple[bytes, int, int]], num_classes: int,
+                         max_frames: int, out: np.ndarray, num_frames: np.ndarray) -> FastDecoded:
+    """Decode the frame-level records the native decoder takes (none without it) into uint8 `out` [N, frames, width]:
+    each video's first `max_frames` frames, zeros after them, and its frame count into `num_frames`; `wanted` lists
+    (feature list key, bytes per frame, first column)."""
+    if native is None:
+        return _nothing_decoded(len(buf))
+    keys, sizes, columns = _wanted_arrays(wanted)
+    done, id_start, id_size = _record_arrays(len(buf))
+    labels = native.decode_sequence_examples(buf.data, buf.starts, buf.ends, keys, sizes, columns, num_classes,
+                                             max_frames, out, num_frames, done, id_start, id_size)
+    return _decoded(buf, done, id_start, id_size, labels)
+
+
+class PackedRatings(NamedTuple):
+    """The 2019 segment ratings the native decoder read: `done[i]` says whether record i was; ids (None where not);
+    one entry per rated pair in stored order (repeats kept): its record, segment start, class and rating (0 or 1)."""
+
+    done: np.ndarray
+    video_ids: list[Optional[str]]
+    rows: np.ndarray
+    starts: np.ndarray
+    classes: np.ndarray
+    ratings: np.ndarray
+
+
+def decode_packed_ratings(buf: PackedRecords, num_classes: int) -> PackedRatings:
+    """The segment ratings of the records the native decoder takes (none without it), frames not read."""
+    done, id_start, id_size = _record_arrays(len(buf))
+    columns = [b""] * 4
+    if native is not None:
+        columns = native.decode_segment_ratings(buf.data, buf.starts, buf.ends, num_classes, done, id_start, id_size)
     done = done.view(bool)
     video_ids = _video_ids(buf, done, id_start, id_size)
-    rows, values = np.frombuffer(rows, np.int64), np.frombuffer(values, np.int64)
+    rows, starts, classes, ratings = (np.frombuffer(column, np.int64) for column in columns)
+    keep = done[rows]  # _video_ids undid the rows whose id is not UTF-8
+    return PackedRatings(done, video_ids, rows[keep], starts[keep], classes[keep], ratings[keep])
+
+
+def _nothing_decoded(count: int) -> FastDecoded:
+    return FastDecoded(np.zeros(count, bool), [None] * count, np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def _wanted_arrays(wanted: Sequence[tuple[bytes, int, int]]) -> tuple[tuple[bytes, ...], np.ndarray, np.ndarray]:
+    return (tuple(key for key, _, _ in wanted), np.array([size for _, size, _ in wanted], np.int64),
+            np.array([column for _, _, column in wanted], np.int64))
+
+
+def _record_arrays(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(done flags, id starts, id sizes) for the native decoder to fill."""
+    return np.zeros(count, np.uint8), np.zeros(count, np.int64), np.zeros(count, np.int64)
+
+
+def _decoded(buf: PackedRecords, done: np.ndarray, id_start: np.ndarray, id_size: np.ndarray,
+             labels: tuple[bytes, bytes]) -> FastDecoded:
+    done = done.view(bool)
+    video_ids = _video_ids(buf, done, id_start, id_size)
+    rows, values = (np.frombuffer(column, np.int64) for column in labels)
     keep = done[rows]  # _video_ids undid the rows whose id is not UTF-8
     return FastDecoded(done, video_ids, rows[keep], values[keep])
 

@@ -22,14 +22,18 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.data.batch import Batch
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame,
-                              decode_segment_video, decode_video_batch, dequantize, record_id_key)
+from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame_batch,
+                              decode_segment_video, decode_video_batch, record_id_key)
+from yt8m.data.batch_memory import RecycledBuffers, SharedSlots, SlotRef, copy_out, fresh_shared
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
 SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
 # Framing bytes around each payload: length, length CRC, payload CRC.
 RECORD_OVERHEAD_BYTES = 16
+# Frames a frame-level batch's rows hold at first, where max_frames asks for more (segment prediction reads every
+# frame): YT8M's videos have fewer, and a slot of 64 such rows takes 75 MB.
+ROW_FRAMES = 1024
 _RANDOM_BLOCK = 4096
 logger = logging.getLogger(__name__)
 Record = tuple  # (path, (byte offset, payload)): built by zip, with no Python frame per record
@@ -67,10 +71,15 @@ class _Delivery:
     batch: Optional[Batch] = None
     read_stats: Optional[ReadStats] = None
     error: Optional[BaseException] = None
+    num_classes: int = 0  # what the batch's label ids expand to
 
     def pin_memory(self) -> "_Delivery":
-        """Called by the DataLoader's pinning thread (pin_memory=True): the batch's tensors go to pinned memory."""
-        return _Delivery(self.batch.pin_memory() if self.batch is not None else None, self.read_stats, self.error)
+        """Called by the DataLoader's pinning thread (pin_memory=True), off the training loop's thread: the batch
+        made whole (finish_batch) in pinned memory, its features copied out of their shared slot (freeing it)."""
+        if self.batch is None:
+            return self
+        batch = finish_batch(self.batch, self.num_classes, pin_memory=True)
+        return _Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes)
 
 
 @dataclass
@@ -153,36 +162,37 @@ def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator
         yield buffer[slot]
 
 
-def _zero_features(shape: tuple[int, ...]) -> torch.Tensor:
-    """A zero float32 tensor whose pages are zeroed lazily by the kernel as they are first written.
-
-    Inside a DataLoader worker it is born in shared memory, so sending it to the main process copies nothing.
-    """
-    if get_worker_info() is None:
-        return torch.from_numpy(np.zeros(shape, np.float32))
-    count = int(np.prod(shape))
-    # What torch.multiprocessing itself uses: fresh shared memory (zero-filled), never copied on the way out.
-    storage = torch.UntypedStorage._new_shared(count * torch.float32.itemsize)
-    return torch.empty(0, dtype=torch.float32).set_(storage, 0, (count,)).view(shape)
-
-
 # The batch entries sent as LabelIds and expanded by finish_batch; "label_weights" (segments): the rated classes.
 LABEL_ID_KEYS = ("labels", "label_weights")
 
 
 def finish_batch(batch: Batch, num_classes: int, pin_memory: bool = False) -> Batch:
-    """Expand a batch's LabelIds into its bool [B, num_classes] multi-hot `labels` tensor, and `label_weights` where
-    the batch has them (no-op when done).
+    """Make a batch from the loader whole: features still in a worker's shared slot copied out (and the slot freed),
+    LabelIds expanded into the bool [B, num_classes] multi-hot `labels` tensor, and `label_weights` where the batch
+    has them (no-op when done); pinned where asked.
 
     bool: a quarter of float32's bytes to build and copy to a GPU (float32 labels at 3862 classes would take
     3.4x the features' bytes); the losses cast them. Workers send the ids, a few KB, instead of the tensor:
     fresh shared memory costs a page fault per 4 KB, which made workers slower than reading in-process.
     """
+    if isinstance(batch.features, SlotRef):
+        batch.features = copy_out(batch.features, pin_memory)
     for key in LABEL_ID_KEYS:
-        if isinstance(getattr(batch, key), LabelIds):
-            expanded = torch.from_numpy(getattr(batch, key).multi_hot(num_classes))
-            setattr(batch, key, expanded.pin_memory() if pin_memory else expanded)
+        if isinstance(label_ids := getattr(batch, key), LabelIds):
+            shape = (len(label_ids.offsets) - 1, num_classes)
+            # made where it stays: pinned memory is filled in place, not copied into
+            expanded = torch.zeros(shape, dtype=torch.bool, pin_memory=True) if pin_memory else \
+                torch.from_numpy(np.zeros(shape, bool))
+            label_ids.multi_hot(num_classes, out=expanded.numpy())
+            setattr(batch, key, expanded)
     return batch
+
+
+def _record_pieces(records: Iterator[Record]) -> Iterator[tuple[PackedRecords, list]]:
+    """Each record as a piece of its own, decoded where its payload lies (frame-level records are large: a call per
+    record costs little next to copying them together first)."""
+    for path, (offset, payload) in records:
+        yield PackedRecords(np.frombuffer(payload, np.uint8), [len(payload)]), [(path, offset)]
 
 
 def _packed_chunks(records: Iterator[Record], room: Callable[[], int]) -> Iterator[tuple[PackedRecords, list]]:
@@ -209,43 +219,128 @@ def _packed_chunks(records: Iterator[Record], room: Callable[[], int]) -> Iterat
         yield PackedRecords(data[:end], ends), sources
 
 
-class _VideoBatchBuilder:
-    """A video-level batch decoded piece by piece straight into its rows of one [B, D] tensor. In file order a piece
-    is the records of one chunk of a reader's buffer, decoded where they lie, never copied: the whole batch at once
-    (but where it spans files or read buffers). Labels stay LabelIds (see finish_batch). With `skip`, a record that
-    fails to decode goes to it (its error naming file and offset) and leaves room for the next one."""
+NewTensor = Callable[..., tuple[Optional[SlotRef], torch.Tensor]]  # (shape, dtype[, in_slot]): YT8MDataset._new_tensor
 
-    def __init__(self, batch_size: int, spec: FeatureSpec, skip: Optional[Callable[[RecordError], None]] = None):
-        self.spec = spec
-        self.skip = skip
-        shape = (batch_size, spec.feature_size)
-        # Every row is written whole by the decoder: in-process the tensor need not be zeroed first.
-        self.features = _zero_features(shape) if get_worker_info() is not None else torch.empty(shape)
+
+class _BatchBuilder:
+    """A batch decoded piece by piece straight into its rows of one tensor (`new_tensor` gives it: a worker's shared
+    slot, or memory of its own). In file order a piece is the records of one chunk of a reader's buffer, decoded where
+    they lie, never copied: the whole batch at once (but where it spans files or read buffers). Labels stay LabelIds
+    (see finish_batch). With `skip`, a record that fails to decode goes to it (its error naming file and offset) and
+    leaves room for the next one."""
+
+    def __init__(self, batch_size: int, spec: FeatureSpec, skip: Optional[Callable[[RecordError], None]],
+                 slot: Optional[SlotRef], features: torch.Tensor):
+        self.spec, self.skip = spec, skip
+        self.slot, self.features = slot, features
+        self.batch_size = batch_size
         self.count = self.record_bytes = 0
         self.video_ids: list[str] = []
         self.labels: list[LabelIds] = []
 
     @property
     def room(self) -> int:
-        return len(self.features) - self.count
+        return self.batch_size - self.count
 
     def add(self, packed: PackedRecords, source: Callable[[int], tuple[str, int]]) -> None:
         """Decode `packed` into the next rows; `source(i)` names record i's file and byte offset for errors."""
-        spec, rows = self.spec, self.features.numpy()[self.count:self.count + len(packed)]
+        rows = slice(self.count, self.count + len(packed))
         on_error = None if self.skip is None else lambda err: self.skip(err.at(*source(err.batch_index)))
         try:
-            decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes, out=rows,
-                                         on_error=on_error)
+            video_ids, labels = self.decode(packed, rows, on_error)
         except RecordError as err:
             raise err.at(*source(err.batch_index)) from err
-        self.count += len(decoded.video_ids)
+        self.count += len(video_ids)
         self.record_bytes += int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed)
-        self.video_ids += decoded.video_ids
-        self.labels.append(decoded.labels)
+        self.video_ids += video_ids
+        self.labels.append(labels)
+
+    def decode(self, packed: PackedRecords, rows: slice, on_error: Optional[Callable[[RecordError], None]]
+               ) -> tuple[list[str], LabelIds]:
+        raise NotImplementedError
+
+    def _sent(self, features: torch.Tensor) -> Any:
+        """What the batch carries as features: the slot they lie in (copied out by finish_batch), or the tensor."""
+        if self.slot is None:
+            return features
+        return self.slot._replace(shape=tuple(features.shape))
+
+
+class _VideoBatchBuilder(_BatchBuilder):
+    """A video-level batch: float32 [B, D], every row written whole by the decoder (no zeroing first)."""
+
+    def __init__(self, batch_size: int, spec: FeatureSpec, skip: Optional[Callable[[RecordError], None]],
+                 new_tensor: NewTensor, free_slot: Callable[[SlotRef], None]):
+        super().__init__(batch_size, spec, skip, *new_tensor((batch_size, spec.feature_size), torch.float32))
+
+    def decode(self, packed: PackedRecords, rows: slice, on_error: Optional[Callable[[RecordError], None]]
+               ) -> tuple[list[str], LabelIds]:
+        spec = self.spec
+        decoded = decode_video_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes,
+                                     out=self.features.numpy()[rows], on_error=on_error)
+        return decoded.video_ids, decoded.labels
 
     def finish(self) -> tuple[Batch, int]:
-        features = self.features[:self.count] if self.room else self.features
-        return Batch(self.video_ids, features, LabelIds.concat(self.labels)), self.record_bytes
+        features = self.features[:self.count]
+        return Batch(self.video_ids, self._sent(features), LabelIds.concat(self.labels)), self.record_bytes
+
+
+class _FrameBatchBuilder(_BatchBuilder):
+    """A frame-level batch: uint8 [B, T, D] frames as stored (dequantized by the model, on its device), zero-padded
+    after each video's num_frames, T the batch's longest video (at least 1). Rows are decoded max_frames apart (at
+    most ROW_FRAMES: more only for a piece whose records may hold more frames), then moved together where the
+    batch's videos are all shorter."""
+
+    def __init__(self, batch_size: int, spec: FeatureSpec, skip: Optional[Callable[[RecordError], None]],
+                 new_tensor: NewTensor, free_slot: Callable[[SlotRef], None]):
+        shape = (batch_size, min(spec.max_frames, ROW_FRAMES), spec.feature_size)
+        super().__init__(batch_size, spec, skip, *new_tensor(shape, torch.uint8))
+        self.new_tensor, self.free_slot = new_tensor, free_slot
+        self.num_frames = np.zeros(batch_size, np.int64)
+
+    def decode(self, packed: PackedRecords, rows: slice, on_error: Optional[Callable[[RecordError], None]]
+               ) -> tuple[list[str], LabelIds]:
+        spec = self.spec
+        # A frame holds at least its D bytes of values: a record of n bytes holds at most n // D frames.
+        most_frames = int(((packed.ends - packed.starts) // spec.feature_size).max(initial=0))
+        if min(most_frames, spec.max_frames) > self.features.shape[1]:
+            self._grow(min(most_frames, spec.max_frames))
+        decoded = decode_frame_batch(packed, spec.feature_names, spec.feature_sizes, spec.num_classes,
+                                     min(spec.max_frames, self.features.shape[1]), self.features.numpy()[rows],
+                                     self.num_frames[rows], on_error)
+        return decoded.video_ids, decoded.labels
+
+    def _grow(self, frames: int) -> None:
+        """Rows of `frames` frames, the rows decoded so far copied over; in memory of the batch's own (a worker's
+        slot, freed, holds ROW_FRAMES)."""
+        old, old_slot = self.features, self.slot
+        _, self.features = self.new_tensor((self.batch_size, frames, self.spec.feature_size), torch.uint8, False)
+        self.slot = None
+        kept = old.shape[1]
+        self.features[:self.count, :kept] = old[:self.count]
+        self.features[:self.count, kept:] = 0
+        if old_slot is not None:
+            self.free_slot(old_slot)
+
+    def finish(self) -> tuple[Batch, int]:
+        num_frames = self.num_frames[:self.count]
+        frames = _rows_together(self.features, self.count, max(1, int(num_frames.max(initial=0))))
+        batch = Batch(self.video_ids, self._sent(frames), LabelIds.concat(self.labels),
+                      num_frames=torch.from_numpy(num_frames.copy()))
+        return batch, self.record_bytes
+
+
+def _rows_together(frames: torch.Tensor, count: int, kept: int) -> torch.Tensor:
+    """The first `count` rows of uint8 [B, F, D] with their first `kept` frames, as one contiguous [count, kept, D]
+    tensor at the start of the same memory (rows moved where kept < F; each row is zero after its frames)."""
+    _, capacity, width = frames.shape
+    if kept == capacity:
+        return frames[:count]
+    flat = frames.view(-1).numpy()
+    row_bytes, kept_bytes = capacity * width, kept * width
+    for row in range(1, count):  # forward: a row never lands on one not yet moved (numpy copies overlaps safely)
+        flat[row * kept_bytes:(row + 1) * kept_bytes] = flat[row * row_bytes:row * row_bytes + kept_bytes]
+    return frames.view(-1)[:count * kept_bytes].view(count, kept, width)
 
 
 def _next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Optional[int]) -> Optional[RecordChunk]:
@@ -254,21 +349,6 @@ def _next_chunk(chunks: Generator[RecordChunk, Optional[int], None], limit: Opti
         return next(chunks) if inspect.getgeneratorstate(chunks) == inspect.GEN_CREATED else chunks.send(limit)
     except StopIteration:
         return None
-
-
-DecodedFrames = tuple  # (video id, label ids, uint8 frames [T, D], record bytes): one frame-level video
-
-
-def _frame_batch(videos: list[DecodedFrames], spec: FeatureSpec) -> Batch:
-    """One frame-level batch: dequantized frames zero-padded to the batch's longest video, plus num_frames. The
-    frame axis has at least one (zero) frame, so that a batch of 0-frame videos still has a frame to pool over."""
-    num_frames = np.array([len(frames) for _, _, frames, _ in videos], np.int64)
-    features = _zero_features((len(videos), max(1, int(num_frames.max(initial=0))), spec.feature_size))
-    padded = features.numpy()
-    for row, (_, _, frames, _) in enumerate(videos):
-        dequantize(frames, out=padded[row, :len(frames)])
-    return Batch([video[0] for video in videos], features, LabelIds.from_lists([video[1] for video in videos]),
-                 num_frames=torch.from_numpy(num_frames))
 
 
 DecodedSegment = tuple  # (segment id, present class ids, rated class ids, uint8 frames [S, D], record bytes)
@@ -288,10 +368,9 @@ def _segment_examples(video_id: str, frames: np.ndarray, ratings: SegmentRatings
 
 
 def _segment_batch(segments: list[DecodedSegment], spec: FeatureSpec) -> Batch:
-    """One segment batch: [B, segment_size, D] dequantized frames, labels (rated present) and label_weights
+    """One segment batch: [B, segment_size, D] uint8 frames as stored, labels (rated present) and label_weights
     (rated either way) as LabelIds."""
-    features = _zero_features((len(segments), spec.segment_size, spec.feature_size))
-    dequantize(np.stack([segment[3] for segment in segments]), out=features.numpy())
+    features = torch.from_numpy(np.stack([segment[3] for segment in segments]))
     return Batch([segment[0] for segment in segments], features, LabelIds.from_lists([segment[1] for segment in segments]),
                  num_frames=torch.full((len(segments),), spec.segment_size, dtype=torch.int64),
                  label_weights=LabelIds.from_lists([segment[2] for segment in segments]))
@@ -320,8 +399,8 @@ class YT8MDataset(IterableDataset):
                  cache_in_memory: bool = False, record_bytes: bool = False):
         if batch_size < 1 or shuffle_buffer < 1:
             raise ValueError(f"batch_size and shuffle_buffer must be positive, got {batch_size}, {shuffle_buffer}")
-        if cache_in_memory and spec.frame_features:
-            raise ValueError("cache_in_memory holds video-level data only; frame-level sets are streamed")
+        if cache_in_memory and spec.segment_labels:
+            raise ValueError("cache_in_memory holds videos; rated segments are streamed")
         self.paths = expand_pattern(pattern)
         self.pattern = pattern
         self.spec = spec
@@ -339,6 +418,9 @@ class YT8MDataset(IterableDataset):
         self._unsent = ReadStats()  # read since the last batch: absorbed into read_stats, or sent by a worker
         self.cache: Optional[VideoCache] = None
         self.batch_loader_worker = False  # set in make_loader's workers: they send _Delivery items to BatchLoader
+        self.slots: Optional[SharedSlots] = None  # make_loader's workers decode into these (set while they run)
+        self.pin_memory = False  # in-process batches in pinned memory (a CUDA run's make_loader sets it)
+        self._recycled = RecycledBuffers()  # in-process batches' memory otherwise
 
     @property
     def skipped_files(self) -> int:
@@ -360,7 +442,7 @@ class YT8MDataset(IterableDataset):
         """In this process (or a worker of a DataLoader of one's own): batches with their labels expanded."""
         for batch in self._batches():
             self.absorb(self._take_unsent())
-            yield finish_batch(batch, self.spec.num_classes)
+            yield finish_batch(batch, self.spec.num_classes, self.pin_memory)
         self.absorb(self._take_unsent())
 
     def _deliveries(self) -> Iterator[_Delivery]:
@@ -368,7 +450,7 @@ class YT8MDataset(IterableDataset):
         then what was read after it; a data error is sent as data."""
         try:
             for batch in self._batches():
-                yield _Delivery(batch, self._take_unsent() or None)
+                yield _Delivery(batch, self._take_unsent() or None, num_classes=self.spec.num_classes)
             if self._unsent:
                 yield _Delivery(read_stats=self._take_unsent())
         except (ValueError, OSError) as err:
@@ -419,8 +501,26 @@ class YT8MDataset(IterableDataset):
         if key is not None:
             self._unsent.id_key_files.setdefault(key, path)
 
-    def _video_batch(self) -> "_VideoBatchBuilder":
-        return _VideoBatchBuilder(self.batch_size, self.spec, self._skip_record if self.skip_corrupt else None)
+    def _new_builder(self) -> _BatchBuilder:
+        builder = _FrameBatchBuilder if self.spec.frame_features else _VideoBatchBuilder
+        return builder(self.batch_size, self.spec, self._skip_record if self.skip_corrupt else None, self._new_tensor,
+                       self._free_slot)
+
+    def _free_slot(self, ref: SlotRef) -> None:
+        self.slots.give_back(ref)
+
+    def _new_tensor(self, shape: tuple[int, ...], dtype: torch.dtype,
+                    in_slot: bool = True) -> tuple[Optional[SlotRef], torch.Tensor]:
+        """A batch's tensor (contents undefined): in a make_loader worker its next shared slot (`in_slot`), in another
+        DataLoader's worker fresh shared memory, in-process memory of its own (pinned for a CUDA run)."""
+        info = get_worker_info()
+        if info is None and self.pin_memory:
+            return None, torch.empty(shape, dtype=dtype, pin_memory=True)
+        if info is None:
+            return None, self._recycled.tensor(shape, dtype)
+        if self.slots is not None and in_slot:
+            return self.slots.take(info.id, shape, dtype)
+        return None, fresh_shared(shape, dtype)
 
     def _records(self, shares: Iterable[tuple[str, int, int]]) -> Iterator[Record]:
         """The shares' records, each paired with its file's path; iterated at C speed (chain, zip, islice)."""
@@ -437,9 +537,9 @@ class YT8MDataset(IterableDataset):
         self._note_id_key(path, first[1])
         return itertools.chain((first,), records)
 
-    def _in_order_video_batches(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[Batch, int]]:
-        """Video-level batches in file order, each decoded chunk by chunk of the readers' buffers."""
-        batch = self._video_batch()
+    def _in_order_batches(self, shares: list[tuple[str, int, int]]) -> Iterator[tuple[Batch, int]]:
+        """Batches in file order, each decoded chunk by chunk of the readers' buffers."""
+        batch = self._new_builder()
         for path, stride, phase in shares:
             limit = batch.room * stride
             chunks = read_record_chunks(path, limit, self.skip_corrupt, self._count_corrupt)
@@ -454,36 +554,35 @@ class YT8MDataset(IterableDataset):
                           lambda index: (path, int(offsets[index])))
                 if not batch.room:
                     yield batch.finish()
-                    batch = self._video_batch()
+                    batch = self._new_builder()
                 limit = batch.room * stride
         if batch.count:
             yield batch.finish()
 
-    def _shuffled_video_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
-        batch = self._video_batch()
-        for packed, sources in _packed_chunks(records, lambda: batch.room):
+    def _shuffled_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
+        batch = self._new_builder()
+        pieces = _record_pieces(records) if self.spec.frame_features else _packed_chunks(records, lambda: batch.room)
+        for packed, sources in pieces:
             batch.add(packed, sources.__getitem__)
             if not batch.room:
                 yield batch.finish()
-                batch = self._video_batch()
+                batch = self._new_builder()
         if batch.count:
             yield batch.finish()
 
     def _streamed_batches(self, worker: int, workers: int) -> Iterator[Batch]:
         reader, readers = self.rank * workers + worker, self.world_size * workers
         shares = reader_shares(self._epoch_paths(), reader, readers)
-        if not self.shuffle and not self.spec.frame_features:
-            batches = self._in_order_video_batches(shares)
+        if not self.shuffle and not self.spec.segment_labels:
+            batches = self._in_order_batches(shares)
         else:
             records = self._records(shares)
             if self.shuffle:
                 records = _shuffled(records, self.shuffle_buffer, self._epoch_rng(reader, readers))
             if self.spec.segment_labels:
                 batches = self._segment_batches(records)
-            elif self.spec.frame_features:
-                batches = self._frame_batches(records)
             else:
-                batches = self._shuffled_video_batches(records)
+                batches = self._shuffled_batches(records)
         for batch, record_bytes in batches:
             if len(batch) < self.batch_size and self.drop_remainder:
                 return
@@ -491,25 +590,10 @@ class YT8MDataset(IterableDataset):
                 self._unsent.record_bytes += record_bytes
             yield batch
 
-    def _frame_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
-        videos = (video for video in map(self._decode_frames, records) if video is not None)
-        for chunk in iter(lambda: list(itertools.islice(videos, self.batch_size)), []):
-            yield _frame_batch(chunk, self.spec), sum(video[3] for video in chunk)
-
     def _segment_batches(self, records: Iterator[Record]) -> Iterator[tuple[Batch, int]]:
         segments = itertools.chain.from_iterable(map(self._decode_segments, records))
         for chunk in iter(lambda: list(itertools.islice(segments, self.batch_size)), []):
             yield _segment_batch(chunk, self.spec), sum(segment[4] for segment in chunk)
-
-    def _decode_frames(self, record: Record) -> Optional[DecodedFrames]:
-        """One frame-level video decoded; None where skip_corrupt skips it."""
-        spec = self.spec
-        decoded = self._decode_or_skip(record, lambda payload: decode_frame(
-            payload, spec.feature_names, spec.feature_sizes, spec.num_classes, spec.max_frames))
-        if decoded is None:
-            return None
-        video_id, labels, frames, _ = decoded
-        return video_id, labels.tolist(), frames, len(record[1][1]) + RECORD_OVERHEAD_BYTES
 
     def _decode_segments(self, record: Record) -> list[DecodedSegment]:
         """The rated segments of one record (every frame read, none cut at max_frames); none where skip_corrupt
@@ -542,14 +626,16 @@ class YT8MDataset(IterableDataset):
 
     def load_cache(self, num_workers: int = 0) -> None:
         """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""
-        streamed = YT8MDataset(self.pattern, self.spec, max(self.batch_size, 1024), skip_corrupt=self.skip_corrupt,
-                               rank=self.rank, world_size=self.world_size)
+        # frame level: batches of the run's size, a few MB each where 1024 videos would take 350 MB at once
+        load_batch = self.batch_size if self.spec.frame_features else max(self.batch_size, 1024)
+        streamed = YT8MDataset(self.pattern, self.spec, load_batch, skip_corrupt=self.skip_corrupt, rank=self.rank,
+                               world_size=self.world_size)
         if num_workers == 0:  # all of this rank's records, even when called inside a DataLoader worker
             batches = (finish_batch(batch, self.spec.num_classes) for batch in streamed._streamed_batches(0, 1))
-            self.cache = VideoCache.from_batches(batches, self.spec.feature_size)
+            self.cache = VideoCache.from_batches(batches, self.spec)
             self._unsent.add(streamed._unsent)  # counted where this dataset's own reading is
         else:  # in the main process (make_loader), where `streamed` absorbed its workers' counts and warned
-            self.cache = VideoCache.from_batches(make_loader(streamed, num_workers), self.spec.feature_size)
+            self.cache = VideoCache.from_batches(make_loader(streamed, num_workers), self.spec)
             self.read_stats.add(streamed.read_stats)
 
     def _cached_batches(self, worker: int, workers: int) -> Iterator[Batch]:
@@ -563,10 +649,60 @@ class YT8MDataset(IterableDataset):
             yield cache.batch(indices)
 
 
-class VideoCache:
-    """Decoded video-level records in contiguous arrays: features [N, D], labels as CSR, ids as a numpy array."""
+class _VideoRows:
+    """Video-level features in one float32 array [N, D] (joined once every batch is in)."""
 
-    def __init__(self, video_ids: np.ndarray, features: np.ndarray, label_values: np.ndarray,
+    def __init__(self, feature_size: int):
+        self.parts: list[np.ndarray] = []
+        self.features = np.zeros((0, feature_size), np.float32)
+
+    def add(self, batch: Batch) -> None:
+        self.parts.append(batch.features.numpy())
+
+    def done(self) -> None:
+        if self.parts:
+            self.features, self.parts = np.concatenate(self.parts), []
+
+    def take(self, indices: np.ndarray) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        return torch.from_numpy(self.features[indices]), None
+
+
+class _FrameRows:
+    """Frame-level videos as stored, uint8 (a quarter of float32's bytes): each batch's real frames back to back in
+    one [frames, D] array (no padding), and per video its array, first frame and frame count."""
+
+    def __init__(self, feature_size: int):
+        self.feature_size = feature_size
+        self.chunks: list[np.ndarray] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (chunk, first frame, frames) per video
+        self.chunk_of = self.first_frame = self.num_frames = np.zeros(0, np.int64)
+
+    def add(self, batch: Batch) -> None:
+        counts = batch.num_frames.numpy()
+        real = np.arange(batch.features.shape[1]) < counts[:, None]
+        self.parts.append((np.full(len(counts), len(self.chunks)), np.cumsum(counts) - counts, counts))
+        self.chunks.append(batch.features.numpy()[real])  # the real frames, video after video: padding let go
+
+    def done(self) -> None:
+        if self.parts:
+            self.chunk_of, self.first_frame, self.num_frames = (np.concatenate(part).astype(np.int64)
+                                                                for part in zip(*self.parts))
+            self.parts = []
+
+    def take(self, indices: np.ndarray) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        counts = self.num_frames[indices]
+        frames = np.zeros((len(indices), max(1, int(counts.max(initial=0))), self.feature_size), np.uint8)
+        for row, (chunk, first, count) in enumerate(zip(self.chunk_of[indices].tolist(),
+                                                        self.first_frame[indices].tolist(), counts.tolist())):
+            frames[row, :count] = self.chunks[chunk][first:first + count]
+        return torch.from_numpy(frames), torch.from_numpy(counts)
+
+
+class VideoCache:
+    """Decoded records held in RAM: features (float32 rows, or uint8 frames as stored), labels as CSR, ids as a numpy
+    array."""
+
+    def __init__(self, video_ids: np.ndarray, features: _VideoRows | _FrameRows, label_values: np.ndarray,
                  label_offsets: np.ndarray):
         self.video_ids = video_ids
         self.features = features
@@ -574,19 +710,19 @@ class VideoCache:
         self.label_offsets = label_offsets
 
     @classmethod
-    def from_batches(cls, batches: Iterable[Batch], feature_size: int) -> "VideoCache":
-        ids, features, values, counts = [], [], [], []
+    def from_batches(cls, batches: Iterable[Batch], spec: FeatureSpec) -> "VideoCache":
+        """The batches' videos; each frame-level batch is packed as it comes, its padded tensor let go."""
+        features = (_FrameRows if spec.frame_features else _VideoRows)(spec.feature_size)
+        ids, values, counts = [], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
         for batch in batches:
             ids.extend(batch.video_ids)
-            features.append(batch.features.numpy())
             rows, classes = np.nonzero(batch.labels.numpy())
             values.append(classes)
             counts.append(np.bincount(rows, minlength=len(batch)))
-        if not features:
-            return cls(np.array([], str), np.zeros((0, feature_size), np.float32), np.zeros(0, np.int64),
-                       np.zeros(1, np.int64))
-        offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
-        return cls(np.array(ids), np.concatenate(features), np.concatenate(values).astype(np.int64), offsets)
+            features.add(batch)
+        features.done()
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+        return cls(np.array(ids, str), features, np.concatenate(values).astype(np.int64), offsets)
 
     def __len__(self) -> int:
         return len(self.video_ids)
@@ -596,8 +732,9 @@ class VideoCache:
         offsets = np.concatenate([[0], np.cumsum(counts)])
         # Each row's label slice, gathered at once: position j of row r is starts[r] + j.
         positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
-        return Batch(self.video_ids[indices].tolist(), torch.from_numpy(self.features[indices]),
-                     LabelIds(self.label_values[positions], offsets))
+        features, num_frames = self.features.take(indices)
+        return Batch(self.video_ids[indices].tolist(), features, LabelIds(self.label_values[positions], offsets),
+                     num_frames=num_frames)
 
 
 class BatchLoader(DataLoader):
@@ -610,7 +747,14 @@ class BatchLoader(DataLoader):
         if self.num_workers == 0:  # the batches themselves (pinned by the DataLoader where asked)
             yield from super().__iter__()
             return
-        for delivery in super().__iter__():
+        # held here while the workers run: the pinning thread finds it by its token, which holds it only weakly
+        slots = dataset.slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, _slot_bytes(dataset),
+                                            self.multiprocessing_context or torch.multiprocessing)
+        try:
+            deliveries = super().__iter__()  # starts the workers, which take the slots with the dataset
+        finally:
+            dataset.slots = None
+        for delivery in deliveries:
             if delivery.error is not None:
                 raise delivery.error
             if delivery.read_stats is not None:
@@ -621,6 +765,17 @@ class BatchLoader(DataLoader):
     @property
     def read_stats(self) -> ReadStats:
         return self.dataset.read_stats
+
+
+def _slot_bytes(dataset: YT8MDataset) -> int:
+    """The bytes of a worker's batch tensor: float32 [B, D] video level, uint8 [B, max_frames, D] frame level (rated
+    segments are sent as torch sends tensors: they take no slot)."""
+    spec = dataset.spec
+    if spec.segment_labels:
+        return 0
+    if spec.frame_features:
+        return dataset.batch_size * min(spec.max_frames, ROW_FRAMES) * spec.feature_size
+    return dataset.batch_size * spec.feature_size * torch.float32.itemsize
 
 
 def _sendable(err: BaseException) -> bool:
@@ -657,6 +812,7 @@ def make_loader(dataset: YT8MDataset, num_workers: int, pin_memory: bool = False
         if dataset.cache is None:
             dataset.load_cache(num_workers)
         num_workers = 0
+    dataset.pin_memory = pin_memory and num_workers == 0
     return BatchLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
                        worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
                        prefetch_factor=2 if num_workers > 0 else None)

@@ -8,7 +8,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.batch_decode import PackedRecords, decode_packed
+from yt8m.data.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
 from yt8m.data.encode import frame_header
 from yt8m.data.wire import (UINT64_MASK, ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64,
                             LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEGMENT_LABELS_KEY, SEGMENT_SCORES_KEY,
@@ -456,12 +456,68 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
         out = np.empty(shape, dtype=np.float32)
     elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}")
+    packed = payloads if isinstance(payloads, PackedRecords) else PackedRecords.join(payloads)
+    fast = decode_packed(packed, _wanted(feature_names, feature_sizes), num_classes, out)
+
+    def decode_row(row: int, payload: bytes) -> tuple[str, list[int]]:
+        return _decode_video_full(payload, feature_names, feature_sizes, num_classes, out[row])
+
+    video_ids, labels, kept = _with_leftovers(packed, fast, decode_row, on_error)
+    return VideoBatch(video_ids, labels, out if kept is None else _kept_rows(out, kept))
+
+
+class FrameBatch(NamedTuple):
+    """Decoded frame-level records: ids, label ids as stored, uint8 frames [N, frames, sum of sizes] zero-padded
+    after each video's `num_frames` (int64 [N])."""
+
+    video_ids: list[str]
+    labels: LabelIds
+    frames: np.ndarray
+    num_frames: np.ndarray
+
+
+def decode_frame_batch(payloads: PackedRecords, feature_names: Sequence[str], feature_sizes: Sequence[int],
+                       num_classes: int, max_frames: int, out: np.ndarray, num_frames: np.ndarray,
+                       on_error: Optional[Callable[[RecordError], None]] = None) -> FrameBatch:
+    """decode_frame over many records into `out` (C-contiguous uint8 [N, F, sum of sizes], F >= max_frames): each
+    video's first max_frames frames, zeros after them, with its frame count in `num_frames` (int64 [N]).
+
+    The native decoder takes every well-formed record (no Python work per frame); the rest go through decode_frame,
+    which gives the same bytes or raises the error. Errors and `on_error` as in decode_video_batch.
+    """
+    if out.dtype != np.uint8 or out.ndim != 3 or len(out) != len(payloads) or out.shape[1] < max_frames or \
+            out.shape[2] != sum(feature_sizes) or not out.flags.c_contiguous or num_frames.shape != (len(out),):
+        raise ValueError(f"out must be a C-contiguous uint8 array [{len(payloads)}, >= {max_frames}, "
+                         f"{sum(feature_sizes)}] and num_frames int64 [{len(payloads)}]")
+    fast = decode_packed_frames(payloads, _wanted(feature_names, feature_sizes), num_classes, max_frames, out,
+                                num_frames)
+
+    def decode_row(row: int, payload: bytes) -> tuple[str, list[int]]:
+        video_id, labels, frames, count = decode_frame(payload, feature_names, feature_sizes, num_classes, max_frames)
+        out[row, :count] = frames
+        out[row, count:] = 0
+        num_frames[row] = count
+        return video_id, labels.tolist()
+
+    video_ids, labels, kept = _with_leftovers(payloads, fast, decode_row, on_error)
+    if kept is None:
+        return FrameBatch(video_ids, labels, out, num_frames)
+    return FrameBatch(video_ids, labels, _kept_rows(out, kept), _kept_rows(num_frames, kept))
+
+
+def _wanted(feature_names: Sequence[str], feature_sizes: Sequence[int]) -> list[tuple[bytes, int, int]]:
+    """(key, size, first column) per feature, for the native decoder."""
     if len(set(feature_names)) != len(feature_names):
         raise ValueError(f"feature names repeat: {list(feature_names)}")
     columns = np.cumsum([0, *feature_sizes[:-1]]).tolist()
-    wanted = [(name.encode(), size, column) for name, size, column in zip(feature_names, feature_sizes, columns)]
-    packed = payloads if isinstance(payloads, PackedRecords) else PackedRecords.join(payloads)
-    fast = decode_packed(packed, wanted, num_classes, out)
+    return [(name.encode(), size, column) for name, size, column in zip(feature_names, feature_sizes, columns)]
+
+
+def _with_leftovers(packed: PackedRecords, fast: FastDecoded, decode_row: Callable[[int, bytes], tuple[str, list[int]]],
+                    on_error: Optional[Callable[[RecordError], None]]
+                    ) -> tuple[list[str], LabelIds, Optional[np.ndarray]]:
+    """The batch's ids and labels: the native decoder's, and those of `decode_row(row, payload)` for each record it
+    left (which writes the row's features). Returns the rows kept (bool) where on_error took some, else None."""
     video_ids, rows, values = fast.video_ids, fast.label_rows, fast.label_values
     leftover = np.flatnonzero(~fast.done).tolist()
     bad_rows: list[int] = []
@@ -470,8 +526,7 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
         more_values: list[int] = []
         for row in leftover:
             try:
-                video_ids[row], labels = _decode_video_full(packed.payload(row), feature_names, feature_sizes,
-                                                            num_classes, out[row])
+                video_ids[row], labels = decode_row(row, packed.payload(row))
             except RecordError as err:
                 err.batch_index = row
                 if on_error is None:
@@ -485,23 +540,22 @@ def decode_video_batch(payloads: Sequence[bytes] | PackedRecords, feature_names:
         values = np.concatenate([values, np.array(more_values, np.int64)])
         order = np.argsort(rows, kind="stable")  # stable: each video's labels stay in stored order
         rows, values = rows[order], values[order]
-    if bad_rows:
-        return _without_rows(video_ids, rows, values, out, bad_rows)
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(payloads)))]).astype(np.int64)
-    return VideoBatch(video_ids, LabelIds(values, offsets), out)
-
-
-def _without_rows(video_ids: list, label_rows: np.ndarray, label_values: np.ndarray, features: np.ndarray,
-                  bad_rows: list[int]) -> VideoBatch:
-    """A decoded batch less `bad_rows` (which hold no labels), the rows after them moved up in place."""
-    keep = np.ones(len(video_ids), bool)
+    if not bad_rows:
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(packed)))]).astype(np.int64)
+        return video_ids, LabelIds(values, offsets), None
+    keep = np.ones(len(packed), bool)
     keep[bad_rows] = False
+    new_rows = (np.cumsum(keep) - 1)[rows]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=int(keep.sum())))]).astype(np.int64)
+    kept_ids = [video_id for video_id, kept in zip(video_ids, keep.tolist()) if kept]
+    return kept_ids, LabelIds(values, offsets), keep
+
+
+def _kept_rows(array: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The rows of `array` where `keep`, moved up in place: the first rows of the same memory."""
     kept = int(keep.sum())
-    features[:kept] = features[keep]
-    new_rows = (np.cumsum(keep) - 1)[label_rows]
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=kept))]).astype(np.int64)
-    video_ids = [video_id for video_id, kept_row in zip(video_ids, keep.tolist()) if kept_row]
-    return VideoBatch(video_ids, LabelIds(label_values, offsets), features[:kept])
+    array[:kept] = array[keep]
+    return array[:kept]
 
 
 def record_id_key(payload: bytes, sequence: bool) -> Optional[str]:
@@ -712,11 +766,16 @@ def dequantize(values: np.ndarray, max_quantized_value: float = 2.0, min_quantiz
     """uint8 quantized features back to float32 as the YT8M starter code does, with its float32 rounding:
     q * (max - min) / 255 + (max - min) / 512 + min. `out` (float32, same shape) saves a copy, e.g.
     straight into a padded batch."""
-    quantized_range = max_quantized_value - min_quantized_value
-    scalar = np.float32(quantized_range / 255.0)
-    bias = np.float32(quantized_range / 512.0 + min_quantized_value)
+    scalar, bias = quantization_scale_bias(max_quantized_value, min_quantized_value)
     out = np.multiply(values, scalar, out=out, dtype=np.float32)
     return np.add(out, bias, out=out)
+
+
+def quantization_scale_bias(max_quantized_value: float = 2.0, min_quantized_value: float = -2.0
+                            ) -> tuple[np.float32, np.float32]:
+    """dequantize's float32 (scale, bias): a value is q * scale + bias, rounded after each operation."""
+    quantized_range = max_quantized_value - min_quantized_value
+    return np.float32(quantized_range / 255.0), np.float32(quantized_range / 512.0 + min_quantized_value)
 
 
 def _as_stored(kind: int, values: object) -> object:

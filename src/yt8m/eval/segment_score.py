@@ -12,12 +12,13 @@ import codecs
 import itertools
 import logging
 import re
-from typing import BinaryIO, Iterator, NamedTuple, Optional, Sequence, TextIO
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence, TextIO
 
 import numpy as np
 
+from yt8m.data.batch_decode import PackedRecords, decode_packed_ratings
 from yt8m.data.decode import RecordError, decode_segment_ratings
-from yt8m.data.tfrecord import expand_pattern, read_records
+from yt8m.data.tfrecord import RecordChunk, expand_pattern, read_record_chunks, read_records
 from yt8m.io.files import write_file_atomically
 from yt8m.eval.score import CsvFormatError, decoded
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
@@ -35,32 +36,108 @@ _CLASS_FIELD = re.compile(r"[ \t]*-?[0-9]+[ \t]*")
 _ROW_CHUNK = 1 << 20
 _RATINGS = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 _EXAMPLES_SHOWN = 5
-_SPACE, _COLON, _ZERO = ord(" "), ord(":"), ord("0")
+_SPACE, _COLON, _ZERO, _COMMA, _POINT, _NEWLINE = (ord(char) for char in " :0,.\n")
+_BOM = "\ufeff".encode()
+_MAX_START_DIGITS = 15  # a START of more digits is read by the line-by-line path, which has the errors
+_RECORDS_PER_CALL = 4096  # records framed and decoded per call into C
 _NOT_RATED = -1
 
 
 class RatedSegments:
-    """The rated (segment id, class) pairs: per class, segment id -> its rating (1: the class is present, 0: absent)."""
+    """The rated (segment id, class) pairs in arrays sorted by pair: `videos` the distinct video ids (bytes, sorted),
+    and per pair its class, video (index into `videos`), segment start and rating (True: the class is present).
 
-    def __init__(self, num_classes: int):
-        self.num_classes = num_classes
-        self.by_class: dict[int, dict[str, int]] = {}
+    Arrays, not dicts keyed by id strings: 12 bytes or so a pair where a dict entry took a hundred, built by sorts
+    (bench/bench_segment_score.py: the pairs read at over 1M a second, against 374k into dicts)."""
 
-    def add(self, segment_id: str, class_id: int, positive: int) -> Optional[int]:
-        """Record a pair; returns the earlier, different rating where the pair was rated otherwise before."""
-        ratings = self.by_class.setdefault(class_id, {})
-        earlier = ratings.setdefault(segment_id, positive)
-        return earlier if earlier != positive else None
+    def __init__(self, num_classes: int, videos: np.ndarray, classes: np.ndarray, video_index: np.ndarray,
+                 starts: np.ndarray, ratings: np.ndarray):
+        self.num_classes, self.videos = num_classes, videos
+        self.classes, self.video_index, self.starts, self.ratings = classes, video_index, starts, ratings
+        self._names: Optional[list[str]] = None
+
+    @classmethod
+    def from_pairs(cls, num_classes: int, videos: np.ndarray, classes: np.ndarray, starts: np.ndarray,
+                   ratings: np.ndarray, conflict: Callable[[int, int], Exception]) -> "RatedSegments":
+        """The pairs given in reading order (video ids as bytes, one per pair); a pair given twice alike counts once,
+        rated both ways raises `conflict(earlier index, later index)`."""
+        distinct, video_index = np.unique(videos, return_inverse=True)
+        video_index = video_index.reshape(-1)
+        # one int64 per pair, ordered as (class, video, start)
+        keys = np.ravel_multi_index((classes, video_index, starts),
+                                    (num_classes, max(1, len(distinct)), int(starts.max(initial=0)) + 1))
+        order = np.argsort(keys, kind="stable")  # stable: a repeated pair's occurrences stay in reading order
+        repeated = keys[order[1:]] == keys[order[:-1]]
+        conflicting = np.flatnonzero(repeated & (ratings[order[1:]] != ratings[order[:-1]]))
+        if len(conflicting):
+            first = conflicting[np.argmin(order[conflicting + 1])]  # the conflict met first in reading order
+            raise conflict(int(order[first]), int(order[first + 1]))
+        kept = order[np.concatenate([[True], ~repeated])] if len(order) else order
+        return cls(num_classes, distinct, classes[kept], video_index[kept], starts[kept], ratings[kept])
+
+    def segment_id(self, pair: int) -> str:
+        return f"{self._video_names()[self.video_index[pair]]}:{self.starts[pair]}"
 
     def num_positives(self) -> np.ndarray:
         """Positive rated pairs per class (int64 [num_classes])."""
-        counts = np.zeros(self.num_classes, dtype=np.int64)
-        for class_id, ratings in self.by_class.items():
-            counts[class_id] = sum(ratings.values())
-        return counts
+        return np.bincount(self.classes[self.ratings], minlength=self.num_classes).astype(np.int64)
 
     def __len__(self) -> int:
-        return sum(map(len, self.by_class.values()))
+        return len(self.classes)
+
+    def ratings_of(self, class_id: int, segment_ids: Sequence[str]) -> np.ndarray:
+        """The rating of each id for `class_id` (int8: 1 present, 0 absent, -1 not rated)."""
+        ratings = self.class_ratings(class_id)
+        return np.fromiter(map(ratings.get, segment_ids, itertools.repeat(_NOT_RATED)), np.int8, len(segment_ids))
+
+    def class_ratings(self, class_id: int) -> dict[str, bool]:
+        """{segment id: rating} of one class, made when asked (the class's pairs lie together: a few hundred, where
+        the whole store is a million): ids are looked up by a dict's hashing, 30 ns an id, which numpy searches of
+        the parsed ids did not match (220 ns)."""
+        first, end = np.searchsorted(self.classes, [class_id, class_id + 1])
+        names = self._video_names()
+        segment_ids = (f"{names[video]}:{start}" for video, start in
+                       zip(self.video_index[first:end].tolist(), self.starts[first:end].tolist()))
+        return dict(zip(segment_ids, self.ratings[first:end].tolist()))
+
+    def _video_names(self) -> list[str]:
+        if self._names is None:
+            self._names = [video.decode(errors="backslashreplace") for video in self.videos.tolist()]
+        return self._names
+
+
+def _fixed_width(chars: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """bytes of chars[starts[i]:starts[i] + sizes[i]] as one fixed-width numpy bytes array (NUL-padded)."""
+    width = max(1, int(sizes.max(initial=0)))
+    positions = starts[:, None] + np.arange(width)
+    inside = np.arange(width) < sizes[:, None]
+    gathered = np.where(inside, chars[np.minimum(positions, max(len(chars) - 1, 0))], 0).astype(np.uint8)
+    return np.ascontiguousarray(gathered).view(f"S{width}").reshape(-1)
+
+
+def _segment_id_parts(chars: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(video ids as bytes, starts, well-formed) of the ids chars[starts[i]:ends[i]] (back to back, in order),
+    vectorized: a million ids in a fraction of a second. Well formed: VIDEOID:START with one colon, a START of
+    digits without a leading zero."""
+    is_colon = chars == _COLON
+    colons_before = np.concatenate(([0], np.cumsum(is_colon)))
+    colon_count = colons_before[ends] - colons_before[starts]
+    colons = np.flatnonzero(is_colon)
+    # an id's first colon: the colons before it counted, as every id's bounds are in order
+    colon = colons[np.minimum(colons_before[starts], max(len(colons) - 1, 0))] if len(colons) else starts
+    digits = ends - colon - 1
+    well_formed = (colon_count == 1) & (colon > starts) & (digits >= 1) & (digits <= _MAX_START_DIGITS)
+    last = max(len(chars) - 1, 0)
+    well_formed &= ~((digits > 1) & (chars[np.minimum(colon + 1, last)] == _ZERO))
+    values = np.zeros(len(starts), np.int64)
+    for place in range(int(digits[well_formed].max(initial=0))):
+        inside = place < digits
+        digit = chars[np.minimum(colon + 1 + place, last)].astype(np.int64) - _ZERO
+        well_formed &= ~inside | ((digit >= 0) & (digit <= 9))
+        values = np.where(inside, values * 10 + digit, values)
+    videos = _fixed_width(chars, starts, np.where(well_formed, colon - starts, 0))
+    return videos, np.where(well_formed, values, 0), well_formed
 
 
 def _conflict(where: str, segment_id: str, class_id: int, positive: int, earlier_place: str) -> ValueError:
@@ -71,42 +148,79 @@ def _conflict(where: str, segment_id: str, class_id: int, positive: int, earlier
 def read_rated_segments_csv(path: str, num_classes: int) -> RatedSegments:
     """A label CSV (`segment_id,class,score`, one rated pair per line, score 0 or 1); a pair repeated alike counts
     once, a pair rated both 0 and 1 is an error naming the line."""
-    with open(path, encoding="utf-8-sig") as fh:
-        _check_header(fh, path, LABELS_CSV_HEADER)
-        lines = fh.read().splitlines()
-    return _regular_csv(lines, num_classes) or _csv_line_by_line(path, lines, num_classes)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    data = data[len(_BOM):] if data.startswith(_BOM) else data
+    header, _, body = data.partition(b"\n")
+    if header.decode("utf-8", "replace").rstrip("\r").strip() != LABELS_CSV_HEADER:
+        raise CsvFormatError(f"{path}:1: expected the header {LABELS_CSV_HEADER!r}, got "
+                             f"{header.decode('utf-8', 'replace').rstrip(chr(13))!r}")
+    rated = _regular_csv(path, body, num_classes)
+    return rated if rated is not None else _csv_line_by_line(path, body.decode("utf-8").splitlines(), num_classes)
 
 
-def _regular_csv(lines: list[str], num_classes: int) -> Optional[RatedSegments]:
-    """The pairs of a CSV without blank lines, errors or repeats, read column-wise (fast); None for any other."""
-    fields = ",".join(lines).split(",")
-    if not lines or len(fields) != 3 * len(lines) or not set(fields[2::3]) <= _RATINGS.keys():
+def _regular_csv(path: str, body: bytes, num_classes: int) -> Optional[RatedSegments]:
+    """The pairs of a CSV body of ASCII lines `VIDEOID:START,class,score` (score 0, 1, 0.0 or 1.0), without blank
+    lines, read column-wise from its bytes; None for any other (the line-by-line reading tells what is wrong)."""
+    chars = np.frombuffer(body, np.uint8)
+    # ASCII without spaces, tabs or carriage returns: what the regex's \\s would take apart is left to it
+    if not len(chars) or (chars >= 0x80).any() or ((chars <= _SPACE) & (chars != _NEWLINE)).any():
         return None
-    segment_ids = fields[0::3]
-    if not _well_formed_ids(" ".join(segment_ids).encode(), len(segment_ids)):
+    line_ends = np.flatnonzero(chars == _NEWLINE)
+    if not len(line_ends) or line_ends[-1] != len(chars) - 1:
+        line_ends = np.append(line_ends, len(chars))
+    line_starts = np.concatenate(([0], line_ends[:-1] + 1))
+    commas = np.flatnonzero(chars == _COMMA)
+    if len(commas) != 2 * len(line_ends) or (np.searchsorted(commas, line_ends) != 2 * np.arange(1, len(line_ends) + 1)).any():
         return None
-    try:
-        classes = np.array(fields[1::3]).astype(np.int64)
-    except (ValueError, OverflowError):
+    first, second = commas[0::2], commas[1::2]
+    if (first <= line_starts).any() or (second <= first + 1).any():
         return None
-    if classes.min() < 0 or classes.max() >= num_classes:
+    videos, starts, well_formed = _segment_id_parts(chars, line_starts, first)
+    if not well_formed.all():
         return None
-    order = np.argsort(classes, kind="stable")
-    sorted_classes = classes[order]
-    sorted_ids = np.array(segment_ids, dtype=object)[order].tolist()
-    sorted_ratings = np.array(list(map(_RATINGS.__getitem__, fields[2::3])), np.int64)[order].tolist()
-    bounds = (np.flatnonzero(np.diff(sorted_classes)) + 1).tolist()
-    rated = RatedSegments(num_classes)
-    for start, end in zip([0, *bounds], [*bounds, len(sorted_ids)]):
-        in_class = dict(zip(sorted_ids[start:end], sorted_ratings[start:end]))
-        if len(in_class) != end - start:
-            return None  # a repeated pair: alike or conflicting, the line-by-line reading tells
-        rated.by_class[int(sorted_classes[start])] = in_class
-    return rated
+    classes = _small_ints(chars, first + 1, second)
+    ratings = _csv_ratings(chars, second + 1, line_ends)
+    if classes is None or ratings is None or (classes >= num_classes).any():
+        return None
+
+    def conflict(earlier: int, later: int) -> ValueError:
+        segment_id = f"{videos[later].decode()}:{starts[later]}"
+        return _conflict(f"{path}:{later + 2}", segment_id, int(classes[later]), int(ratings[later]),
+                         "on an earlier line")
+
+    return RatedSegments.from_pairs(num_classes, videos, classes, starts, ratings, conflict)
+
+
+def _small_ints(chars: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Optional[np.ndarray]:
+    """The non-negative decimal integers chars[starts[i]:ends[i]] (at most 9 digits); None if one is not."""
+    digits = ends - starts
+    if (digits < 1).any() or (digits > 9).any():
+        return None
+    values = np.zeros(len(starts), np.int64)
+    for place in range(int(digits.max(initial=0))):
+        inside = place < digits
+        digit = chars[np.minimum(starts + place, len(chars) - 1)].astype(np.int64) - _ZERO
+        if (inside & ((digit < 0) | (digit > 9))).any():
+            return None
+        values = np.where(inside, values * 10 + digit, values)
+    return values
+
+
+def _csv_ratings(chars: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Optional[np.ndarray]:
+    """The ratings chars[starts[i]:ends[i]] (0, 1, 0.0 or 1.0) as bool; None if one is not a rating."""
+    sizes = ends - starts
+    first = chars[np.minimum(starts, len(chars) - 1)]
+    point = chars[np.minimum(starts + 1, len(chars) - 1)]
+    zero = chars[np.minimum(starts + 2, len(chars) - 1)]
+    digit = (first == _ZERO) | (first == _ZERO + 1)
+    if not (digit & ((sizes == 1) | ((sizes == 3) & (point == _POINT) & (zero == _ZERO)))).all():
+        return None
+    return first == _ZERO + 1
 
 
 def _csv_line_by_line(path: str, lines: list[str], num_classes: int) -> RatedSegments:
-    rated = RatedSegments(num_classes)
+    segment_ids, classes, ratings, line_numbers = [], [], [], []
     for number, line in enumerate(lines, start=2):
         fields = line.strip().split(",")
         if fields == [""]:
@@ -115,31 +229,89 @@ def _csv_line_by_line(path: str, lines: list[str], num_classes: int) -> RatedSeg
         if len(fields) != 3 or not _SEGMENT_ID_RE.fullmatch(fields[0]) or fields[2] not in _RATINGS:
             raise CsvFormatError(f"{where}: expected 'VIDEOID:START,class,score' with score 0 or 1, "
                                  f"got {line.strip()!r}")
-        class_id = _class_id(where, fields[1], num_classes)
-        positive = _RATINGS[fields[2]]
-        if rated.add(fields[0], class_id, positive) is not None:
-            raise _conflict(where, fields[0], class_id, positive, "on an earlier line")
-    return rated
+        classes.append(_class_id(where, fields[1], num_classes))
+        segment_ids.append(fields[0])
+        ratings.append(_RATINGS[fields[2]])
+        line_numbers.append(number)
+    videos, _, starts = zip(*(segment_id.rpartition(":") for segment_id in segment_ids)) if segment_ids else ((), (), ())
+    classes_array, ratings_array = np.array(classes, np.int64), np.array(ratings, bool)
+
+    def conflict(earlier: int, later: int) -> ValueError:
+        return _conflict(f"{path}:{line_numbers[later]}", segment_ids[later], classes[later], ratings[later],
+                         "on an earlier line")
+
+    return RatedSegments.from_pairs(num_classes, np.array([video.encode() for video in videos], "S"), classes_array,
+                                    np.array(starts, np.int64), ratings_array, conflict)
 
 
 def read_rated_segments_tfrecords(pattern: str, num_classes: int) -> RatedSegments:
     """The segment ratings of every record of the shards (comma-separated paths or globs), each segment id
-    `VIDEOID:START`; a pair rated alike in two records counts once, differently is an error naming the record."""
-    rated = RatedSegments(num_classes)
+    `VIDEOID:START`; a pair rated alike in two records counts once, differently is an error naming the record.
+    Records are framed and their ratings decoded in C (frames not read), whole buffers at a time."""
+    records = _RatingRecords(num_classes)
     for path in expand_pattern(pattern):
-        for offset, payload in read_records(path):
+        for chunk in read_record_chunks(path, _RECORDS_PER_CALL):
+            records.add(path, chunk)
+    return records.rated()
+
+
+class _RatingRecords:
+    """The ratings of records read so far, in reading order: per record its file, offset and video id (bytes); per
+    pair its record, start, class and rating."""
+
+    def __init__(self, num_classes: int):
+        self.num_classes = num_classes
+        self.sources: list[tuple[str, int]] = []
+        self.videos: list[np.ndarray] = []
+        self.pairs: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, path: str, chunk: RecordChunk) -> None:
+        packed = PackedRecords(chunk.data, chunk.ends, chunk.starts)
+        decoded = decode_packed_ratings(packed, self.num_classes)
+        first = len(self.sources)
+        offsets = chunk.offsets.tolist()
+        self.sources.extend((path, offset) for offset in offsets)
+        video_ids = list(decoded.video_ids)
+        rows, starts, classes, ratings = [decoded.rows], [decoded.starts], [decoded.classes], [decoded.ratings]
+        for row in np.flatnonzero(~decoded.done).tolist():  # anything unusual: the Python decoder, which has the errors
             try:
-                video_id, ratings = decode_segment_ratings(payload, num_classes)
+                video_ids[row], found = decode_segment_ratings(packed.payload(row), self.num_classes)
             except RecordError as err:
-                raise err.at(path, offset) from None
-            for start, class_id, score in zip(ratings.start_times.tolist(), ratings.labels.tolist(),
-                                              ratings.scores.tolist()):
-                segment_id = f"{video_id}:{start}"
-                positive = int(score == 1)
-                if rated.add(segment_id, class_id, positive) is not None:
-                    raise _conflict(f"{path}: record at byte offset {offset}", segment_id, class_id, positive,
-                                    "in an earlier record")
-    return rated
+                raise err.at(path, offsets[row]) from None
+            rows.append(np.full(len(found.labels), row))
+            starts.append(found.start_times)
+            classes.append(found.labels)
+            ratings.append((found.scores == 1).astype(np.int64))
+        self.videos.append(np.array([video_id.encode() for video_id in video_ids], "S"))
+        self.pairs.append((np.concatenate(rows) + first, *map(np.concatenate, (starts, classes, ratings))))
+
+    def rated(self) -> RatedSegments:
+        if not self.pairs:
+            return RatedSegments.from_pairs(self.num_classes, np.zeros(0, "S1"), *(np.zeros(0, np.int64),) * 2,
+                                            np.zeros(0, bool), None)
+        records, starts, classes, ratings = (np.concatenate(column) for column in zip(*self.pairs))
+        videos = np.concatenate(self.videos)
+
+        def conflict(earlier: int, later: int) -> Exception:
+            path, offset = self.sources[records[later]]
+            if records[earlier] == records[later]:  # rated both ways in one record: its decoder's error
+                return self._record_error(records[later])
+            segment_id = f"{videos[records[later]].decode(errors='backslashreplace')}:{starts[later]}"
+            return _conflict(f"{path}: record at byte offset {offset}", segment_id, int(classes[later]),
+                             int(ratings[later]), "in an earlier record")
+
+        return RatedSegments.from_pairs(self.num_classes, videos[records], classes, starts, ratings.astype(bool),
+                                        conflict)
+
+    def _record_error(self, record: int) -> Exception:
+        path, offset = self.sources[record]
+        for found_offset, payload in read_records(path):
+            if found_offset == offset:
+                try:
+                    decode_segment_ratings(payload, self.num_classes)
+                except RecordError as err:
+                    return err.at(path, offset)
+        raise AssertionError(f"{path}: record at byte offset {offset} decoded without the error it holds")
 
 
 def read_rated_segments(labels: str, num_classes: int) -> RatedSegments:
@@ -153,9 +325,8 @@ def write_rated_segments_csv(rated: RatedSegments, path: str) -> None:
     """The label CSV `read_rated_segments_csv` reads, classes ascending (written atomically)."""
     def write(out: TextIO) -> None:
         out.write(LABELS_CSV_HEADER + "\n")
-        for class_id in sorted(rated.by_class):
-            out.writelines(f"{segment_id},{class_id},{int(positive)}\n"
-                           for segment_id, positive in rated.by_class[class_id].items())
+        out.writelines(f"{rated.segment_id(pair)},{class_id},{int(positive)}\n"
+                       for pair, (class_id, positive) in enumerate(zip(rated.classes.tolist(), rated.ratings.tolist())))
 
     write_file_atomically(path, write)
 
@@ -309,9 +480,8 @@ def _tokens(chunks: Iterator[str], where: str, head: str) -> Iterator[list[str]]
         yield [carry]
 
 
-def _ranked_ratings(segment_ids: Sequence[str], ratings: dict[str, int]) -> np.ndarray:
-    """The ratings of the rated ids among `segment_ids`, in their order (bool)."""
-    found = np.fromiter(map(ratings.get, segment_ids, itertools.repeat(_NOT_RATED)), np.int8, len(segment_ids))
+def _ranked_ratings(found: np.ndarray) -> np.ndarray:
+    """The ratings of the rated ids among a row's (int8, -1 where not rated), in their order (bool)."""
     return found[found != _NOT_RATED] == 1
 
 
@@ -325,7 +495,7 @@ def score_segment_submission(path: str, rated: RatedSegments, top_n: int = DEFAU
     submitted = np.zeros(rated.num_classes, dtype=bool)
     num_submitted = 0
     for class_id, segment_ids, listed in _submission_rows(path, rated.num_classes, top_n):
-        ranked = _ranked_ratings(segment_ids, rated.by_class.get(class_id, {}))
+        ranked = _ranked_ratings(rated.ratings_of(class_id, segment_ids))
         class_ap[class_id] = average_precisions(np.zeros(len(ranked), np.int64), ranked,
                                                 num_positives[class_id:class_id + 1], top_n)[0]
         submitted[class_id] = True

@@ -13,11 +13,11 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from yt8m import __version__
 
+from yt8m.data.decode import dequantize
 from yt8m.io import storage
 from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.io.checkpoints import load_checkpoint
@@ -34,7 +34,8 @@ log = logging.getLogger("yt8m.export")
 
 GRAPH_NOTES = """\
 The graph is the model's eval forward: L2 normalization, frame masking and sampling, sigmoid. Its batch
-axis, and the frame axis of frame-level models, are dynamic. DbofModel exports its eval-mode sampling
+axis, and the frame axis of frame-level models, are dynamic. Frame-level models take uint8 frames as
+stored in the shards (dequantized in the graph, after any sampling), zero-padded after num_frames. DbofModel exports its eval-mode sampling
 (evenly spaced frames, or the middle run), so it predicts as `yt8m predict` does, never at random.
 LstmModel exports as an unpacked LSTM read at each video's last real frame: the same outputs as the
 packed sequences it trains with, which torch.export cannot trace."""
@@ -72,9 +73,7 @@ class LstmLastStepGraph(OnnxGraph):
     the final state of the packed run, hidden[-1], which LstmModel classifies."""
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        self.model._check_shape(features)
-        normalized = F.normalize(features, dim=-1)  # as BaseModel.forward
-        steps, _ = self.model.lstm(normalized)
+        steps, _ = self.model.lstm(self.model.prepare_input(features, num_frames))  # as BaseModel.forward
         last = (_frame_counts(features, num_frames) - 1).view(-1, 1, 1).expand(-1, 1, steps.shape[-1])
         logits = self.model.classifier.compute_logits(steps.gather(1, last).squeeze(1), None)
         return logits, torch.sigmoid(logits)
@@ -92,7 +91,8 @@ def example_inputs(model: nn.Module) -> tuple[torch.Tensor, ...]:
     if not model.frame_level:
         return (torch.randn(batch, model.feature_size, generator=generator),)
     num_frames = torch.tensor(_EXAMPLE_FRAMES, dtype=torch.int64)
-    frames = torch.randn(batch, max(_EXAMPLE_FRAMES), model.feature_size, generator=generator)
+    frames = torch.randint(0, 256, (batch, max(_EXAMPLE_FRAMES), model.feature_size), generator=generator,
+                           dtype=torch.uint8)
     real = torch.arange(frames.shape[1]) < num_frames[:, None]
     return frames * real.unsqueeze(-1), num_frames
 
@@ -236,11 +236,24 @@ class ExportedModel:
     def predict(self, features: np.ndarray, num_frames: Optional[np.ndarray] = None,
                 output: str = "predictions") -> np.ndarray:
         """Probabilities [batch, classes] (or with output="logits", logits) for raw (unnormalized) features, as
-        the dataset yields them."""
-        feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)}
+        the dataset yields them: frame level uint8 frames as stored (an export taking float32 frames, as exports
+        did before they took uint8, gets them dequantized here, padding zero)."""
+        takes_uint8 = self.session.get_inputs()[0].type == "tensor(uint8)"
+        if takes_uint8 and features.dtype != np.uint8:
+            raise ExportError(f"{self.model_file}: the model takes uint8 frames as stored in the shards, got "
+                              f"{features.dtype}")
+        if features.dtype == np.uint8 and not takes_uint8:
+            features = _dequantized(features, num_frames)
+        feeds = {"features": np.ascontiguousarray(features, dtype=np.uint8 if takes_uint8 else np.float32)}
         if self.metadata["frame_features"]:
             feeds["num_frames"] = np.ascontiguousarray(num_frames, dtype=np.int64)
         return self.session.run([output], feeds)[0]
+
+
+def _dequantized(frames: np.ndarray, num_frames: np.ndarray) -> np.ndarray:
+    """float32 frames of uint8 [batch, frames, D], zero after each video's num_frames."""
+    real = np.arange(frames.shape[1]) < np.asarray(num_frames)[:, None]
+    return np.where(real[:, :, None], dequantize(frames), np.float32(0))
 
 
 def load_exported(path: str, device: str = "auto") -> ExportedModel:

@@ -148,7 +148,7 @@ class OnnxTeacher:
     @torch.compiler.disable  # onnxruntime runs outside the graph of a --compile run
     def logits(self, batch: Batch) -> torch.Tensor:
         features, num_frames = batch.features, batch.num_frames
-        logits = self.exported.predict(features.float().cpu().numpy(),
+        logits = self.exported.predict(features.cpu().numpy(),
                                        None if num_frames is None else num_frames.cpu().numpy(), output="logits")
         return torch.from_numpy(logits).float().to(features.device)
 

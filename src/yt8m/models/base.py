@@ -1,16 +1,18 @@
-"""The contract every model keeps: L2-normalized input in, logits and probabilities for every class out,
-plus the starter kit's L2 weight penalties."""
+"""The contract every model keeps: L2-normalized input in (frames dequantized from uint8 on the model's device),
+logits and probabilities for every class out, plus the starter kit's L2 weight penalties."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from yt8m.data.batch import Batch
+from yt8m.data.decode import dequantize, quantization_scale_bias
 from yt8m.fields import setting
 
 
@@ -28,9 +30,16 @@ class MoeHParams(ClassifierHParams):
     moe_num_mixtures: int = setting(2, "MoeModel: number of experts per class (plus one dummy expert).", at_least=1)
 
 
+# The float32 value of each uint8 quantized value, as the data layer's dequantize computes it (float32 q * scale +
+# bias, rounded after the product and after the sum).
+DEQUANTIZED = dequantize(np.arange(256, dtype=np.uint8))
+_SCALE, _BIAS = map(float, quantization_scale_bias())
+
+
 class BaseModel(nn.Module):
     """Input `[batch, features]` (video-level) or `[batch, frames, features]` with `num_frames`
-    (frame-level, zero-padded); output `{"logits": [batch, classes], "predictions": sigmoid(logits)}`.
+    (frame-level, zero-padded; float32, or uint8 as stored: dequantized here, on the model's device, after any frame
+    sampling); output `{"logits": [batch, classes], "predictions": sigmoid(logits)}`.
 
     Subclasses implement `compute_logits` on already normalized input (and may override `compute_output`), and
     list the weights their own `l2_penalty` applies to in `penalized_weights` (sub-models list their own).
@@ -55,19 +64,39 @@ class BaseModel(nn.Module):
         self.feature_size = feature_size
         self.num_classes = num_classes
         self.l2_penalty = l2_penalty
+        if self.frame_level:  # not kept in checkpoints: a constant, moved with the model
+            self.register_buffer("dequantized_values", torch.from_numpy(DEQUANTIZED.copy()), persistent=False)
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
-        return self.compute_output(self.prepare_input(features), num_frames)
+        return self.compute_output(self.prepare_input(features, num_frames), num_frames)
 
-    def prepare_input(self, features: torch.Tensor) -> torch.Tensor:
-        """The input as `compute_logits` takes it: shape checked, L2-normalized (unless `normalizes_input`)."""
+    def prepare_input(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The input as `compute_logits` takes it: shape checked, uint8 frames dequantized (padding zero) and
+        L2-normalized, unless `normalizes_input` (the model reads raw frames, uint8 or float32, and does both on the
+        frames it samples)."""
         self._check_shape(features)
+        if self.frame_level and features.dtype == torch.uint8 and not self.normalizes_input:
+            features = self.dequantize_frames(features, real_frames(features, num_frames))
         if self.frame_level and features.shape[1] == 0:
             # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
-            features = features.new_zeros(features.shape[0], 1, features.shape[2])
+            features = features.new_zeros(features.shape[0], 1, features.shape[2], dtype=torch.float32)
         if not self.normalizes_input:
             features = self.normalize_input(features)
         return features
+
+    def dequantize_frames(self, frames: torch.Tensor, real: Optional[torch.Tensor]) -> torch.Tensor:
+        """float32 values of uint8 quantized frames, bit for bit yt8m.data.decode.dequantize's, zero where `real`
+        (bool, broadcast over the features; None: everywhere) is False: the padding, which is zero as float32.
+
+        One elementwise pass where compiled. Eager kernels round the product and the sum apart, as numpy does;
+        compiled code may fuse them into one FMA, rounded once (Triton does by default), which changes 157 of the
+        256 values: there the values are looked up instead.
+        """
+        if torch.compiler.is_compiling():
+            values = self.dequantized_values[frames.long()]  # fused by the compiler: no int64 copy is made
+        else:
+            values = frames.float().mul_(_SCALE).add_(_BIAS)
+        return values if real is None else values.masked_fill_(~real, 0.0)
 
     def normalize_input(self, features: torch.Tensor) -> torch.Tensor:
         """The starter kit's input: L2-normalized along the feature axis (per frame for frame-level input, all-zero
@@ -118,6 +147,15 @@ class BaseModel(nn.Module):
         if features.dim() != (3 if self.frame_level else 2) or features.shape[-1] != self.feature_size:
             raise ValueError(f"{type(self).__name__} expects input {expected} with features = "
                              f"{self.feature_size}, got shape {tuple(features.shape)}")
+
+
+def real_frames(features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """bool [batch, frames, 1]: True at each video's real frames of `features` [batch, frames, ...]; None (all real)
+    without `num_frames`."""
+    if num_frames is None:
+        return None
+    frames = torch.arange(features.shape[1], device=features.device)
+    return (frames < num_frames.to(features.device)[:, None]).unsqueeze(-1)
 
 
 def forward(model: nn.Module, batch: Batch, heads: Optional[Sequence[str]] = None) -> dict[str, Any]:

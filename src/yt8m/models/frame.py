@@ -96,7 +96,7 @@ class DbofModel(BaseModel):
     """
 
     frame_level = True
-    normalizes_input = True  # the sampled frames only: a tenth of a 300-frame video's
+    normalizes_input = True  # the sampled frames only (dequantized too): a tenth of a 300-frame video's
 
     def __init__(self, feature_size: int, num_classes: int, iterations: int = 30,
                  sample_random_frames: bool = True, dbof_cluster_size: int = 8192,
@@ -153,7 +153,11 @@ class DbofModel(BaseModel):
     def shared_features(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         batch, _, size = features.shape
         index = self.frame_indices(_frame_counts(features, num_frames))
-        frames = F.normalize(features.gather(1, index.unsqueeze(-1).expand(-1, -1, size)).reshape(-1, size), dim=-1)
+        sampled = features.gather(1, index.unsqueeze(-1).expand(-1, -1, size))
+        if sampled.dtype == torch.uint8:  # sampled first: only a tenth of a 300-frame video's frames is dequantized
+            real = None if num_frames is None else (index < num_frames.to(index.device)[:, None]).unsqueeze(-1)
+            sampled = self.dequantize_frames(sampled, real)
+        frames = F.normalize(sampled.reshape(-1, size), dim=-1)
         activations = self.input_norm(frames) @ self.cluster_weights
         if self._fused_pooling_applies(activations):
             pooled = self._fused_cluster_pooling(activations)

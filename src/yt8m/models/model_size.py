@@ -13,7 +13,8 @@ from yt8m.models.registry import create_model_from_config
 
 BYTES_PER_VALUE = 4  # float32, as checkpoints hold every parameter and buffer
 BYTES_PER_MB = 1024 * 1024
-COUNTED = "parameters and buffers (e.g. batch-norm statistics) at 4 bytes (float32) a value; MB = 2^20 bytes"
+COUNTED = ("parameters and the buffers a checkpoint holds (e.g. batch-norm statistics) at 4 bytes (float32) a value; "
+           "MB = 2^20 bytes")
 
 
 class ModelTooLargeError(ValueError):
@@ -41,9 +42,12 @@ class ModelSize:
 
 
 def model_size(model: nn.Module) -> ModelSize:
-    """The size of `model`; a tensor shared by several modules counts once."""
-    return ModelSize(parameters=sum(parameter.numel() for parameter in model.parameters()),
-                     buffer_values=sum(buffer.numel() for buffer in model.buffers()))
+    """The size of `model`; a tensor shared by several modules counts once. Buffers not kept in checkpoints
+    (constants such as the frame models' dequantization values) do not count."""
+    parameters = {id(parameter): parameter for parameter in model.parameters()}
+    kept = {id(tensor): tensor for tensor in model.state_dict(keep_vars=True).values() if id(tensor) not in parameters}
+    return ModelSize(parameters=sum(parameter.numel() for parameter in parameters.values()),
+                     buffer_values=sum(buffer.numel() for buffer in kept.values()))
 
 
 def config_model_size(config: Any) -> ModelSize:

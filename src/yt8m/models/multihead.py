@@ -45,7 +45,7 @@ class Trunk(nn.Module):
 
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
         if self.base is not None:
-            shared = self.base.shared_features(self.base.prepare_input(features), num_frames)
+            shared = self.base.shared_features(self.base.prepare_input(features, num_frames), num_frames)
         elif features.dim() != 2 or features.shape[-1] != self.feature_size:
             raise ValueError(f"the multi-task trunk expects input [batch, features] with features = "
                              f"{self.feature_size}, got shape {tuple(features.shape)}")

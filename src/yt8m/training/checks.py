@@ -110,8 +110,6 @@ def _training_problems(config: TrainConfig, evaluating: bool) -> list[str]:
         needs_eval = [name for name in ("early_stopping_patience", "lr_halving_patience", "revert_to_best")
                       if getattr(config, name)]
         problems += [f"--{name} needs --eval_data_pattern" for name in needs_eval]
-    if config.cache_in_memory and config.frame_features:
-        problems.append("--cache_in_memory holds video-level data only: frame-level sets are streamed")
     if config.revert_to_best and not config.lr_halving_patience:
         problems.append("--revert_to_best acts when the learning rate is halved: set --lr_halving_patience")
     if config.revert_to_best and config.keep_best_exports < 1:

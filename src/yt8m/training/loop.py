@@ -21,6 +21,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from yt8m.config import TrainConfig, config_values
+from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.data.batch import Batch
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import checkpoint_path, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -201,7 +202,7 @@ class TrainingLoop:
 
     def _train_epoch(self) -> None:
         config, progress = self.config, self.progress
-        batches = iter(self.epoch_batches(progress.epoch))
+        batches = iter(to_device_ahead(self.epoch_batches(progress.epoch), self.device))
         self._fast_forward(batches)
         while True:
             self.meter.start_wait()

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue 28's GPU checks, in one run of under 8 minutes on one H100/H200 with 16 cores (each stage has its own time
+# limit; what a stage printed stays printed if a later one runs out of time):
+#   1. the CUDA tests (pytest -m gpu): dequantization bit-identical on the GPU, eager and compiled; pinned batches
+#      reaching the GPU one step ahead; training, evaluation and prediction on the GPU.
+#   2. NeXtVLADModel and NetVLADModel, --compile --mixed_precision, frame level (300-frame synthetic videos, uint8
+#      batches, one reader process per core but one): the trainer's videos/s against the bare step's on the same
+#      batches (target: trainer_over_bare_loop >= 0.80) and the trainer's input wait.
+#   3. MoeModel, video level, streamed from the shards (no RAM cache), readers as `--num_readers auto` picks them:
+#      input_wait_fraction (target: <= 0.10).
+# Usage, from the repository root with its venv built (make .venv/.installed):
+#   bash bench/gpu_check.sh [WORK_DIR]        # WORK_DIR (default /tmp/yt8m-gpu-check) keeps the synthetic data
+# Prints the nvidia-smi line, each stage's JSON, then a summary of each target: met or not, with the figure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+WORK=${1:-/tmp/yt8m-gpu-check}
+READERS=$(( $(nproc) > 1 ? $(nproc) - 1 : 1 ))
+mkdir -p "$WORK"
+LOG="$WORK/results.jsonl"
+: > "$LOG"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+echo "cpus $(nproc); readers $READERS; work dir $WORK"
+
+# The data first, in the background while the tests run: 1,500 frame-level videos of 300 frames in 16 shards, and
+# 65,536 video-level videos in 8 (bench_train.py's layout: WORK/data/frame, WORK/data/video).
+if [ ! -d "$WORK/data/frame" ]; then
+  (timeout 240 .venv/bin/yt8m synth --output_dir "$WORK/data" --kind frame --train_videos 1500 --validate_videos 0 \
+     --test_videos 0 --shards 16 --min_frames 300 --max_frames 300 > "$WORK/synth_frame.log" 2>&1) &
+  SYNTH_FRAME=$!
+fi
+if [ ! -d "$WORK/data/video" ]; then
+  (timeout 240 .venv/bin/yt8m synth --output_dir "$WORK/data" --kind video --train_videos 65536 --validate_videos 0 \
+     --test_videos 0 --shards 8 > "$WORK/synth_video.log" 2>&1) &
+  SYNTH_VIDEO=$!
+fi
+
+echo "== 1. CUDA tests (pytest -m gpu)"
+timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/data/test_uint8_frames.py \
+  tests/models/test_models_on_gpu.py 2>&1 | tail -5
+echo "pytest_exit ${PIPESTATUS[0]}"
+
+[ -n "${SYNTH_FRAME:-}" ] && wait "$SYNTH_FRAME"
+echo "== 2. compiled bf16 frame models: trainer vs bare step"
+timeout 200 $PY bench/bench_train.py --models NeXtVLADModel,NetVLADModel --compile --mixed_precision \
+  --frame_batch_size 256 --steps 40 --rounds 1 --num_readers "$READERS" --work_dir "$WORK" 2>"$WORK/frame.log" \
+  | tee -a "$LOG"
+
+[ -n "${SYNTH_VIDEO:-}" ] && wait "$SYNTH_VIDEO"
+echo "== 3. MoeModel, video level, streamed: input wait"
+timeout 100 $PY bench/bench_train.py --models MoeModel --no-cache --batch_size 1024 --steps 60 --rounds 1 \
+  --videos 65536 --num_readers "$READERS" --work_dir "$WORK" 2>"$WORK/video.log" | tee -a "$LOG"
+
+echo "== summary"
+$PY - "$LOG" <<'EOF'
+import json, sys
+results = {r["model"]: r for r in map(json.loads, open(sys.argv[1])) if "model" in r}
+for model in ("NeXtVLADModel", "NetVLADModel"):
+    r = results.get(model)
+    if r is None:
+        print(f"{model}: no result (see frame.log)")
+        continue
+    ratio = r["trainer_over_bare_loop"]
+    print(f"{model}: trainer {r['trainer_examples_per_sec']:.0f} videos/s, bare step {r['bare_loop_examples_per_sec']:.0f}"
+          f" -> {ratio:.0%} (target >= 80%: {'met' if ratio >= 0.8 else 'NOT met'}); input wait "
+          f"{r['input_wait_fraction']:.1%}")
+r = results.get("MoeModel")
+if r is None:
+    print("MoeModel: no result (see video.log)")
+else:
+    wait = r["input_wait_fraction"]
+    print(f"MoeModel (video level, streamed): {r['trainer_examples_per_sec']:.0f} examples/s, input wait {wait:.1%} "
+          f"(target <= 10%: {'met' if wait <= 0.10 else 'NOT met'})")
+EOF
