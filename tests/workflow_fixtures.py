@@ -5,6 +5,7 @@ Test modules import what they use (`from workflow_fixtures import ...`); pytest 
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,19 @@ from yt8m.data.synthetic import write_synthetic
 
 NUM_CLASSES = 12
 FEATURE_SIZES = (16, 8)
+VERTICALS = 3
+
+
+@pytest.fixture(scope="session")
+def vocabulary(tmp_path_factory) -> str:
+    """A vocabulary CSV whose Vertical1 maps the 12 classes to 3 verticals (v0, v1, v2), rows out of order."""
+    path = tmp_path_factory.mktemp("vocabulary") / "vocabulary.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Index", "Name", "Vertical1"])
+        for index in reversed(range(NUM_CLASSES)):
+            writer.writerow([index, f"class, {index}", f"v{index % VERTICALS}"])
+    return str(path)
 
 
 @pytest.fixture(scope="session")

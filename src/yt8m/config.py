@@ -345,10 +345,8 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
             return float(value)
         if kind is str:
             return str(value)
-        if kind == list[dict]:
-            return _mapping_list(value)
-        if kind is dict:
-            return _mapping(value)
+        if kind == list[dict] or kind is dict:
+            return _yaml_field(value, list if kind != dict else dict)
         if typing.get_origin(kind) is list:
             return parse_list(value, typing.get_args(kind)[0])
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
@@ -356,33 +354,19 @@ def _coerce(cls: type, name: str, value: Any, source: str) -> Any:
     return value
 
 
-def _mapping_list(value: Any) -> list:
-    """The tasks: YAML's list of mappings, or the same as YAML text from a flag, empty text for none (each entry is
-    checked later)."""
+def _yaml_field(value: Any, kind: type) -> Any:
+    """A list-of-mappings field (tasks:) or a mapping field (model_hparams): YAML's value, or the same as YAML text
+    from a flag, empty text for none (the entries are checked later)."""
     if isinstance(value, str):
         try:
             value = yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ValueError(value) from err
     if value is None:
-        return []
-    if not isinstance(value, (list, tuple)):
+        return kind()
+    if not isinstance(value, (list, tuple) if kind is list else dict):
         raise ValueError(value)
-    return list(value)
-
-
-def _mapping(value: Any) -> dict:
-    """A mapping field (model_hparams): YAML's mapping, or the same as YAML text from a flag."""
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError as err:
-            raise ValueError(value) from err
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(value)
-    return dict(value)
+    return kind(value)
 
 
 def _type_name(kind: Any) -> str:

@@ -3,7 +3,6 @@ interleaved data, per-task losses and metrics (TASK/METRIC), best tracking per t
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -13,7 +12,8 @@ import pytest
 import yaml
 import torch
 
-from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
+from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config,  # noqa: F401
+                               vocabulary)
 from yt8m.training.checks import train_config_problems
 from yt8m.data.batch import Batch
 from yt8m.cli import main
@@ -24,21 +24,6 @@ from yt8m.tasks.spec import resolve_tasks
 from yt8m.training.data import interleave
 from yt8m.tasks.taskset import plan_tasks
 from yt8m.training import train
-
-VERTICALS = 3
-
-
-@pytest.fixture(scope="module")
-def vocabulary(tmp_path_factory) -> str:
-    """A vocabulary CSV whose Vertical1 maps the 12 classes to 3 verticals (v0, v1, v2), rows out of order."""
-    path = tmp_path_factory.mktemp("vocabulary") / "vocabulary.csv"
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["Index", "Name", "Vertical1"])
-        for index in reversed(range(NUM_CLASSES)):
-            writer.writerow([index, f"class, {index}", f"v{index % VERTICALS}"])
-    return str(path)
-
 
 @pytest.fixture(scope="module")
 def other_release(tmp_path_factory) -> dict:

@@ -4,13 +4,12 @@ refused with one line naming them, before the train dir is touched; --revert_to_
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 import torch
 import yaml
 
-from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
+from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config,  # noqa: F401
+                               vocabulary)
 from yt8m.cli import main as cli_main
 from yt8m.config import config_values
 from yt8m.io.checkpoints import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
@@ -18,17 +17,6 @@ from yt8m.models import create_model
 from yt8m.training.optim import build_optimizer, load_optimizer_state, optimizer_state
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def vocabulary(tmp_path_factory) -> str:
-    """Vertical1 of the 12 classes: 3 verticals, so the vertical head is narrower than the main one."""
-    path = tmp_path_factory.mktemp("vocabulary") / "vocabulary.csv"
-    with open(path, "w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["Index", "Name", "Vertical1"])
-        writer.writerows([index, f"class {index}", f"v{index % 3}"] for index in range(NUM_CLASSES))
-    return str(path)
 
 
 def train_with_tasks(data: dict, tmp_path, vocabulary: str, tasks: list[dict], max_steps: int, capsys) -> int:
@@ -50,7 +38,8 @@ def test_a_reordered_task_list_resumes_each_heads_state_on_its_own_parameters(ti
     assert train_with_tasks(tiny_data, tmp_path, vocabulary, [vertical, main], 8, capsys) == 0
     assert [step for step, _ in list_checkpoints(str(tmp_path / "run"))][-1] == 8
 
-    model = torch.nn.ModuleDict({"vertical": create_model("MoeModel", 24, 3), "main": create_model("MoeModel", 24, 12)})
+    model = torch.nn.ModuleDict({"vertical": create_model("MoeModel", 24, VERTICALS),
+                                 "main": create_model("MoeModel", 24, NUM_CLASSES)})
     named = dict(zip(saved["param_names"], (index for group in saved["param_groups"] for index in group["params"])))
     renamed = {f"{name.split('.')[1]}.{name.split('.', 2)[2]}": index for name, index in named.items()
                if name.startswith("heads.")}
