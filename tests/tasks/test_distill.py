@@ -104,6 +104,7 @@ def test_a_video_the_teacher_lacks_is_an_error_naming_it_the_teacher_and_its_rec
     assert f"has no prediction for video {dropped!r}" in err and str(partial) in err
     assert "(record at byte" in err and "train-" in err
     assert latest_checkpoint(str(tmp_path / "run")) is None
+    assert not (tmp_path / "run").exists()  # nothing of the failed start is left: no config.yaml, events, sizes
 
 
 def test_a_top_k_file_warns_that_missing_classes_count_as_zero(tmp_path, caplog):
