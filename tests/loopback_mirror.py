@@ -47,7 +47,6 @@ class Mirror:
         self.plan = json.dumps(plan).encode()
         self.faults: dict[str, list[str]] = {}
         self.requests: list[tuple[str, str]] = []
-        self.sending, self.most_sending = 0, 0  # responses being sent at once, now and at most
         self.bytes_sent = 0
         self._count = threading.Lock()
         self.stalled = threading.Event()
@@ -116,16 +115,10 @@ class Mirror:
                     return
                 if fault == "wrong":
                     data = bytes([data[0] ^ 1]) + data[1:]
-                with mirror._count:
-                    mirror.sending += 1
-                    mirror.most_sending = max(mirror.most_sending, mirror.sending)
                 try:
                     self._write_body(data, fault, extra)
                 except OSError:
                     pass  # the client hung up (a cut-off transfer)
-                finally:
-                    with mirror._count:
-                        mirror.sending -= 1
 
             def _write_body(self, data: bytes, fault: str | None, extra: int) -> None:
                 if fault in ("drop", "stall"):
