@@ -183,10 +183,14 @@ def test_task_fields_that_cannot_be_searched_are_named(tmp_path, shards, capsys)
     assert "7 problem(s)" in err
 
 
-@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_frame.yaml"])
-def test_example_configs_are_valid(name):
+@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_video_gpu.yaml", "tune_frame.yaml", "tune_frame_gpu.yaml"])
+def test_example_configs_are_valid_and_enqueue_whole_configurations(name):
+    """Each enqueued baseline sets exactly the fields active for it: none is left to chance (a FixedTrial refuses a
+    field it lacks), none is set that its model ignores."""
     spec = load_tune_spec(str(REPO_ROOT / "configs" / name))
     assert spec.search and spec.enqueue and spec.settings.study_dir == os.path.join("studies", name[:-5])
+    for entry in spec.enqueue:
+        assert spec.sample(optuna.trial.FixedTrial(entry)) == entry
 
 
 def test_when_makes_a_field_conditional(tmp_path, shards):
