@@ -86,7 +86,7 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
                      "search.base_learning_rate: inverted range, low 0.5 > high 0.1",
                      "search.moe_num_mixtures: empty range",
                      "search.l2_penalty: type 'gaussian' is not a distribution",
-                     "search.batch_size: 'when' refers to 'optimizer', which is not a field searched above it",
+                     "search.batch_size: 'when' refers to 'optimizer', which is not a searched field",
                      "search.num_epochs: 'num_epochs' holds integers; use type: int",
                      "objective.metric 'accuracy' is not a validation metric",
                      "tune.sampler 'annealing'", "tune.pruner 'sometimes'"]:
@@ -150,10 +150,14 @@ def test_task_fields_that_cannot_be_searched_are_named(tmp_path, shards, capsys)
     assert "7 problem(s)" in err
 
 
-@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_frame.yaml"])
-def test_example_configs_are_valid(name):
+@pytest.mark.parametrize("name", ["tune_video.yaml", "tune_video_gpu.yaml", "tune_frame.yaml", "tune_frame_gpu.yaml"])
+def test_example_configs_are_valid_and_enqueue_whole_configurations(name):
+    """Each enqueued baseline sets exactly the fields active for it: none is left to chance (a FixedTrial refuses a
+    field it lacks), none is set that its model ignores."""
     spec = load_tune_spec(str(REPO_ROOT / "configs" / name))
     assert spec.search and spec.enqueue and spec.settings.study_dir == os.path.join("studies", name[:-5])
+    for entry in spec.enqueue:
+        assert spec.sample(optuna.trial.FixedTrial(entry)) == entry
 
 
 def test_when_makes_a_field_conditional(tmp_path, shards):
@@ -166,6 +170,57 @@ def test_when_makes_a_field_conditional(tmp_path, shards):
     config = spec.trial_config(moe, str(tmp_path / "trial"))
     assert (config.model, config.model_hparams["moe_num_mixtures"], config.num_classes) == ("MoeModel", 3, NUM_CLASSES)
     assert config.start_new_model and config.train_dir == str(tmp_path / "trial")
+
+
+# `l2_penalty` sorts before `model`, which its `when` names: an alphabetical dump puts it above the field it needs.
+CONDITIONED_ABOVE = {**SEARCH, "l2_penalty": {"type": "float", "low": 1e-8, "high": 1e-5, "log": True,
+                                              "when": {"model": "MoeModel"}}}
+
+
+def test_a_resorted_file_tunes_with_each_field_after_the_fields_its_when_names(tmp_path, shards, capsys):
+    path = tune_file(tmp_path / "tune.yaml", shards, CONDITIONED_ABOVE, tune={"pruner": "none", "n_startup_trials": 4})
+    Path(path).write_text(yaml.safe_dump(yaml.safe_load(Path(path).read_text()), sort_keys=True))
+    assert list(yaml.safe_load(Path(path).read_text())["search"])[:2] == ["base_learning_rate", "l2_penalty"]
+    assert [param.name for param in load_tune_spec(path).search] == \
+        ["base_learning_rate", "model", "l2_penalty", "moe_num_mixtures"]
+
+    summary = tune_in_process(capsys, "--config", path, "--n_trials", "4")
+    assert summary["n_trials"]["complete"] == 4
+    trials = load_study(tmp_path / "study").trials
+    assert {trial.params["model"] for trial in trials} == {"LogisticModel", "MoeModel"}
+    for trial in trials:
+        moe = trial.params["model"] == "MoeModel"
+        assert ("l2_penalty" in trial.params) == moe and ("moe_num_mixtures" in trial.params) == moe
+
+
+def test_a_file_in_when_order_keeps_its_order_and_samples_the_same_points_every_time(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, CONDITIONED_ABOVE)
+    assert [param.name for param in load_tune_spec(path).search] == list(CONDITIONED_ABOVE)
+    Path(path).write_text(yaml.safe_dump(yaml.safe_load(Path(path).read_text()), sort_keys=True))
+
+    def sampled() -> list[dict]:
+        spec = load_tune_spec(path)
+        study = optuna.create_study(sampler=create_sampler(TuneSettings(sampler="tpe", n_startup_trials=3)),
+                                    direction="maximize")
+        study.optimize(lambda trial: spec.sample(trial)["base_learning_rate"], n_trials=6)
+        return [trial.params for trial in study.trials]
+
+    assert sampled() == sampled()
+
+
+def test_a_cycle_of_when_conditions_is_one_error_naming_it(tmp_path, shards, capsys):
+    search = {"model": {"type": "categorical", "choices": ["LogisticModel", "MoeModel"],
+                        "when": {"moe_num_mixtures": 2}},
+              "moe_num_mixtures": {"type": "int", "low": 1, "high": 3, "when": {"model": "MoeModel"}},
+              "l2_penalty": {"type": "float", "low": 1e-8, "high": 1e-5, "when": {"l2_penalty": 1e-6}},
+              "base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "when": {"model": "MoeModel"}}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search)
+    assert cli.main(["tune", "--config", path]) == 1
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    assert "search: the 'when' conditions form a cycle, model -> moe_num_mixtures -> model" in err
+    assert "search: the 'when' conditions form a cycle, l2_penalty -> l2_penalty" in err
+    assert not (tmp_path / "study").exists()
 
 
 def test_flags_override_the_file_and_names_default_from_it(tmp_path, shards):

@@ -123,7 +123,8 @@ class TuneSpec:
     document: dict[str, Any] = field(default_factory=dict)  # the file as read, for the copy in the study dir
 
     def sample(self, trial: optuna.Trial) -> dict[str, Any]:
-        """The trial's values of the active fields, suggested in file order so `when` sees its inputs."""
+        """The trial's values of the active fields, suggested in sampling order (each field after the fields its
+        `when` names) so `when` sees its inputs."""
         values: dict[str, Any] = {}
         for param in self.search:
             if param.is_active(values):
@@ -281,6 +282,7 @@ def _read_search(path: str, section: dict, train: dict[str, Any], problems: list
     if not section:
         problems.append(f"{path}: section 'search' must name at least one field to search")
     params: list[Param] = []
+    raw_when: dict[str, tuple[str, Any]] = {}
     for name, spec in section.items():
         where = f"{path}: search.{name}"
         if name.startswith(TASK_PREFIX):
@@ -297,13 +299,51 @@ def _read_search(path: str, section: dict, train: dict[str, Any], problems: list
         if not isinstance(spec, dict):
             problems.append(f"{where}: expected a mapping like {{type: float, low: ..., high: ...}}, got {spec!r}")
             continue
-        param = _read_param(where, name, spec, params, problems)
+        param = _read_param(where, name, spec, problems)
         if param is not None:
             params.append(param)
-    return params
+            raw_when[name] = (where, spec.get("when"))
+    # `when` may name any searched field, above or below it: conditions are read once every field is known.
+    by_name = {param.name: param for param in params}
+    params = [dataclasses.replace(param, when=_read_when(*raw_when[param.name], by_name, problems))
+              for param in params]
+    return _sampling_order(path, params, problems)
 
 
-def _read_param(where: str, name: str, spec: dict, earlier: list[Param], problems: list[str]) -> Optional[Param]:
+def _sampling_order(path: str, params: list[Param], problems: list[str]) -> list[Param]:
+    """The fields in the order trials sample them: file order, except that each field waits for the fields its
+    `when` names (a stable topological sort, so a file in that order keeps it and a file samples the same way
+    every time). A cycle of `when` conditions is a problem naming its fields; each cycle is reported once."""
+    ordered: list[Param] = []
+    placed: set[str] = set()
+    pending = list(params)
+    while pending:
+        ready = next((param for param in pending if all(name in placed for name, _ in param.when)), None)
+        if ready is None:
+            cycle = _when_cycle(pending, placed)
+            problems.append(f"{path}: search: the 'when' conditions form a cycle, {' -> '.join(cycle)} "
+                            f"(each field's 'when' names the next); no field can be sampled first")
+            placed.update(cycle)  # taken as sampled, so that the fields after the cycle are still checked
+            continue
+        ordered.append(ready)
+        placed.add(ready.name)
+        pending.remove(ready)
+    return ordered
+
+
+def _when_cycle(pending: list[Param], placed: set[str]) -> list[str]:
+    """A cycle among fields none of which can be sampled: each waits for another unplaced one, so following
+    the first such wait from any of them must come back to a field already seen."""
+    by_name = {param.name: param for param in pending}
+    path = [pending[0].name]
+    while True:
+        waits_for = next(name for name, _ in by_name[path[-1]].when if name not in placed)
+        if waits_for in path:
+            return path[path.index(waits_for):] + [waits_for]
+        path.append(waits_for)
+
+
+def _read_param(where: str, name: str, spec: dict, problems: list[str]) -> Optional[Param]:
     kind = spec.get("type")
     if kind not in DISTRIBUTION_KEYS:
         problems.append(f"{where}: type {kind!r} is not a distribution (use one of: {', '.join(DISTRIBUTION_KEYS)})")
@@ -313,15 +353,14 @@ def _read_param(where: str, name: str, spec: dict, earlier: list[Param], problem
         problems.append(f"{where}: unknown key(s) {', '.join(unknown)} for type {kind} "
                         f"(allowed: type, {', '.join(sorted(DISTRIBUTION_KEYS[kind]))}, when)")
     before = len(problems)
-    when = _read_when(where, spec.get("when"), earlier, problems)
     if kind == "categorical":
         choices = _read_choices(where, name, spec.get("choices"), problems)
-        return Param(name, kind, choices=choices, when=when) if len(problems) == before else None
+        return Param(name, kind, choices=choices) if len(problems) == before else None
     bounds = _read_range(where, name, kind, spec, problems)
     if bounds is None or len(problems) != before:
         return None
     low, high, step, log = bounds
-    return Param(name, kind, low=low, high=high, step=step, log=log, when=when)
+    return Param(name, kind, low=low, high=high, step=step, log=log)
 
 
 def _coerce_value(name: str, value: Any, source: str, problems: list[str]) -> Any:
@@ -375,18 +414,17 @@ def _is_number(value: Any, number: type | tuple) -> bool:
     return isinstance(value, number) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _read_when(where: str, raw: Any, earlier: list[Param], problems: list[str]) -> tuple:
+def _read_when(where: str, raw: Any, by_name: dict[str, Param], problems: list[str]) -> tuple:
     if raw is None:
         return ()
     if not isinstance(raw, dict) or not raw:
-        problems.append(f"{where}: 'when' must map earlier searched fields to a value or list of values, got {raw!r}")
+        problems.append(f"{where}: 'when' must map other searched fields to a value or list of values, got {raw!r}")
         return ()
-    by_name = {param.name: param for param in earlier}
     conditions = []
     for name, wanted in raw.items():
         if name not in by_name:
-            problems.append(f"{where}: 'when' refers to '{name}', which is not a field searched above it "
-                            f"(searched above: {', '.join(by_name) or 'none'})")
+            problems.append(f"{where}: 'when' refers to '{name}', which is not a searched field "
+                            f"(searched: {', '.join(by_name) or 'none'})")
             continue
         values = tuple(wanted) if isinstance(wanted, list) else (wanted,)
         coerced = tuple(_coerce_value(name, value, f"{where}: when.{name}", problems) for value in values)
