@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -547,6 +549,60 @@ def _shown_default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return ",".join(map(str, f.default_factory()))
     return f.default
+
+
+class FlagError(ValueError):
+    """A command line a command cannot take (an unknown flag, a missing or malformed value): one line, exit 1."""
+
+
+class FlagParser(argparse.ArgumentParser):
+    """The flags of a `yt8m` command: only whole names (argparse would take --num_epoch as --num_epochs), and a bad
+    command line raised as a FlagError of one line, an unknown flag with the nearest known one, instead of argparse's
+    usage block and exit status 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                   namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+        argv = list(sys.argv[1:] if args is None else args)
+        # Unknown flags first: argparse would otherwise name a required flag the misspelt one was meant to be.
+        unknown = self._unknown_flags(argv)
+        if unknown:
+            known = self._flag_names()
+            named = ", ".join(f"{flag}{_did_you_mean(flag, known)}" for flag in unknown)
+            raise FlagError(f"unknown flag{'s' if len(unknown) > 1 else ''} {named}; {self._help_hint()}")
+        parsed, extra = self.parse_known_args(argv, namespace)
+        if extra:
+            raise FlagError(f"unexpected argument(s) {' '.join(map(repr, extra))}; {self._help_hint()}")
+        return parsed
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise FlagError(f"{message}; {self._help_hint()}")
+
+    def _unknown_flags(self, argv: list[str]) -> list[str]:
+        """The long flags of `argv` that no parser of this command takes (up to a `--`, after which all is values)."""
+        known = set(self._flag_names(hidden=True))
+        given = argv[:argv.index("--")] if "--" in argv else argv
+        return [flag for flag in (token.split("=", 1)[0] for token in given if token.startswith("--"))
+                if flag not in known]
+
+    def _flag_names(self, hidden: bool = False) -> list[str]:
+        """Every long flag of this parser and of its sub-commands' (`yt8m bench read`); `hidden`: also those the
+        help leaves out (--noframe_features)."""
+        parsers = [self] + [sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
+                            for sub in action.choices.values()]
+        return [flag for parser in parsers for action in parser._actions for flag in action.option_strings
+                if flag.startswith("--") and (hidden or action.help != argparse.SUPPRESS)]
+
+    def _help_hint(self) -> str:
+        return f"`{self.prog} --help` lists the flags"
+
+
+def _did_you_mean(flag: str, known: Sequence[str]) -> str:
+    match = difflib.get_close_matches(flag, known, n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser) -> None:

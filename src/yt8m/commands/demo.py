@@ -6,13 +6,12 @@ Each stage calls the same public function as its own command, so the demo runs t
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
 from typing import Any, Sequence
 
-from yt8m.config import EvalConfig, PredictConfig, TrainConfig
+from yt8m.config import EvalConfig, FlagParser, PredictConfig, TrainConfig
 from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
 from yt8m.data.synthetic import write_synthetic
@@ -157,7 +156,7 @@ def _segment_lines(segments: Any) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m demo", description=__doc__)
+    parser = FlagParser(prog="yt8m demo", description=__doc__)
     parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
     parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
     parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")

@@ -5,19 +5,19 @@ Reads whatever the data layer reads (local, gs://, s3://, GZIP; Example or Seque
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 from typing import Optional, Sequence
 
+from yt8m.config import FlagParser
 from yt8m.fields import parse_bool
 from yt8m.data.inspection import RecordSource, Summary, record_json, summary_lines
 from yt8m.data.tfrecord import expand_pattern
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
+def build_parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
     parser.add_argument("pattern", help="File path or glob; comma-separated for several (gs://, s3:// too).")
     parser.add_argument("--frame_features", nargs="?", const=True, default=None, type=parse_bool, metavar="BOOL",
                         help="Read records as SequenceExamples (true) or Examples (false). Default: a record "

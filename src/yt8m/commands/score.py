@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Sequence
 
+from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
 from yt8m.eval.score import score_files
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
@@ -15,7 +15,7 @@ from yt8m.eval.segment_score import score_segment_files
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m score", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m score", description=__doc__.splitlines()[0])
     parser.add_argument("--predictions", required=True,
                         help="Kaggle CSV: VideoId,LabelConfidencePairs (with --segment_labels: Class,Segments).")
     parser.add_argument("--labels", required=True,

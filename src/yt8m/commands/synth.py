@@ -7,13 +7,14 @@ import argparse
 import json
 from typing import Optional
 
+from yt8m.config import FlagParser
 from yt8m.fields import parse_list
 from yt8m.data.synthetic import KINDS, write_synthetic
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m synth", description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def _parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m synth", description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output_dir", required=True, help="Folder (or fsspec URL) to write <kind>/ folders into.")
     parser.add_argument("--kind", choices=KINDS + ("all",), default="video",
                         help="video: Examples; frame: SequenceExamples; segment: frame level with 2019 ratings.")

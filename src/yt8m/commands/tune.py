@@ -4,12 +4,11 @@ finished trials, then write the report, best.yaml and plots, and print one JSON 
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 from typing import Sequence
 
-from yt8m.config import add_config_arguments, field_names
+from yt8m.config import FlagParser, add_config_arguments, field_names
 from yt8m.runtime import setup_logging
 from yt8m.tune.report import print_leaderboard
 from yt8m.tune.runner import EXIT_INTERRUPTED, interrupt_once, run_tune
@@ -17,7 +16,7 @@ from yt8m.tune.space import TuneSettings, load_tune_spec
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m tune", description=__doc__)
+    parser = FlagParser(prog="yt8m tune", description=__doc__)
     parser.add_argument("--config", required=True, metavar="TUNE.yaml",
                         help="Tuning file with train:, search:, objective: and optional tune: sections.")
     add_config_arguments(parser, TuneSettings)

@@ -4,12 +4,12 @@ JSON line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from typing import Sequence
 
+from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
 from yt8m.tune.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
 from yt8m.tune.space import load_tune_spec
@@ -17,7 +17,7 @@ from yt8m.tune.study import STUDY_FILE, load_existing_study
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m tune-report", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m tune-report", description=__doc__.splitlines()[0])
     parser.add_argument("study_dir", help="The --study_dir of a `yt8m tune` run.")
     parser.add_argument("--storage", default="", help="Storage URL, when the study is not in DIR/study.db "
                                                       "(the one saved in DIR/tune.yaml, password hidden, otherwise).")
