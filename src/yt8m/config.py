@@ -165,6 +165,8 @@ class TrainConfig(DataConfig):
                                            "uint8 frames as stored, a quarter of float32's bytes).")
     seed: int = setting(0, "Seed for initialization, shuffling and sampling.", at_least=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+    log_device_placement: bool = setting(False, "The starter kit's TensorFlow flag: accepted and logged, no effect "
+                                                "(the log names the device every run trains on).")
     mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "
                                     "GPU lacks it); CPU bfloat16, fast where the CPU has AMX or AVX512-BF16.")
     compile: bool = setting(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
@@ -271,13 +273,20 @@ class PredictConfig:
     segment_max_pred: int = setting(DEFAULT_TOP_N, "With --segment_labels: segments written per class, best first.",
                                     at_least=1)
     task: str = setting("", "A multi-task train dir: the task whose head predicts (default: its first task).")
+    input_model_tgz: str = setting("", "Predict with the model of this .tgz (written by --output_model_tgz, as the "
+                                       "starter kit's inference.py): unpacked into --untar_model_dir.")
+    untar_model_dir: str = setting("/tmp/yt8m-model", "With --input_model_tgz: the folder it is unpacked into (new or "
+                                                      "empty, or holding the same archive's files).")
+    output_model_tgz: str = setting("", "Also pack the model that predicts (its checkpoint and config, or its ONNX "
+                                        "export) into this .tgz, which --input_model_tgz reads.")
 
     def __post_init__(self) -> None:
         self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
 
     def _own_problems(self) -> list[str]:
-        if bool(self.model) == bool(self.train_dir):
-            return ["give exactly one of --train_dir (a checkpoint) and --model (an ONNX export)"]
+        if sum(map(bool, (self.model, self.train_dir, self.input_model_tgz))) != 1:
+            return ["give exactly one of --train_dir (a checkpoint), --model (an ONNX export) and --input_model_tgz "
+                    "(either, packed by --output_model_tgz)"]
         if self.task and self.model:
             return ["--task picks a head of a multi-task train dir: an ONNX export has one (`yt8m export --task`)"]
         return []

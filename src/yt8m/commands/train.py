@@ -15,6 +15,8 @@ from yt8m.runtime import setup_logging
 from yt8m.training import train
 from yt8m.training.checks import train_config_problems
 
+log = logging.getLogger("yt8m.train")
+
 
 def parse_args(argv: Sequence[str]) -> TrainConfig:
     """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed and checked config (every problem of
@@ -30,6 +32,9 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
 def main(argv: Sequence[str]) -> int:
     config = parse_args(argv)
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
+    if config.log_device_placement:
+        log.info("--log_device_placement is the starter kit's TensorFlow flag: it has no effect here (the log names "
+                 "the device this run trains on)")
     if config.num_gpu > 1 and not launched_by_torchrun():
         relaunch_for_gpus(argv, config.num_gpu)
     summary = train(config, checked=True)
