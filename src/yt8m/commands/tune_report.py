@@ -1,12 +1,11 @@
 """`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its
-database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints one
-JSON line."""
+database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints the
+leaderboard to stderr and one JSON line to stdout."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Sequence
 
 from yt8m.config import FlagParser
@@ -44,10 +43,10 @@ def main(argv: Sequence[str]) -> int:
         raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
     study = load_existing_study(spec.settings)
     summary = write_report(study, spec)
-    print_leaderboard(study, spec, sys.stdout)
+    print_leaderboard(study, spec)
     if args.ensemble_top is not None:
         summary["ensemble"] = ensemble_of_best(spec, study, args.ensemble_top)
-        print_ensemble(summary["ensemble"], sys.stdout)
+        print_ensemble(summary["ensemble"])
     if args.retrain_best:
         summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
     print(json.dumps(summary), flush=True)
