@@ -244,6 +244,13 @@ class EvalConfig(DataConfig):
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+    per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
+                                 "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
+                                 "it: AP against training frequency, AP by vertical.")
+    vocabulary_file: str = setting("", "With --per_class: the label vocabulary CSV (the 2018 vocabulary.csv: Index, "
+                                       "Name, Vertical1, TrainVideoCount) naming the classes; default: the train "
+                                       "dir's. Its TrainVideoCount, where present, is the training frequency; else "
+                                       "the train dir's training shards are counted.")
 
 
 PREDICTION_FORMATS = ("csv", "jsonl")
