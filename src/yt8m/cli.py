@@ -6,6 +6,7 @@ bad flag, a missing or unwritable file) prints one line and exits 1; `--verbose`
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 import traceback
@@ -73,8 +74,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"yt8m: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
-        return 2
+        suggestion = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" (did you mean {suggestion[0]}?)" if suggestion else ""
+        print(f"yt8m: error: unknown command '{name}'{hint}; `yt8m --help` lists the commands", file=sys.stderr)
+        return 1
     configure_process_for(name)
     module_name, func_name = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module_name), func_name)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -163,6 +165,8 @@ class TrainConfig(DataConfig):
                                            "uint8 frames as stored, a quarter of float32's bytes).")
     seed: int = setting(0, "Seed for initialization, shuffling and sampling.", at_least=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+    log_device_placement: bool = setting(False, "The starter kit's TensorFlow flag: accepted and logged, no effect "
+                                                "(the log names the device every run trains on).")
     mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "
                                     "GPU lacks it); CPU bfloat16, fast where the CPU has AMX or AVX512-BF16.")
     compile: bool = setting(False, "torch.compile the forward pass and loss: fused elementwise work, after a compile at start.")
@@ -240,6 +244,13 @@ class EvalConfig(DataConfig):
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
     device: str = setting("auto", "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.", check=_device_name)
+    per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
+                                 "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
+                                 "it: AP against training frequency, AP by vertical.")
+    vocabulary_file: str = setting("", "With --per_class: the label vocabulary CSV (the 2018 vocabulary.csv: Index, "
+                                       "Name, Vertical1, TrainVideoCount) naming the classes; default: the train "
+                                       "dir's. Its TrainVideoCount, where present, is the training frequency; else "
+                                       "the train dir's training shards are counted.")
 
 
 PREDICTION_FORMATS = ("csv", "jsonl")
@@ -269,13 +280,20 @@ class PredictConfig:
     segment_max_pred: int = setting(DEFAULT_TOP_N, "With --segment_labels: segments written per class, best first.",
                                     at_least=1)
     task: str = setting("", "A multi-task train dir: the task whose head predicts (default: its first task).")
+    input_model_tgz: str = setting("", "Predict with the model of this .tgz (written by --output_model_tgz, as the "
+                                       "starter kit's inference.py): unpacked into --untar_model_dir.")
+    untar_model_dir: str = setting("/tmp/yt8m-model", "With --input_model_tgz: the folder it is unpacked into (new or "
+                                                      "empty, or holding the same archive's files).")
+    output_model_tgz: str = setting("", "Also pack the model that predicts (its checkpoint and config, or its ONNX "
+                                        "export) into this .tgz, which --input_model_tgz reads.")
 
     def __post_init__(self) -> None:
         self.num_readers = str(self.num_readers)  # a number given as such reads as the same text as from a flag
 
     def _own_problems(self) -> list[str]:
-        if bool(self.model) == bool(self.train_dir):
-            return ["give exactly one of --train_dir (a checkpoint) and --model (an ONNX export)"]
+        if sum(map(bool, (self.model, self.train_dir, self.input_model_tgz))) != 1:
+            return ["give exactly one of --train_dir (a checkpoint), --model (an ONNX export) and --input_model_tgz "
+                    "(either, packed by --output_model_tgz)"]
         if self.task and self.model:
             return ["--task picks a head of a multi-task train dir: an ONNX export has one (`yt8m export --task`)"]
         return []
@@ -531,6 +549,60 @@ def _shown_default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return ",".join(map(str, f.default_factory()))
     return f.default
+
+
+class FlagError(ValueError):
+    """A command line a command cannot take (an unknown flag, a missing or malformed value): one line, exit 1."""
+
+
+class FlagParser(argparse.ArgumentParser):
+    """The flags of a `yt8m` command: only whole names (argparse would take --num_epoch as --num_epochs), and a bad
+    command line raised as a FlagError of one line, an unknown flag with the nearest known one, instead of argparse's
+    usage block and exit status 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                   namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+        argv = list(sys.argv[1:] if args is None else args)
+        # Unknown flags first: argparse would otherwise name a required flag the misspelt one was meant to be.
+        unknown = self._unknown_flags(argv)
+        if unknown:
+            known = self._flag_names()
+            named = ", ".join(f"{flag}{_did_you_mean(flag, known)}" for flag in unknown)
+            raise FlagError(f"unknown flag{'s' if len(unknown) > 1 else ''} {named}; {self._help_hint()}")
+        parsed, extra = self.parse_known_args(argv, namespace)
+        if extra:
+            raise FlagError(f"unexpected argument(s) {' '.join(map(repr, extra))}; {self._help_hint()}")
+        return parsed
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise FlagError(f"{message}; {self._help_hint()}")
+
+    def _unknown_flags(self, argv: list[str]) -> list[str]:
+        """The long flags of `argv` that no parser of this command takes (up to a `--`, after which all is values)."""
+        known = set(self._flag_names(hidden=True))
+        given = argv[:argv.index("--")] if "--" in argv else argv
+        return [flag for flag in (token.split("=", 1)[0] for token in given if token.startswith("--"))
+                if flag not in known]
+
+    def _flag_names(self, hidden: bool = False) -> list[str]:
+        """Every long flag of this parser and of its sub-commands' (`yt8m bench read`); `hidden`: also those the
+        help leaves out (--noframe_features)."""
+        parsers = [self] + [sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
+                            for sub in action.choices.values()]
+        return [flag for parser in parsers for action in parser._actions for flag in action.option_strings
+                if flag.startswith("--") and (hidden or action.help != argparse.SUPPRESS)]
+
+    def _help_hint(self) -> str:
+        return f"`{self.prog} --help` lists the flags"
+
+
+def _did_you_mean(flag: str, known: Sequence[str]) -> str:
+    match = difflib.get_close_matches(flag, known, n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser) -> None:

@@ -40,19 +40,25 @@ def test_synth_train_finetune_predict_score(tmp_path):
          cwd=tmp_path)
     yt8m("train", *MODEL_FLAGS, "--segment_labels", "--init_from", "video_run", "--train_data_pattern", train,
          "--train_dir", "segment_run", "--num_epochs", "4", cwd=tmp_path)
-    (tmp_path / "classes.csv").write_text("Index\n" + "".join(f"{i}\n" for i in range(NUM_CLASSES)))
+    # synth lists the rated classes as the 2019 segment_vocabulary.csv does: the rows a submission needs.
+    rated_classes = [int(line.split(",")[0]) for line in
+                     (tmp_path / "segment" / "segment_vocabulary.csv").read_text().splitlines()[1:]]
 
     scores = {}
     for run in ("video_run", "segment_run"):
         summary = json.loads(yt8m("predict", "--segment_labels", "--input_data_pattern", validate, "--train_dir", run,
-                                  "--segment_label_ids_file", "classes.csv", "--output_file", f"{run}.csv",
-                                  "--num_readers", "0", cwd=tmp_path).strip().splitlines()[-1])
+                                  "--segment_label_ids_file", "segment/segment_vocabulary.csv", "--output_file",
+                                  f"{run}.csv", "--num_readers", "0", cwd=tmp_path).strip().splitlines()[-1])
         rows = submission_rows(tmp_path / f"{run}.csv")
-        assert sorted(rows) == list(range(NUM_CLASSES))
+        assert sorted(rows) == rated_classes
         # Every segment of every validate video is a candidate of every class (30-80 frames: 6-16 segments each).
         assert all(len(segments) == summary["segments"] for segments in rows.values())
         assert 80 * 6 <= summary["segments"] <= 80 * 16
         scores[run] = json.loads(yt8m("score", "--segment_labels", "--predictions", f"{run}.csv", "--labels",
                                       validate, "--num_classes", str(NUM_CLASSES), cwd=tmp_path))
     assert scores["video_run"]["num_rated_pairs"] == scores["segment_run"]["num_rated_pairs"] > 0
+    # Predicting every segment and scoring the submission gives the segment mAP eval computes on the rated segments.
+    evaluated = json.loads(yt8m("eval", "--segment_labels", "--eval_data_pattern", validate, "--train_dir",
+                                "segment_run", "--run_once", "--num_readers", "0", cwd=tmp_path))
+    assert evaluated["segment_map"] == pytest.approx(scores["segment_run"]["segment_map"], abs=1e-9)
     assert scores["segment_run"]["segment_map"] > scores["video_run"]["segment_map"] + 0.02, scores

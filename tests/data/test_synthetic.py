@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -127,7 +128,7 @@ def test_same_seed_writes_the_same_bytes(tmp_path):
         return {p.relative_to(tmp_path / folder): p.read_bytes() for p in sorted((tmp_path / folder).rglob("*.*"))}
 
     first = files(1, "a")
-    assert len(first) == 2 * 8 and first == files(1, "b")
+    assert len(first) == 2 * 8 + 3 and first == files(1, "b")  # shards, labels CSVs, vocabularies
     changed = files(2, "c")
     assert all(changed[name] != content for name, content in first.items() if name.suffix == ".tfrecord")
 
@@ -167,9 +168,9 @@ def test_cli_writes_every_kind_gzipped_with_2017_ids(tmp_path, capsys):
             "--validate_videos", "3", "--test_videos", "2", "--shards", "2", "--gzip", "--id_key", "video_id",
             "--feature_sizes", "8,4", "--min_frames", "3", "--max_frames", "12"]
     assert main(argv) == 0
-    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [entry["kind"] for entry in printed] == ["video", "frame", "segment"]
-    for entry in printed:
+    printed = json.loads(capsys.readouterr().out)  # one JSON line, each kind's files under its name
+    assert list(printed) == ["kind", "video", "frame", "segment"] and printed["kind"] == "all"
+    for entry in (printed[kind] for kind in ("video", "frame", "segment")):
         assert [Path(p).name for p in entry["train"]] == ["train-00000-of-00002.tfrecord.gz",
                                                          "train-00001-of-00002.tfrecord.gz"]
         assert Path(entry["train"][0]).read_bytes()[:2] == b"\x1f\x8b"
@@ -188,3 +189,35 @@ def test_bad_arguments_are_rejected(tmp_path):
         write_synthetic(str(tmp_path), kind="frame", min_frames=10, max_frames=5)
     with pytest.raises(ValueError, match="feature_sizes"):
         main(["--output_dir", str(tmp_path), "--feature_sizes", "1024,x"])
+
+
+def test_the_vocabulary_lists_every_class_as_the_2018_file_does(video_data):
+    with open(video_data["vocabulary"], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["Index", "TrainVideoCount", "KnowledgeGraphId", "Name", "WikiUrl", "Vertical1",
+                             "Vertical2", "Vertical3", "WikiDescription"]
+    assert sorted(int(row["Index"]) for row in rows) == list(range(NUM_CLASSES))
+    counts = [int(row["TrainVideoCount"]) for row in rows]
+    assert counts == sorted(counts, reverse=True) and [row["Index"] for row in rows] != sorted(
+        (row["Index"] for row in rows), key=int)  # ordered by count, as the real file: look rows up by Index
+    train = records_of(video_data["train"])
+    labelled = np.bincount([label for record in train for label in record["labels"].tolist()], minlength=NUM_CLASSES)
+    assert {int(row["Index"]): int(row["TrainVideoCount"]) for row in rows} == dict(enumerate(labelled.tolist()))
+    assert len({row["Vertical1"] for row in rows}) > 1
+
+
+def test_the_segment_vocabulary_lists_the_rated_classes_with_their_counts(tmp_path):
+    written = write_synthetic(str(tmp_path), kind="segment", num_classes=NUM_CLASSES, train_videos=40,
+                              validate_videos=20, test_videos=4, shards=2, feature_sizes=(8, 4), seed=2)
+    rated = np.zeros((NUM_CLASSES, 2), np.int64)
+    for path in written["train"] + written["validate"]:
+        for _, payload in read_records(path):
+            context = parse_record(payload)["context"]
+            np.add.at(rated, (context["segment_labels"], 0), context["segment_scores"].astype(np.int64))
+            np.add.at(rated, (context["segment_labels"], 1), 1)
+    with open(written["segment_vocabulary"], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["Index", "KnowledgeGraphId", "Name", "PositiveSegmentCount", "TotalSegmentCount"]
+    assert [int(row["Index"]) for row in rows] == np.flatnonzero(rated[:, 1]).tolist()
+    assert [[int(row["PositiveSegmentCount"]), int(row["TotalSegmentCount"])] for row in rows] == \
+        rated[rated[:, 1] > 0].tolist()

@@ -107,6 +107,16 @@ def test_top_n_cuts_the_list_before_unrated_ids_are_dropped(capsys, tmp_path, fi
     assert three["segment_map"] == pytest.approx((1 / 1) / 3 / 8)  # 1 found of min(3 positives, 3)
 
 
+def test_a_submission_of_other_videos_is_an_error_not_a_zero(capsys, tmp_path, fixtures_dir):
+    """Predictions of the test split scored against the validate split's ratings used to print segment_map 0.0."""
+    submission = write(tmp_path, "sub.csv", "Class,Segments\n1962,tst1:0 tst1:5\n407,tst2:40\n")
+    code, _, err = run_score(capsys, submission, shards(fixtures_dir))
+    assert code == 1
+    assert err.splitlines() == [f"yt8m score: error: no video of {submission} has rated segments in the labels: its "
+                                "segments are of other videos (the test split's, while the ratings are the validate "
+                                "split's?) and would score 0; predict the rated split's segments to score them"]
+
+
 def test_label_csv_scores_as_the_shards_and_can_be_written_from_them(capsys, tmp_path, fixtures_dir):
     submission = write(tmp_path, "sub.csv", SUBMISSION)
     cache = str(tmp_path / "labels.csv")

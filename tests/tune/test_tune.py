@@ -273,10 +273,10 @@ def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys
         assert with_files == [f"trial-{more['best_trial']}"]
 
     assert cli.main(["tune-report", str(study_dir)]) == 0
-    out = capsys.readouterr().out
-    report = json.loads(out.strip().splitlines()[-1])
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # stdout: one JSON line; the leaderboard is for a person, on stderr
     assert report["best_value"] == more["best_value"]
-    assert "trial  state     gap" in out and "COMPLETE" in out
+    assert "trial  state     gap" in err and "COMPLETE" in err and "gap: GAP@20: every video's 20 best" in err
     for name in ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances"):
         assert Path(report["plots"][name]).stat().st_size > 0
     best = yaml.safe_load((study_dir / "best.yaml").read_text())
@@ -432,11 +432,12 @@ def test_two_tune_processes_share_one_postgres_study(tmp_path, shards):
 
 @pytest.mark.parametrize("report_every_steps, first_report, examples", [(0, 1, 240), (4, 4, 120)])
 def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_steps, first_report, examples):
-    """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30."""
+    """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30.
+    The pruner judges from the first complete trial on, at the first report, whatever TPE's n_startup_trials."""
     search = {"base_learning_rate": {"type": "float", "low": 1e-7, "high": 0.5, "log": True}}
     enqueue = [{"base_learning_rate": 0.1}, {"base_learning_rate": 1e-7}]
     path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=4,
-                     tune={"enqueue": enqueue, "n_startup_trials": 1, "report_every_steps": report_every_steps})
+                     tune={"enqueue": enqueue, "n_startup_trials": 8, "report_every_steps": report_every_steps})
     result = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "pruned")
     trials = load_study(result["study_dir"], "pruned").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"]

@@ -5,18 +5,17 @@ Prints one JSON line (examples, seconds, examples_per_sec, mb_per_sec, batches, 
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Optional
 
-from yt8m.config import DataConfig, config_from_dict
+from yt8m.config import DataConfig, FlagParser, config_from_dict
 from yt8m.data.dataset import FeatureSpec
 from yt8m.data.throughput import read_throughput
 from yt8m.runtime import reader_workers, setup_logging
 
 DEFAULT_FEATURES = {False: ("mean_rgb,mean_audio", "1024,128"), True: ("rgb,audio", "1024,128")}
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m bench", description=__doc__.splitlines()[0])
+def _parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     read = commands.add_parser("read", help="Time reading and decoding shards into batched tensors.")
     read.add_argument("pattern", help="File glob(s) of TFRecord shards; comma-separated for several.")

@@ -6,26 +6,35 @@ Each stage calls the same public function as its own command, so the demo runs t
 
 from __future__ import annotations
 
-import argparse
+import json
 import logging
 import os
+import sys
 import time
 from typing import Any, Sequence
 
-from yt8m.config import EvalConfig, PredictConfig, TrainConfig
+from yt8m.config import EvalConfig, FlagParser, PredictConfig, TrainConfig
 from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
 from yt8m.data.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_checkpoints
 from yt8m.inference.predict import run_predict
+from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.eval.score import score_files
 from yt8m.training import train
 from yt8m.eval.segment_score import score_segment_files
 import yaml
 from yt8m.tune.runner import run_tune
 from yt8m.tune.space import load_tune_spec
+from yt8m.tune.study import describe_counts
 
 log = logging.getLogger("yt8m.demo")
+REPORTED_METRICS = ("gap", "map", "hit_at_one", "perr")
+
+# The untuned MoeModel's settings; a larger step than the starter kit's 0.01: a few hundred steps on a small set must go
+# far.
+UNTUNED_LEARNING_RATE = 0.05
+UNTUNED_MIXTURES = 2
 
 
 def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 8000, num_epochs: int = 5,
@@ -43,8 +52,8 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     summary = train(TrainConfig(
         train_data_pattern=pattern.format("train"), train_dir=train_dir, model="MoeModel",
         feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=num_classes,
-        # A larger step than the starter kit's 0.01: a few hundred steps on a small set must go far.
-        batch_size=256, base_learning_rate=0.05, num_epochs=num_epochs, export_model_steps=train_videos // 256,
+        batch_size=256, base_learning_rate=UNTUNED_LEARNING_RATE, moe_num_mixtures=UNTUNED_MIXTURES,
+        num_epochs=num_epochs, export_model_steps=train_videos // 256,
         num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10))
 
     log.info("3/7 evaluating the final checkpoint on the validate split")
@@ -73,11 +82,9 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     ratings score them)."""
     data_dir = os.path.join(output_dir, "data")
     log.info("7/7 the 2019 segment task: %d segment-rated videos, a frame model fine-tuned on segments", videos)
-    write_synthetic(data_dir, kind="segment", num_classes=num_classes, train_videos=videos,
-                    validate_videos=videos // 4, test_videos=0, seed=seed)
+    written = write_synthetic(data_dir, kind="segment", num_classes=num_classes, train_videos=videos,
+                              validate_videos=videos // 4, test_videos=0, seed=seed)
     pattern = os.path.join(data_dir, "segment", "{}-*.tfrecord")
-    classes_file = os.path.join(output_dir, "segment_classes.csv")
-    write_file_atomically(classes_file, lambda out: out.write("Index\n" + "".join(f"{i}\n" for i in range(num_classes))))
     frame_dir = os.path.join(output_dir, "frame_dir")
     # Fine-tuning takes the starter kit's smaller step: at 0.05 it undid more than it learnt (segment mAP 0.98 -> 0.94).
     runs = [("video_labels", frame_dir, {"base_learning_rate": 0.05}),
@@ -91,7 +98,8 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
                           num_readers=0, start_new_model=True, seed=seed, log_every_steps=20, **settings))
         submission = os.path.join(output_dir, f"segments_{name}.csv")
         run_predict(PredictConfig(input_data_pattern=pattern.format("validate"), train_dir=train_dir,
-                                  output_file=submission, segment_labels=True, segment_label_ids_file=classes_file))
+                                  output_file=submission, segment_labels=True,
+                                  segment_label_ids_file=written["segment_vocabulary"]))
         scores[name] = score_segment_files(submission, pattern.format("validate"), num_classes=num_classes)
     return {"scores": scores, "submission": submission}
 
@@ -108,7 +116,9 @@ def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_tr
         "search": {"base_learning_rate": {"type": "float", "low": 0.005, "high": 0.2, "log": True},
                    "moe_num_mixtures": {"type": "int", "low": 1, "high": 4}},
         "objective": {"metric": "gap", "direction": "maximize"},
-        "tune": {"study_dir": study_dir, "n_trials": n_trials, "n_startup_trials": 2, "seed": seed},
+        # The untuned run's settings first: the baseline the search is to beat, as configs/tune_video.yaml does.
+        "tune": {"study_dir": study_dir, "n_trials": n_trials, "n_startup_trials": 2, "seed": seed,
+                 "enqueue": [{"base_learning_rate": UNTUNED_LEARNING_RATE, "moe_num_mixtures": UNTUNED_MIXTURES}]},
     }
     write_file_atomically(tune_file, lambda out: yaml.safe_dump(document, out, sort_keys=False))
     log.info("4/7 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
@@ -127,9 +137,11 @@ def format_report(result: dict[str, Any]) -> str:
         f"{train['examples_per_sec']:.0f} examples/s",
         f"  validate       GAP {validate['gap']:.4f}  mAP {validate['map']:.4f}  "
         f"Hit@1 {validate['hit_at_one']:.4f}  PERR {validate['perr']:.4f}  ({validate['num_videos']} videos)",
-        *_tune_lines(result["tune"]),
+        *_tune_lines(result["tune"], validate["gap"]),
         f"  test (scored)  GAP {test['gap']:.4f}",
         *_segment_lines(result["segments"]),
+        "  what they mean (higher is better, 1 is perfect):",
+        *(f"    {METRIC_MEANINGS[name]}" for name in REPORTED_METRICS + (("segment_map",) if result["segments"] else ())),
         f"  train dir      {result['train_dir']}  (checkpoints/, config.yaml, eval/metrics-*.json)",
         f"  predictions    {result['predictions']}",
         f"  TensorBoard    tensorboard --logdir {result['train_dir']}",
@@ -138,13 +150,29 @@ def format_report(result: dict[str, Any]) -> str:
     ])
 
 
-def _tune_lines(study: Any) -> list[str]:
+def _tune_lines(study: Any, untuned_gap: float) -> list[str]:
     if not study:
         return []
-    return [f"  tune           best validate GAP {study['best_value']:.4f} with {study['best_params']} "
-            f"(trials: {study['n_trials']})",
-            f"  study          {study['study_dir']}  (report, best.yaml, plots; "
-            f"yt8m tune --config {study['tune_file']} resumes it)"]
+    if study["best_value"] is None:
+        return [f"  tune           no trial completed ({describe_counts(study['n_trials'])})"]
+    params = ", ".join(f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
+                       for name, value in study["best_params"].items())
+    lines = [f"  tune           best validate GAP {study['best_value']:.4f} (trial {study['best_trial']}: {params}), "
+             f"{study['best_value'] - untuned_gap:+.4f} against the untuned run; trials: "
+             f"{describe_counts(study['n_trials'])}"]
+    if study["best_value"] <= untuned_gap:
+        searched = (f"{sum(study['n_trials'].values())} trials over {len(study['best_params'])} parameters are too few "
+                    "a search (--tune_trials searches further)")
+        if study["best_trial"] == study["baseline_trial"]:
+            noise = "" if abs(study["best_value"] - untuned_gap) < 1e-9 else (
+                f", to the run's {untuned_gap:.4f}: runs of the same settings differ by this much (noise)")
+            lines.append(f"                 no trial beat the untuned settings (their own trial scored "
+                         f"{study['best_value']:.4f}{noise}): {searched}")
+        else:
+            lines.append(f"                 below the untuned run: {searched}, and runs of the same settings differ "
+                         "by a few thousandths (noise)")
+    return lines + [f"  study          {study['study_dir']}  (report, best.yaml, plots; "
+                    f"yt8m tune --config {study['tune_file']} resumes it)"]
 
 
 def _segment_lines(segments: Any) -> list[str]:
@@ -157,7 +185,7 @@ def _segment_lines(segments: Any) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m demo", description=__doc__)
+    parser = FlagParser(prog="yt8m demo", description=__doc__)
     parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
     parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
     parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")
@@ -171,5 +199,20 @@ def main(argv: Sequence[str]) -> int:
     result = run_demo(args.output_dir, num_classes=args.num_classes, train_videos=args.train_videos,
                       num_epochs=args.num_epochs, tune_trials=args.tune_trials, segment_videos=args.segment_videos,
                       seed=args.seed)
-    print(format_report(result), flush=True)
+    # The report is for a person (stderr, with the logs); stdout carries one JSON line, as every command's.
+    print(format_report(result), file=sys.stderr, flush=True)
+    print(json.dumps(json_summary(result)), flush=True)
     return 0
+
+
+def json_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The demo's figures and files, for scripts."""
+    tune = result["tune"] or {}
+    segments = result["segments"]
+    return {"validate": result["validate"], "test": result["test"],
+            "tune": {key: tune.get(key) for key in ("best_value", "best_params", "best_trial", "baseline_value",
+                                                    "n_trials", "study_dir")} if tune else None,
+            "segment_map": {name: score["segment_map"] for name, score in segments["scores"].items()}
+            if segments else None,
+            "train_dir": result["train_dir"], "predictions": result["predictions"],
+            "seconds": round(result["seconds"], 1)}

@@ -9,13 +9,14 @@ import logging
 import sys
 from typing import Sequence
 
+from yt8m.config import FlagParser
 from yt8m.io import storage
 from yt8m.data.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m download", description=" ".join(__doc__.split()),
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def _parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m download", description=" ".join(__doc__.split()),
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--partition", required=True,
                         help="VERSION/KIND/SPLIT as the official downloader takes it, e.g. 2/video/train, "
                              "2/frame/validate, 3/frame/test.")

@@ -5,17 +5,16 @@ shards (--fit_weights_on). Prints one JSON summary line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Sequence
 
-from yt8m.config import EnsembleConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import EnsembleConfig, FlagParser, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.inference.ensemble import run_ensemble
 from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m ensemble", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m ensemble", description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="*", metavar="INPUT", help="The inputs (or --inputs A,B,...).")
     add_config_file_argument(parser)
     add_config_arguments(parser, EnsembleConfig)

@@ -4,12 +4,11 @@ each new checkpoint as it comes until the run's final one; one JSON line of metr
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from typing import Sequence
 
-from yt8m.config import EvalConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import EvalConfig, FlagParser, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.eval.evaluate import evaluate_checkpoints
 from yt8m.models.registry import hparam_fields
@@ -17,7 +16,7 @@ from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m eval", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m eval", description=__doc__.splitlines()[0])
     add_config_file_argument(parser)
     hparams = hparam_fields()
     add_config_arguments(parser, EvalConfig, extra=hparams)

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Optional, Sequence
 
+from yt8m.config import FlagParser
 from yt8m.io import storage
 from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.inference.onnx_export import GRAPH_NOTES, export_checkpoint
@@ -30,8 +31,8 @@ def resolve_checkpoint(train_dir: Optional[str], checkpoint: Optional[str]) -> s
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m export", description=__doc__.splitlines()[0], epilog=GRAPH_NOTES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = FlagParser(prog="yt8m export", description=__doc__.splitlines()[0], epilog=GRAPH_NOTES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train_dir", default="", help="Export this train dir's latest checkpoint.")
     parser.add_argument("--checkpoint", default="", help="Export this checkpoint file instead of the latest.")
     parser.add_argument("--output", required=True,

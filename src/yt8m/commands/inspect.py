@@ -5,19 +5,22 @@ Reads whatever the data layer reads (local, gs://, s3://, GZIP; Example or Seque
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import logging
 import sys
 from typing import Optional, Sequence
 
+from yt8m.config import FlagParser
 from yt8m.fields import parse_bool
-from yt8m.data.inspection import RecordSource, Summary, record_json, summary_lines
+from yt8m.data.inspection import LabelsCsv, RecordSource, Summary, record_json, summary_lines
 from yt8m.data.tfrecord import expand_pattern
+from yt8m.io.files import atomic_writer
+from yt8m.io.spill import TemporaryDatabase
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
+def build_parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
     parser.add_argument("pattern", help="File path or glob; comma-separated for several (gs://, s3:// too).")
     parser.add_argument("--frame_features", nargs="?", const=True, default=None, type=parse_bool, metavar="BOOL",
                         help="Read records as SequenceExamples (true) or Examples (false). Default: a record "
@@ -25,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help='One JSON object per record and line: {"id", "labels", "features", "num_frames"}.')
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="Stop after N records in all.")
+    parser.add_argument("--write_labels_csv", default="", metavar="FILE",
+                        help="Also write the ground truth CSV `yt8m score --labels` reads (VideoId,Labels: each "
+                             "record's id and distinct labels).")
     parser.add_argument("--skip_corrupt", nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL",
                         help="Skip the rest of a file after a corrupt record (with a warning) instead of failing.")
     return parser
@@ -37,14 +43,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(format="%(levelname)s: %(message)s")
     paths = expand_pattern(args.pattern)
     source = RecordSource(paths, args.frame_features, args.skip_corrupt, args.limit)
-    if args.json:
+    summary = Summary()
+    with contextlib.ExitStack() as stack:
+        labels = _labels_csv(stack, args.write_labels_csv, paths)
         for record in source:
-            sys.stdout.write(json.dumps(record_json(record)) + "\n")
+            if args.json:
+                sys.stdout.write(json.dumps(record_json(record)) + "\n")
+            else:
+                summary.add(record)
+            if labels:
+                labels.add(record, source.where)
+        if labels:
+            labels.close()
+    if args.json:
         if source.skipped_files:
             print(f"yt8m inspect: skipped the rest of {len(source.skipped_files)} corrupt file(s)", file=sys.stderr)
-        return 0
-    summary = Summary()
-    for record in source:
-        summary.add(record)
-    print("\n".join(summary_lines(summary, paths, source.skipped_files)))
+    else:
+        print("\n".join(summary_lines(summary, paths, source.skipped_files)))
+    if labels:
+        print(f"yt8m inspect: wrote the labels of {labels.videos} videos to {args.write_labels_csv}", file=sys.stderr)
     return 0
+
+
+def _labels_csv(stack: contextlib.ExitStack, path: str, paths: Sequence[str]) -> Optional[LabelsCsv]:
+    """The --write_labels_csv writer, its file written atomically as the stack closes (none left on an error)."""
+    if not path:
+        return None
+    return LabelsCsv(stack.enter_context(atomic_writer(path)), stack.enter_context(TemporaryDatabase()), paths)

@@ -5,19 +5,18 @@ the processes split the shards and rank 0 writes the one output file."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from typing import Sequence
 
-from yt8m.config import PredictConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, PredictConfig, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.inference.predict import run_predict
 from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m predict", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m predict", description=__doc__.splitlines()[0])
     add_config_file_argument(parser)
     add_config_arguments(parser, PredictConfig)
     config, _ = parse_config(PredictConfig, parser.parse_args(argv))

@@ -1,13 +1,13 @@
 """`yt8m score`: a Kaggle-format submission (`VideoId,LabelConfidencePairs`) scored against a ground-truth file
-(`VideoId,Labels`) with the starter kit's metrics, or with --segment_labels a 2019 segment submission
+(`VideoId,Labels`) or labelled shards with the starter kit's metrics, or with --segment_labels a 2019 segment submission
 (`Class,Segments`) scored against rated segments with mAP@K; prints one JSON object."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Sequence
 
+from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
 from yt8m.eval.score import score_files
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
@@ -15,12 +15,13 @@ from yt8m.eval.segment_score import score_segment_files
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m score", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m score", description=__doc__.splitlines()[0])
     parser.add_argument("--predictions", required=True,
                         help="Kaggle CSV: VideoId,LabelConfidencePairs (with --segment_labels: Class,Segments).")
     parser.add_argument("--labels", required=True,
-                        help="Ground truth CSV: VideoId,Labels (space-separated). With --segment_labels: TFRecord "
-                             "shards (comma-separated paths or globs) or a label CSV (.csv: segment_id,class,score).")
+                        help="The ground truth: a CSV (.csv: VideoId,Labels, space-separated; `yt8m inspect "
+                             "--write_labels_csv` writes it) or the labelled TFRecord shards themselves (comma-separated "
+                             "paths or globs). With --segment_labels: shards or a label CSV (segment_id,class,score).")
     parser.add_argument("--top_k", type=int, default=20, help="Predictions per video that count (default: 20).")
     parser.add_argument("--num_classes", type=int, default=3862, help="Number of classes (default: 3862).")
     parser.add_argument("--allow_missing", action="store_true",

@@ -1,5 +1,5 @@
 """`yt8m synth`: write learnable synthetic YouTube-8M shards (video, frame, segment; see yt8m.data.synthetic) and
-print one JSON line per kind naming what was written."""
+print one JSON line naming what was written (with --kind all, each kind's under its name)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import argparse
 import json
 from typing import Optional
 
+from yt8m.config import FlagParser
 from yt8m.fields import parse_list
 from yt8m.data.synthetic import KINDS, write_synthetic
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yt8m synth", description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def _parser() -> FlagParser:
+    parser = FlagParser(prog="yt8m synth", description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output_dir", required=True, help="Folder (or fsspec URL) to write <kind>/ folders into.")
     parser.add_argument("--kind", choices=KINDS + ("all",), default="video",
                         help="video: Examples; frame: SequenceExamples; segment: frame level with 2019 ratings.")
@@ -40,11 +41,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError as err:
         raise ValueError(f"--feature_sizes must be comma-separated integers, got {args.feature_sizes!r}") from err
     kinds = KINDS if args.kind == "all" else (args.kind,)
-    for kind in kinds:
-        written = write_synthetic(args.output_dir, kind=kind, num_classes=args.num_classes,
-                                  train_videos=args.train_videos, validate_videos=args.validate_videos,
-                                  test_videos=args.test_videos, shards=args.shards, seed=args.seed,
-                                  feature_sizes=sizes, min_frames=args.min_frames, max_frames=args.max_frames,
-                                  id_key=args.id_key, gzip=args.gzip)
-        print(json.dumps({"kind": kind, **written}))
+    written = {kind: write_synthetic(args.output_dir, kind=kind, num_classes=args.num_classes,
+                                     train_videos=args.train_videos, validate_videos=args.validate_videos,
+                                     test_videos=args.test_videos, shards=args.shards, seed=args.seed,
+                                     feature_sizes=sizes, min_frames=args.min_frames, max_frames=args.max_frames,
+                                     id_key=args.id_key, gzip=args.gzip)
+               for kind in kinds}
+    print(json.dumps({"kind": args.kind, **(written if args.kind == "all" else written[args.kind])}))
     return 0

@@ -4,23 +4,24 @@ itself under torchrun."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from typing import Sequence
 
-from yt8m.config import TrainConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, TrainConfig, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
 from yt8m.models.registry import hparam_fields
 from yt8m.runtime import setup_logging
 from yt8m.training import train
 from yt8m.training.checks import train_config_problems
 
+log = logging.getLogger("yt8m.train")
+
 
 def parse_args(argv: Sequence[str]) -> TrainConfig:
     """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed and checked config (every problem of
     the file and the flags in one error); each model hyper-parameter is a flag of its own name."""
-    parser = argparse.ArgumentParser(prog="yt8m train", description=__doc__)
+    parser = FlagParser(prog="yt8m train", description=__doc__)
     add_config_file_argument(parser)
     hparams = hparam_fields()
     add_config_arguments(parser, TrainConfig, extra=hparams)
@@ -31,6 +32,9 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
 def main(argv: Sequence[str]) -> int:
     config = parse_args(argv)
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
+    if config.log_device_placement:
+        log.info("--log_device_placement is the starter kit's TensorFlow flag: it has no effect here (the log names "
+                 "the device this run trains on)")
     if config.num_gpu > 1 and not launched_by_torchrun():
         relaunch_for_gpus(argv, config.num_gpu)
     summary = train(config, checked=True)

@@ -1,15 +1,14 @@
 """`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its
-database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints one
-JSON line."""
+database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints the
+leaderboard to stderr and one JSON line to stdout."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from typing import Sequence
 
+from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
 from yt8m.tune.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
 from yt8m.tune.space import load_tune_spec
@@ -17,7 +16,7 @@ from yt8m.tune.study import STUDY_FILE, load_existing_study
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="yt8m tune-report", description=__doc__.splitlines()[0])
+    parser = FlagParser(prog="yt8m tune-report", description=__doc__.splitlines()[0])
     parser.add_argument("study_dir", help="The --study_dir of a `yt8m tune` run.")
     parser.add_argument("--storage", default="", help="Storage URL, when the study is not in DIR/study.db "
                                                       "(the one saved in DIR/tune.yaml, password hidden, otherwise).")
@@ -44,10 +43,10 @@ def main(argv: Sequence[str]) -> int:
         raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
     study = load_existing_study(spec.settings)
     summary = write_report(study, spec)
-    print_leaderboard(study, spec, sys.stdout)
+    print_leaderboard(study, spec)
     if args.ensemble_top is not None:
         summary["ensemble"] = ensemble_of_best(spec, study, args.ensemble_top)
-        print_ensemble(summary["ensemble"], sys.stdout)
+        print_ensemble(summary["ensemble"])
     if args.retrain_best:
         summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
     print(json.dumps(summary), flush=True)

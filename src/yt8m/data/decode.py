@@ -368,10 +368,8 @@ def _labels(features: Features, num_classes: int) -> list[int]:
 
 
 def _float_values(features: Features, name: str, size: int) -> np.ndarray:
-    found = features.get(name.encode())
-    if found is None:
-        raise RecordError(f"feature {name!r}: expected float_list of {size} values, found none (missing)", name)
-    kind, values = found
+    """The values of a feature the record holds, checked: a float_list of `size` finite values."""
+    kind, values = features[name.encode()]
     if kind != KIND_FLOAT or len(values) != size:
         raise RecordError(f"feature {name!r}: expected float_list of {size} values, found {_describe(kind, values)}",
                           name)
@@ -388,6 +386,8 @@ def _decode_video_full(payload: bytes, feature_names: Sequence[str], feature_siz
     features = _example_features(payload)
     column = 0
     for name, size in zip(feature_names, feature_sizes):
+        if name.encode() not in features:
+            raise _missing_feature(payload, f"feature {name!r}: expected float_list of {size} values", name, False)
         out[column:column + size] = _float_values(features, name, size)
         column += size
     return _video_id(features), _labels(features, num_classes)
@@ -640,18 +640,19 @@ def decode_frame(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     context, lists = _sequence_example(payload)
     video_id = _video_id(context)
     labels = _labels(context, num_classes)
-    frames = _frame_matrix(lists, feature_names, feature_sizes, max_frames)
+    frames = _frame_matrix(payload, lists, feature_names, feature_sizes, max_frames)
     return video_id, np.array(labels, dtype=np.int64), frames, len(frames)
 
 
-def _frame_matrix(lists: dict[bytes, tuple[bytes, int, int]], feature_names: Sequence[str],
+def _frame_matrix(payload: bytes, lists: dict[bytes, tuple[bytes, int, int]], feature_names: Sequence[str],
                   feature_sizes: Sequence[int], max_frames: Optional[int]) -> np.ndarray:
-    """uint8 [T, sum of sizes]: the named feature lists side by side, T = min(frames, max_frames)."""
+    """uint8 [T, sum of sizes]: the named feature lists of the record `payload` side by side, T = min(frames,
+    max_frames)."""
     per_feature = []
     for name, size in zip(feature_names, feature_sizes):
         region = lists.get(name.encode())
         if region is None:
-            raise RecordError(f"feature list {name!r}: expected {size} bytes per frame, found none (missing)", name)
+            raise _missing_feature(payload, f"feature list {name!r}: expected {size} bytes per frame", name, True)
         per_feature.append(_frame_bytes(name, *region, size))
     counts = {name: len(frames) for name, frames in zip(feature_names, per_feature)}
     if len(set(counts.values())) > 1:
@@ -665,6 +666,36 @@ def _frame_matrix(lists: dict[bytes, tuple[bytes, int, int]], feature_names: Seq
         out[:, column:column + size] = frames[:num_frames]
         column += size
     return out
+
+
+def _missing_feature(payload: bytes, expected: str, name: str, frame_level: bool) -> RecordError:
+    """A wanted feature the record lacks: what the record holds, and the flags that read it."""
+    context, lists = _sequence_example(payload)
+    floats = {key.decode(errors="backslashreplace"): len(values) for key, (kind, values) in context.items()
+              if kind == KIND_FLOAT}
+    frames = {key.decode(errors="backslashreplace"): _first_frame_size(*region) for key, region in lists.items()}
+    if frames:
+        holds = "the record is frame-level, its feature lists " + ", ".join(
+            f"{key} ({size} bytes a frame)" for key, size in frames.items())
+        flags = ("with " if frame_level else "with --frame_features ") + _feature_flags(frames)
+    elif floats:
+        holds = "the record is video-level, its features " + ", ".join(
+            f"{key} ({size} floats)" for key, size in floats.items())
+        flags = ("without --frame_features, with " if frame_level else "with ") + _feature_flags(floats)
+    else:
+        return RecordError(f"{expected}, found none (missing); the record holds no float features and no feature "
+                           "lists", name)
+    return RecordError(f"{expected}, found none (missing): {holds}; read it {flags}", name)
+
+
+def _first_frame_size(data: bytes, start: int, end: int) -> int:
+    frames = _feature_list(data, start, end)
+    kind, values = frames[0] if frames else (0, [])
+    return len(values[0]) if kind == KIND_BYTES and len(values) == 1 else 0
+
+
+def _feature_flags(sizes: dict[str, int]) -> str:
+    return f"--feature_names {','.join(sizes)} --feature_sizes {','.join(map(str, sizes.values()))}"
 
 
 class SegmentRatings(NamedTuple):
@@ -751,7 +782,7 @@ def decode_segment_video(payload: bytes, feature_names: Sequence[str], feature_s
     context, lists = _sequence_example(payload)
     video_id = _video_id(context)
     ratings = _segment_ratings(context, num_classes)
-    frames = _frame_matrix(lists, feature_names, feature_sizes, None)
+    frames = _frame_matrix(payload, lists, feature_names, feature_sizes, None)
     beyond = np.flatnonzero(ratings.start_times + segment_size > len(frames))
     if len(beyond):
         index = int(beyond[0])

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, TextIO
 
 import numpy as np
 
 from yt8m.data.decode import RecordError, parse_record
 from yt8m.data.tfrecord import CorruptRecordError, read_records
+from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase
 
 ID_KEYS = ("id", "video_id")
+LABELS_HEADER = "VideoId,Labels"  # the ground-truth CSV's header (`yt8m score --labels`, `inspect --write_labels_csv`)
 
 
 @dataclass
@@ -25,6 +27,7 @@ class RecordSource:
     skip_corrupt: bool
     limit: Optional[int]
     skipped_files: list[str] = field(default_factory=list)
+    where: str = ""  # the file and offset of the record yielded last, for messages
 
     def _skipped(self, error: CorruptRecordError) -> None:
         self.skipped_files.append(error.path)
@@ -35,6 +38,7 @@ class RecordSource:
             for offset, payload in read_records(path, self.skip_corrupt, on_corrupt=self._skipped):
                 if self.limit is not None and count >= self.limit:
                     return
+                self.where = f"{path}: record at byte offset {offset}"
                 try:
                     yield parse_record(payload, self.sequence)
                 except RecordError as err:
@@ -68,13 +72,19 @@ def _frame_json(values: object) -> list:
     return _values_json(values)
 
 
+def record_labels(record: dict) -> tuple[Optional[str], list[int]]:
+    """A parsed record's video id (None without one) and labels as stored."""
+    context = _context(record)
+    ids = context.get(_id_key(context), [])
+    video_id = _text(ids[0]) if len(ids) == 1 and isinstance(ids[0], bytes) else None
+    return video_id, _values_json(context["labels"]) if "labels" in context else []
+
+
 def record_json(record: dict) -> dict:
     """{"id", "labels" (as stored), "features": {name: values}} plus "num_frames" for a SequenceExample."""
     context = _context(record)
     id_key = _id_key(context)
-    ids = context.get(id_key, [])
-    video_id = _text(ids[0]) if len(ids) == 1 and isinstance(ids[0], bytes) else None
-    labels = _values_json(context["labels"]) if "labels" in context else []
+    video_id, labels = record_labels(record)
     features = {name: _values_json(values) for name, values in context.items() if name not in (id_key, "labels")}
     out = {"id": video_id, "labels": labels, "features": features}
     if record["message"] == "SequenceExample":
@@ -82,6 +92,34 @@ def record_json(record: dict) -> dict:
         features.update({name: [_frame_json(frame) for frame in frames] for name, frames in lists.items()})
         out["num_frames"] = max((len(frames) for frames in lists.values()), default=0)
     return out
+
+
+class LabelsCsv:
+    """Writes the ground-truth CSV (`VideoId,Labels`: each record's distinct labels, ascending) of the records added
+    from `paths`; a record without an id, an id the CSV cannot hold, or an id in two records is a ValueError naming the
+    records. The ids seen wait in a temporary SQLite file: memory does not grow with the records."""
+
+    def __init__(self, out: TextIO, database: TemporaryDatabase, paths: Sequence[str]):
+        self._out, self._ids, self._paths = out, KeyedTable(database, "videos"), paths
+        self.videos = 0
+        out.write(LABELS_HEADER + "\n")
+
+    def add(self, record: dict, where: str) -> None:
+        video_id, labels = record_labels(record)
+        if not video_id or video_id != video_id.strip() or any(char in video_id for char in ',"\r\n'):
+            raise ValueError(f"{where}: a labels CSV needs an id without commas, quotes, line breaks or outer spaces "
+                             f"in each record, got {video_id!r}")
+        self.videos += 1
+        self._check(self._ids.add(video_id, self.videos))
+        self._out.write(f"{video_id},{' '.join(map(str, sorted(set(labels))))}\n")
+
+    def close(self) -> None:
+        self._check(self._ids.flush())
+
+    def _check(self, duplicate: Optional[Duplicate]) -> None:
+        if duplicate is not None:
+            found = " and ".join(find_video(self._paths, duplicate.key))
+            raise ValueError(f"video {duplicate.key!r} is in two records ({found}): a labels CSV holds each video once")
 
 
 def _kind(values: object) -> str:

@@ -1,14 +1,16 @@
 """Learnable synthetic YouTube-8M data: video-level, frame-level and 2019 segment-rated TFRecord shards.
 
 Classes follow Zipf-like frequencies and add noisy prototype vectors to the features; in frame-level videos
-some classes show only in a window of frames, which the segment ratings mark. Ground truth is `VideoId,Labels`.
+some classes show only in a window of frames, which the segment ratings mark. Ground truth is `VideoId,Labels`;
+the classes are listed as the 2018 and 2019 vocabularies list theirs.
 """
 
 from __future__ import annotations
 
+import csv
 import posixpath
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
 import fsspec
 import numpy as np
@@ -39,6 +41,11 @@ SEGMENT_FRAMES = 5  # 2019 segments: 5 frames (seconds) starting at a multiple o
 VALUE_RANGE = (-2.0, 2.0)
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 ID_MULTIPLIER = 1_000_003  # prime, coprime with every power of 62: a bijection that scatters ids
+SYNTHETIC_VERTICALS = 24  # as many as the 2018 vocabulary's Vertical1 values
+VOCABULARY_COLUMNS = ("Index", "TrainVideoCount", "KnowledgeGraphId", "Name", "WikiUrl", "Vertical1", "Vertical2",
+                      "Vertical3", "WikiDescription")  # the 2018 vocabulary.csv's
+SEGMENT_VOCABULARY_COLUMNS = ("Index", "KnowledgeGraphId", "Name", "PositiveSegmentCount",
+                              "TotalSegmentCount")  # the 2019 segment_vocabulary.csv's
 
 
 @dataclass
@@ -188,10 +195,16 @@ def _video_payloads(rng: np.random.Generator, world: _World, videos: _Videos, id
 
 def _frame_payloads(rng: np.random.Generator, world: _World, videos: _Videos, id_key: str,
                     feature_sizes: tuple[int, ...], labeled: bool, frame_range: tuple[int, int],
-                    with_segments: bool) -> Iterator[bytes]:
+                    ratings: Optional[np.ndarray]) -> Iterator[bytes]:
+    """With `ratings` ([classes, 2]: positive and all rated segments), labelled videos carry 2019 segment ratings,
+    counted there."""
     for row, video_id in enumerate(videos.ids):
         video = _frame_video(rng, world, videos, row, frame_range)
-        segments = video.segments if with_segments and labeled else None
+        segments = video.segments if ratings is not None and labeled else None
+        if segments is not None:
+            classes = np.array(segments["segment_labels"], np.int64)
+            np.add.at(ratings, (classes, 0), np.array(segments["segment_scores"], np.int64))
+            np.add.at(ratings, (classes, 1), 1)
         yield encode_frame_example(video_id, videos.label_list(row) if labeled else None,
                                    _split_columns(video.frames, FRAME_FEATURE_NAMES, feature_sizes),
                                    segments=segments, id_key=id_key)
@@ -211,13 +224,14 @@ class _Plan:
     id_key: str
     gzip: bool
     total_videos: int
+    ratings: Optional[np.ndarray]  # segment kind: [classes, 2] positive and all rated segments, counted as written
 
 
 def _payloads(plan: _Plan, rng: np.random.Generator, videos: _Videos, labeled: bool) -> Iterator[bytes]:
     if plan.kind == "video":
         return _video_payloads(rng, plan.world, videos, plan.id_key, plan.feature_sizes, labeled)
     return _frame_payloads(rng, plan.world, videos, plan.id_key, plan.feature_sizes, labeled, plan.frame_range,
-                           with_segments=plan.kind == "segment")
+                           plan.ratings)
 
 
 Truth = list[tuple[str, list[int]]]  # (video id, its labels) per video
@@ -249,6 +263,34 @@ def _write_truth(path: str, truth: Truth) -> None:
         out.write("\n".join(lines) + "\n")
 
 
+def synthetic_vertical(class_id: int) -> str:
+    """The Vertical1 of a synthetic class: classes dealt round the verticals in turn."""
+    return f"Vertical {class_id % SYNTHETIC_VERTICALS:02d}"
+
+
+def _write_vocabulary(path: str, train_counts: np.ndarray) -> None:
+    """The 2018 vocabulary.csv's columns for the synthetic classes, rows ordered as the real file's (by
+    TrainVideoCount, most first), so that a reader must look rows up by Index, as the real file needs."""
+    order = sorted(range(len(train_counts)), key=lambda index: (-train_counts[index], index))
+    with fsspec.open(path, "w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(VOCABULARY_COLUMNS)
+        for index in order:
+            vertical = synthetic_vertical(index)
+            writer.writerow([index, int(train_counts[index]), f"/m/synthetic{index}", f"Class {index}", "", vertical,
+                             "", "", f"Synthetic class {index}, of {vertical}."])
+
+
+def _write_segment_vocabulary(path: str, ratings: np.ndarray) -> None:
+    """The 2019 segment_vocabulary.csv's columns: the classes with rated segments, ascending, and their counts."""
+    with fsspec.open(path, "w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(SEGMENT_VOCABULARY_COLUMNS)
+        for index in np.flatnonzero(ratings[:, 1]).tolist():
+            writer.writerow([index, f"/m/synthetic{index}", f"Class {index}", int(ratings[index, 0]),
+                             int(ratings[index, 1])])
+
+
 def _check_arguments(kind: str, num_classes: int, shards: int, feature_sizes: tuple[int, ...],
                      frame_range: tuple[int, int], id_key: str) -> None:
     problems = []
@@ -273,7 +315,10 @@ def write_synthetic(output_dir: str, *, kind: str = "video", num_classes: int = 
     """Write train/validate/test shards of one kind into `<output_dir>/<kind>/`, plus ground-truth CSVs.
 
     Returns {"train"/"validate"/"test": [shard paths], "validate_labels"/"test_labels": csv path} for the
-    splits with videos. The files are the same, byte for byte, for the same arguments.
+    splits with videos, and "vocabulary": the classes in the 2018 vocabulary.csv's columns (synthetic names and
+    verticals, TrainVideoCount from the train split); the segment kind adds "segment_vocabulary": the rated classes in
+    the 2019 segment_vocabulary.csv's columns, the class list `predict --segment_labels` writes rows for. The files are
+    the same, byte for byte, for the same arguments.
     """
     feature_sizes = tuple(feature_sizes)
     _check_arguments(kind, num_classes, shards, feature_sizes, (min_frames, max_frames), id_key)
@@ -281,16 +326,25 @@ def write_synthetic(output_dir: str, *, kind: str = "video", num_classes: int = 
     folder = posixpath.join(output_dir, kind)
     fs, _ = fsspec.core.url_to_fs(folder)
     fs.makedirs(folder, exist_ok=True)
+    ratings = np.zeros((num_classes, 2), np.int64) if kind == "segment" else None
     plan = _Plan(folder, kind, _make_world(num_classes, sum(feature_sizes), seed), seed, shards, feature_sizes,
-                 (min_frames, max_frames), id_key, gzip, sum(counts.values()))
+                 (min_frames, max_frames), id_key, gzip, sum(counts.values()), ratings)
     written: dict = {}
+    train_counts = np.zeros(num_classes, np.int64)
     first_video = 0
     for split in SPLITS:
         if counts[split] <= 0:
             continue
         written[split], truth = _write_split(plan, split, counts[split], first_video)
         first_video += counts[split]
-        if split != "train":
+        if split == "train":
+            train_counts = np.bincount([label for _, labels in truth for label in labels], minlength=num_classes)
+        else:
             written[f"{split}_labels"] = posixpath.join(folder, f"{split}_labels.csv")
             _write_truth(written[f"{split}_labels"], truth)
+    written["vocabulary"] = posixpath.join(folder, "vocabulary.csv")
+    _write_vocabulary(written["vocabulary"], train_counts)
+    if ratings is not None:
+        written["segment_vocabulary"] = posixpath.join(folder, "segment_vocabulary.csv")
+        _write_segment_vocabulary(written["segment_vocabulary"], ratings)
     return written

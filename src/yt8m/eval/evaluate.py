@@ -35,6 +35,7 @@ from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together
 from yt8m.distributed.across_ranks import this_rank_shards
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.io.lock import describe_holder, train_dir_holder
+from yt8m.eval.per_class import write_per_class
 
 log = logging.getLogger("yt8m.eval")
 # Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
@@ -43,13 +44,14 @@ CPU = torch.device("cpu")
 
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
                    device: str | torch.device = "cpu", across_ranks: bool = False,
-                   source: Optional[str] = None) -> dict[str, Any]:
+                   source: Optional[str] = None, per_class: bool = False) -> dict[str, Any]:
     """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
     segment ratings: segment mAP, GAP and loss over the rated pairs); restores the model's mode.
 
     Batches without a single example or without a single label (test shards) are a ValueError, not metrics of 0.
     `across_ranks`: every process of the process group calls this on its own part of the data, and each gets the
     metrics of all parts, merged exactly at rank 0 (yt8m.distributed.across_ranks). `source` names the data in errors.
+    `per_class` (video labels): the result's "per_class" holds each class's AP and positives (EvaluationMetrics').
     """
     device = torch.device(device)
     if source is None:
@@ -71,18 +73,19 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Ta
                     log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
                              videos / max(time.perf_counter() - started, 1e-9))
             if not across_ranks:
-                return _results(task, metrics, source, videos)
+                return _results(task, metrics, source, videos, per_class)
             videos = all_reduce_sum(videos, CPU)
             merge_metrics_at_rank0(metrics)
-            return decided_by_rank0(lambda: _results(task, metrics, source, videos))
+            return decided_by_rank0(lambda: _results(task, metrics, source, videos, per_class))
     finally:
         model.train(was_training)
 
 
-def _results(task: Task, metrics: Any, source: str, videos: int) -> dict[str, Any]:
+def _results(task: Task, metrics: Any, source: str, videos: int, per_class: bool) -> dict[str, Any]:
     if not videos:
         raise ValueError(f"no videos in {source}: nothing to evaluate")
-    return task.results(metrics, source)
+    results = task.results(metrics, source)
+    return {**results, "per_class": metrics.per_class()} if per_class else results
 
 
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
@@ -121,6 +124,8 @@ def eval_config_problems(config: EvalConfig) -> list[str]:
     """The checks of an eval config beyond its fields' own: its loss, and what its task asks of it."""
     if config.label_loss not in LOSSES:
         return [f"--label_loss must be one of {', '.join(LOSSES)}, got {config.label_loss!r}"]
+    if config.per_class and config.segment_labels:
+        return ["--per_class reports the classes of video labels: it does not take --segment_labels"]
     return task_problems(config.segment_labels, config.label_loss)
 
 
@@ -219,10 +224,13 @@ def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict],
     """The task's metrics of a loaded checkpoint (from `path`); `across_ranks`: see evaluate_model."""
     model, _, step = build_model_from_payload(payload, path, device)
     log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
-    metrics = evaluate_model(model, loader, task, device, across_ranks, source=config.eval_data_pattern)
+    metrics = evaluate_model(model, loader, task, device, across_ranks, source=config.eval_data_pattern,
+                             per_class=bool(config.per_class))
     result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))
+    if config.per_class and rank_and_world_size()[0] == 0:
+        result["per_class"] = write_per_class(config, metrics["per_class"])
     return result
 
 

@@ -37,6 +37,19 @@ from yt8m.io.spill import SortedRuns
 # stopping and the tuning objective's direction.
 HIGHER_IS_BETTER = {"gap": True, "map": True, "map_all_classes": True, "hit_at_one": True, "perr": True,
                     "segment_map": True, "loss": False}
+# What each metric says, in one line each, for the reports people read (the demo's, tune-report's).
+METRIC_MEANINGS = {
+    "gap": "GAP@20: every video's 20 best guesses pooled and ranked by confidence, the average precision of that "
+           "ranking (the 2017-2018 Kaggle score; 1 is perfect)",
+    "map": "mAP: each class's average precision over the videos, averaged over the classes with labels (rare "
+           "classes weigh as much as common ones)",
+    "map_all_classes": "mAP over every class, a class without labels counting 0 (the starter kit's number)",
+    "hit_at_one": "Hit@1: the share of videos whose best guess is one of their labels",
+    "perr": "PERR: the share of each video's m best guesses that are labels, m its number of labels",
+    "segment_map": "segment mAP@K: per class, the average precision of its K best-ranked rated segments, averaged "
+                   "over the classes with a positive segment (the 2019 Kaggle score)",
+    "loss": "loss: the training loss on these videos (lower is better; compare runs of the same loss only)",
+}
 
 _CHUNK_ROWS = 128
 # About this many interleaved column blocks bound each row's top-k (see _candidates).
@@ -389,6 +402,11 @@ class EvaluationMetrics:
         self._sum_loss += totals["sum_loss"]
         self._num_videos += totals["num_videos"]
 
+    def per_class(self) -> dict[str, np.ndarray]:
+        """After `get()`: each class's average precision ("ap", float64; 0 for a class without labels) and its labelled
+        videos ("positives", int64), the terms of its mAP."""
+        return {"ap": self._class_ap.copy(), "positives": self._class_positives.copy()}
+
     def get(self) -> dict:
         """gap, map, map_all_classes, hit_at_one, perr, loss (means over videos) and num_videos."""
         if self._num_videos == 0:
@@ -397,8 +415,8 @@ class EvaluationMetrics:
         for block in self._runs.merged(self._sorted_in_memory()):
             items = block["item"]
             ranked.add((items & 1).astype(bool), items >> 1)
-        class_ap = np.divide(ranked.class_sums, self._class_positives, out=np.zeros(self.num_classes),
-                             where=self._class_positives > 0)
+        class_ap = self._class_ap = np.divide(ranked.class_sums, self._class_positives, out=np.zeros(self.num_classes),
+                                              where=self._class_positives > 0)
         num_positives = int(self._class_positives.sum())
         labelled = self._class_positives > 0
         return {

@@ -14,6 +14,10 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 
+from yt8m.data.batch_decode import PackedRecords
+from yt8m.data.decode import RecordError, decode_video_batch
+from yt8m.data.inspection import LABELS_HEADER, find_video
+from yt8m.data.tfrecord import expand_pattern, read_record_chunks
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 from yt8m.fields import quoted
@@ -21,10 +25,10 @@ from yt8m.fields import quoted
 log = logging.getLogger("yt8m.eval.score")
 
 PREDICTIONS_HEADER = "VideoId,LabelConfidencePairs"
-LABELS_HEADER = "VideoId,Labels"
 SCORE_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "num_videos")
 _BATCH_VIDEOS = 1024
 _EXAMPLES_SHOWN = 5
+_RECORDS_PER_CALL = 4096  # records framed and decoded per call into C
 T = TypeVar("T")
 
 
@@ -246,15 +250,47 @@ def _stored_rows(database: TemporaryDatabase) -> Iterator[tuple[np.ndarray, Opti
                None if confidences is None else np.frombuffer(confidences, np.float32))
 
 
+def shard_labels(pattern: str, num_classes: int) -> Iterator[tuple[str, np.ndarray]]:
+    """(video id, label ids as stored) of every record of TFRecord shards (comma-separated paths or globs; video- or
+    frame-level: an Example's features and a SequenceExample's context are the same field), features not read."""
+    for path in expand_pattern(pattern):
+        for chunk in read_record_chunks(path, _RECORDS_PER_CALL):
+            try:
+                batch = decode_video_batch(PackedRecords(chunk.data, chunk.ends, chunk.starts), [], [], num_classes)
+            except RecordError as err:
+                raise err.at(path, int(chunk.offsets[err.batch_index])) from None
+            bounds = batch.labels.offsets.tolist()
+            for row, video_id in enumerate(batch.video_ids):
+                yield video_id, batch.labels.values[bounds[row]:bounds[row + 1]]
+
+
+def _load_shard_labels(table: KeyedTable, pattern: str, num_classes: int) -> None:
+    """Every record's id and distinct labels into `table`, in reading order; an id in two records is an error
+    naming both."""
+    def duplicate_error(duplicate: Duplicate) -> ValueError:
+        found = find_video(expand_pattern(pattern), duplicate.key)
+        return ValueError(f"{pattern}: video {quoted(duplicate.key)} is in two records ({' and '.join(found)})")
+
+    rows = ((video_id, number, np.unique(labels).astype(np.int32).tobytes())
+            for number, (video_id, labels) in enumerate(shard_labels(pattern, num_classes), start=1))
+    for _ in add_unique(table, rows, lambda row: row, duplicate_error):
+        pass
+
+
 def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num_classes: int = 3862,
                 allow_missing: bool = False) -> dict:
-    """Read, check and score a submission against a labels file (what `yt8m score` prints).
+    """Read, check and score a submission against a labels CSV, or the labels of TFRecord shards (a `labels_path`
+    not ending in .csv: comma-separated paths or globs); what `yt8m score` prints.
 
-    Both files go through a temporary SQLite database, so that memory does not grow with their size.
+    Both go through a temporary SQLite database, so that memory does not grow with their size.
     """
     with TemporaryDatabase() as database:
         labels = KeyedTable(database, "labels", ("classes",))
-        _load(labels, labels_path, LABELS_HEADER, lambda where, _, field: _stored_labels(where, field, num_classes))
+        if labels_path.lower().endswith(".csv"):
+            _load(labels, labels_path, LABELS_HEADER,
+                  lambda where, _, field: _stored_labels(where, field, num_classes))
+        else:
+            _load_shard_labels(labels, labels_path, num_classes)
         if not len(labels):
             raise ValueError(f"{labels_path} lists no videos")
         predictions = KeyedTable(database, "predictions", ("classes", "confidences"))

@@ -41,6 +41,8 @@ _BOM = "\ufeff".encode()
 _MAX_START_DIGITS = 15  # a START of more digits is read by the line-by-line path, which has the errors
 _RECORDS_PER_CALL = 4096  # records framed and decoded per call into C
 _NOT_RATED = -1
+# A submission none of whose rows' first ids is of a rated video is of other videos (another split): an error.
+_VIDEOS_LOOKED_UP = 1000
 
 
 class RatedSegments:
@@ -76,7 +78,7 @@ class RatedSegments:
         return cls(num_classes, distinct, classes[kept], video_index[kept], starts[kept], ratings[kept])
 
     def segment_id(self, pair: int) -> str:
-        return f"{self._video_names()[self.video_index[pair]]}:{self.starts[pair]}"
+        return f"{self.video_names()[self.video_index[pair]]}:{self.starts[pair]}"
 
     def num_positives(self) -> np.ndarray:
         """Positive rated pairs per class (int64 [num_classes])."""
@@ -95,12 +97,13 @@ class RatedSegments:
         the whole store is a million): ids are looked up by a dict's hashing, 30 ns an id, which numpy searches of
         the parsed ids did not match (220 ns)."""
         first, end = np.searchsorted(self.classes, [class_id, class_id + 1])
-        names = self._video_names()
+        names = self.video_names()
         segment_ids = (f"{names[video]}:{start}" for video, start in
                        zip(self.video_index[first:end].tolist(), self.starts[first:end].tolist()))
         return dict(zip(segment_ids, self.ratings[first:end].tolist()))
 
-    def _video_names(self) -> list[str]:
+    def video_names(self) -> list[str]:
+        """The rated videos' ids, as `videos` holds them."""
         if self._names is None:
             self._names = [video.decode(errors="backslashreplace") for video in self.videos.tolist()]
         return self._names
@@ -494,12 +497,19 @@ def score_segment_submission(path: str, rated: RatedSegments, top_n: int = DEFAU
     class_ap = np.zeros(rated.num_classes)
     submitted = np.zeros(rated.num_classes, dtype=bool)
     num_submitted = 0
+    rated_videos, seen_rated_video = set(rated.video_names()), False
     for class_id, segment_ids, listed in _submission_rows(path, rated.num_classes, top_n):
         ranked = _ranked_ratings(rated.ratings_of(class_id, segment_ids))
         class_ap[class_id] = average_precisions(np.zeros(len(ranked), np.int64), ranked,
                                                 num_positives[class_id:class_id + 1], top_n)[0]
         submitted[class_id] = True
         num_submitted += listed
+        seen_rated_video = seen_rated_video or any(segment_id.rpartition(":")[0] in rated_videos
+                                                   for segment_id in segment_ids[:_VIDEOS_LOOKED_UP])
+    if num_submitted and not seen_rated_video:
+        raise ValueError(f"no video of {path} has rated segments in the labels: its segments are of other videos "
+                         "(the test split's, while the ratings are the validate split's?) and would score 0; predict "
+                         "the rated split's segments to score them")
     missing = np.flatnonzero((num_positives > 0) & ~submitted)
     if len(missing):
         shown = ", ".join(map(str, missing[:_EXAMPLES_SHOWN])) + (", ..." if len(missing) > _EXAMPLES_SHOWN else "")

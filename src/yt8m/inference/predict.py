@@ -9,6 +9,7 @@ is an error, and no output is left.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -23,6 +24,7 @@ from yt8m.data.inspection import find_video
 from yt8m.distributed.across_ranks import SpilledPieces, from_every_rank, this_rank_shards, together
 from yt8m.distributed.ranks import (all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size,
                                     send_stream)
+from yt8m.inference.model_tgz import pack_model, unpack_model
 from yt8m.inference.predictions import Locator, Predictor, load_predictor, predicted_rows, write_predictions, write_rows
 from yt8m.inference.segment_predict import predict_segments
 from yt8m.io.files import write_file_atomically
@@ -37,6 +39,12 @@ def run_predict(config: PredictConfig) -> dict[str, Any]:
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid predict config", problems)
+    if config.input_model_tgz:
+        if launched_by_torchrun():
+            raise ConfigError("invalid predict config", ["--input_model_tgz is unpacked by one process: unpack it "
+                                                         "once, then predict with --train_dir under torchrun"])
+        config = dataclasses.replace(config, **unpack_model(config.input_model_tgz, config.untar_model_dir))
+        log.info("unpacked --input_model_tgz %s into %s", config.input_model_tgz, config.untar_model_dir)
     if not launched_by_torchrun():
         return _run_predict(config)
     with process_group(torch.device("cpu")):  # gloo: the rows travel as pickled text, whatever the model's device
@@ -49,6 +57,10 @@ def _run_predict(config: PredictConfig) -> dict[str, Any]:
         raise ConfigError("invalid predict config", ["--segment_labels ranks each class's segments over every "
                                                      "video: run it as one process, not under torchrun"])
     predict, spec, source = load_predictor(config)
+    if config.output_model_tgz and rank == 0:
+        packed = pack_model(config.output_model_tgz, source.get("checkpoint", ""), config.model)
+        log.info("packed %s into --output_model_tgz %s", ", ".join(packed), config.output_model_tgz)
+        source = {**source, "output_model_tgz": config.output_model_tgz}
     if config.segment_labels:
         return predict_segments(config, predict, spec, source)
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.

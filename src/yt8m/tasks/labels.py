@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
@@ -32,26 +32,33 @@ class VocabularyMapping:
         return mapped
 
 
-def read_vocabulary_mapping(path: str, column: str, entity_classes: int, where: str) -> VocabularyMapping:
-    """The mapping of `column` of the vocabulary CSV at `path` (rows looked up by their Index) for entity classes
-    0..entity_classes-1; a ValueError naming `where` (the task), the file and the classes it misses."""
+def read_vocabulary(path: str, columns: Sequence[str], where: str) -> dict[int, dict[str, str]]:
+    """Class index -> {column: value} of the vocabulary CSV at `path` (the 2018 vocabulary.csv: rows in any order,
+    looked up by their Index); a ValueError naming `where`, the file and a missing column or a bad Index."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
-            missing_columns = [name for name in ("Index", column) if name not in header]
+            missing_columns = [name for name in ("Index", *columns) if name not in header]
             if missing_columns:
                 raise ValueError(f"{where}: vocabulary_file {path} has no column {' or '.join(missing_columns)} "
                                  f"(columns: {', '.join(header)})")
-            values = {}
+            rows = {}
             for line, row in enumerate(reader, start=2):
                 try:
-                    values[int(row["Index"])] = (row[column] or "").strip()
+                    rows[int(row["Index"])] = {column: (row[column] or "").strip() for column in columns}
                 except (TypeError, ValueError):
                     raise ValueError(f"{where}: vocabulary_file {path}, row {line}: Index {row['Index']!r} is not "
                                      "a class index") from None
     except OSError as err:
         raise ValueError(f"{where}: vocabulary_file {path} cannot be read: {err}") from None
+    return rows
+
+
+def read_vocabulary_mapping(path: str, column: str, entity_classes: int, where: str) -> VocabularyMapping:
+    """The mapping of `column` of the vocabulary CSV at `path` (rows looked up by their Index) for entity classes
+    0..entity_classes-1; a ValueError naming `where` (the task), the file and the classes it misses."""
+    values = {index: row[column] for index, row in read_vocabulary(path, [column], where).items()}
     missing = [index for index in range(entity_classes) if not values.get(index)]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")

@@ -19,6 +19,7 @@ from yt8m.io.checkpoints import EXPORT_DIR
 from yt8m.io.files import temporary_path
 from yt8m.config import TrainConfig
 from yt8m.models.model_size import ModelTooLargeError
+from yt8m.tune.limits import RunLimits, StudyDeadline, TrialTimeLimit
 from yt8m.tune.space import TuneSpec, objective_key, report_schedule
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
@@ -113,17 +114,25 @@ class TrialObjective:
 
     spec: TuneSpec
     lock: FileLock  # the budget lock, held when a trial starts: released once the trial is RUNNING
+    limits: RunLimits = RunLimits()
 
     def __call__(self, trial: optuna.Trial) -> float:
         """Train the trial. A Ctrl+C or SIGTERM at any point of it, sampling and set-up included (a killed tune
-        run's jobs get theirs at any moment), marks it interrupted and re-queues it; only its own error FAILs it."""
+        run's jobs get theirs at any moment), or the run's --timeout, marks it interrupted and re-queues it; past
+        --trial_timeout it is pruned; only its own error FAILs it."""
         self._reporter: Optional[ValidationReporter] = None
         try:
-            return self._train(trial)
-        except KeyboardInterrupt:
-            if self._reporter is not None:
-                self._record_progress(trial, self._reporter, None)
-            record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM")
+            with self.limits.armed():
+                return self._train(trial)
+        except TrialTimeLimit as err:
+            reason = f"{err} after {self._reporter.epochs if self._reporter else 0} epoch(s)"
+            self._record_progress(trial, self._reporter, None)
+            trial.set_user_attr(FAIL_REASON_ATTR, reason)
+            raise optuna.TrialPruned(reason) from None
+        except KeyboardInterrupt as err:
+            self._record_progress(trial, self._reporter, None)
+            cause = str(err) if isinstance(err, StudyDeadline) else "stopped by Ctrl+C or SIGTERM"
+            record_interruption(trial.study, _frozen(trial), f"interrupted: {cause}", logging.DEBUG)
             raise
 
     def _train(self, trial: optuna.Trial) -> float:
@@ -172,7 +181,10 @@ class TrialObjective:
         return True
 
     @staticmethod
-    def _record_progress(trial: optuna.Trial, reporter: ValidationReporter, summary: Optional[dict]) -> None:
+    def _record_progress(trial: optuna.Trial, reporter: Optional[ValidationReporter],
+                         summary: Optional[dict]) -> None:
+        if reporter is None:  # stopped before it trained
+            return
         trial.set_user_attr(EPOCHS_ATTR, reporter.epochs)
         trial.set_user_attr(EXAMPLES_ATTR, summary["examples"] if summary else reporter.examples)
         if reporter.metrics:

@@ -24,6 +24,7 @@ from yt8m.tune.study import (
     FAIL_REASON_ATTR,
     RETRY_OF_ATTR,
     FileLock,
+    describe_counts,
     interrupted_trials,
     state_counts,
 )
@@ -32,6 +33,7 @@ from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
+from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.tasks.video import task_from_config
 from yt8m.io.checkpoints import checkpoint_dir
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
@@ -64,7 +66,7 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
     reports = trial.intermediate_values
     state = "INTERRUPTED" if interruption else trial.state.name
     reason = interruption or trial.user_attrs.get(FAIL_REASON_ATTR, "")
-    if trial.state == TrialState.PRUNED and reports:
+    if trial.state == TrialState.PRUNED and reports and not reason:
         reason = f"pruned after report step {max(reports)}"
     elif trial.state == TrialState.WAITING:
         retry_of = trial.user_attrs.get(RETRY_OF_ATTR)
@@ -112,15 +114,43 @@ def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
                              start_new_model=False)
 
 
+def baseline_trial(study: optuna.Study, spec: TuneSpec) -> Optional[FrozenTrial]:
+    """The first complete trial of `tune.enqueue`'s first settings: the baseline the search is to beat."""
+    if not spec.enqueue:
+        return None
+    settings = spec.enqueue[0]
+    return next((trial for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if all(trial.params.get(name) == value for name, value in settings.items())), None)
+
+
 def write_report(study: optuna.Study, spec: TuneSpec) -> dict[str, Any]:
     """Write leaderboard, best.yaml and plots into the study dir; return the summary printed as JSON."""
     study_dir = spec.settings.study_dir
     best = write_leaderboard_and_best(study, spec)
     plots = save_plots(study, study_dir)
     best_path = os.path.abspath(os.path.join(study_dir, BEST_CONFIG))
+    baseline = baseline_trial(study, spec)
     return {"best_value": best.value if best else None, "best_params": best.params if best else None,
             "best_trial": best.number if best else None, "metric": spec.metric, "n_trials": state_counts(study),
+            "baseline_trial": baseline.number if baseline else None,
+            "baseline_value": baseline.value if baseline else None,
             "study_dir": os.path.abspath(study_dir), "best_config": best_path if best else None, "plots": plots}
+
+
+def explain_best(best_value: float, baseline_value: float, baseline_name: str, study: optuna.Study,
+                 metric: str) -> str:
+    """What a person should make of the best tuned result beside a baseline's: a gain, nothing found yet (too few
+    trials), or a difference of the size run-to-run noise makes."""
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    gain = sign * (best_value - baseline_value)
+    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    head = f"{metric} {best_value:.4f} against {baseline_value:.4f} for {baseline_name} ({best_value - baseline_value:+.4f})"
+    if gain > 0:
+        return (f"{head}: better. A gain of a few thousandths can be run-to-run noise (seeds, data order): "
+                "`yt8m tune-report STUDY --retrain_best` trains the best settings again to check it holds.")
+    return (f"{head}: the search has not beaten it yet. {complete} complete trial(s) are too few (TPE samples at "
+            "random until it has a model of the results), and the same settings differ by about this much between "
+            "runs (noise): run more trials (a larger --n_trials resumes the study) before trusting either.")
 
 
 def write_leaderboard_and_best(study: optuna.Study, spec: TuneSpec) -> Optional[FrozenTrial]:
@@ -190,17 +220,23 @@ def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
     return results
 
 
-def print_leaderboard(study: optuna.Study, spec: TuneSpec, stream: Optional[TextIO] = None) -> None:
-    """The leaderboard and the best trial, to `stream` (stderr, as it is when called, by default)."""
-    stream = stream or sys.stderr
-    summary = state_counts(study)
-    print(f"study '{spec.settings.study_name}' ({spec.direction} validation {spec.metric}): "
-          + ", ".join(f"{count} {state}" for state, count in summary.items() if count), file=stream)
-    print(format_leaderboard(leaderboard(study), spec.metric), file=stream)
+def print_leaderboard(study: optuna.Study, spec: TuneSpec) -> None:
+    """The leaderboard, what its metric means, the best trial and how it compares with the baseline, to stderr
+    (stdout carries the command's one JSON line)."""
+    plain_metric = spec.metric.rpartition("/")[2]
+    lines = [f"study '{spec.settings.study_name}' ({spec.direction} validation {spec.metric}): "
+             f"{describe_counts(state_counts(study))}",
+             f"{spec.metric}: {METRIC_MEANINGS[plain_metric]}",
+             format_leaderboard(leaderboard(study), spec.metric)]
     best = best_trial(study)
     if best is not None:
-        print(f"best: trial {best.number}, {spec.metric} {best.value:.5f}; train it with: "
-              f"yt8m train --config {os.path.join(spec.settings.study_dir, BEST_CONFIG)}", file=stream)
+        lines.append(f"best: trial {best.number}, {spec.metric} {best.value:.5f}; train it with: "
+                     f"yt8m train --config {os.path.join(spec.settings.study_dir, BEST_CONFIG)}")
+        baseline = baseline_trial(study, spec)
+        if baseline is not None:
+            name = f"the baseline, trial {baseline.number} (tune.enqueue's first settings)"
+            lines.append(explain_best(best.value, baseline.value, name, study, spec.metric))
+    print("\n".join(lines), file=sys.stderr)
 
 
 def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -> dict[str, Any]:
@@ -254,12 +290,12 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[st
             "gap_gain": round(fitted["ensemble"]["gap"] - single["gap"], 6), "num_classes": num_classes}
 
 
-def print_ensemble(ensemble: dict[str, Any], stream: TextIO) -> None:
-    """The ensemble's line beside the best single trial's, and the command that predicts with it."""
+def print_ensemble(ensemble: dict[str, Any]) -> None:
+    """The ensemble's line beside the best single trial's, and the command that predicts with it, to stderr."""
     single = ensemble["best_single"]
     weights = ",".join(f"{weight:g}" for weight in ensemble["weights"])
     print(f"ensemble of trials {','.join(map(str, ensemble['trials']))} (weights {weights}, fitted on the validation "
           f"shards): validation gap {ensemble['gap']:.5f} (equal weights {ensemble['equal_weights_gap']:.5f}); best "
-          f"single trial {single['trial']}: {single['gap']:.5f} ({ensemble['gap_gain']:+.5f})", file=stream)
+          f"single trial {single['trial']}: {single['gap']:.5f} ({ensemble['gap_gain']:+.5f})", file=sys.stderr)
     print(f"predict with it: yt8m ensemble {' '.join(ensemble['train_dirs'])} --weights {weights} --num_classes "
-          f"{ensemble['num_classes']} --input_data_pattern TEST_PATTERN --output_file predictions.csv", file=stream)
+          f"{ensemble['num_classes']} --input_data_pattern TEST_PATTERN --output_file predictions.csv", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Running a study: create or resume it, run trials in this process or J spawned job processes (which die with
-it) until it has --n_trials finished trials, then write the report; Ctrl+C and SIGTERM re-queue running trials."""
+it) until it has --n_trials finished trials, then write the report; Ctrl+C, SIGTERM and --timeout re-queue running
+trials."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import time
 from typing import Any, Iterator, Optional
 
 import optuna
@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from yt8m.io.files import write_file_atomically
+from yt8m.tune.limits import RunLimits, StudyDeadline
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tune.report import write_leaderboard_and_best, write_report
 from yt8m.tune.space import TuneSpec
@@ -28,6 +29,7 @@ from yt8m.runtime import available_cpus, setup_logging
 from yt8m.tune.study import (
     STUDY_FILE,
     FileLock,
+    describe_counts,
     display_url,
     open_storage,
     open_study,
@@ -45,32 +47,58 @@ PR_SET_PDEATHSIG = 1
 EXIT_INTERRUPTED = 130
 
 
-def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
+def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[optuna.Study, dict[str, Any]]:
     """Create or resume the study, run trials until it has --n_trials, write the report; returns the study and
-    the summary. On Ctrl+C (or SIGTERM) the running trials are re-queued and the report is still written."""
+    the summary. On Ctrl+C (or SIGTERM), and when --timeout passes, the running trials are re-queued and the report
+    is still written; a trial past `trial_timeout` seconds is pruned."""
     _check_data(spec)
     settings = spec.settings
     os.makedirs(settings.study_dir, exist_ok=True)
     study = open_study(spec, open_storage(settings))
     write_study_file(spec, os.path.join(settings.study_dir, STUDY_FILE))
     log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
-             display_url(storage_url(settings)), settings.study_dir, state_counts(study), settings.n_trials)
-    deadline = time.time() + settings.timeout if settings.timeout else None
+             display_url(storage_url(settings)), settings.study_dir, describe_counts(state_counts(study)),
+             settings.n_trials)
+    limits = RunLimits.starting_now(settings.timeout, trial_timeout)
     interrupted, failed_jobs = False, []
     try:
         with _ending_on_lost_interrupt():
-            failed_jobs = run_jobs(spec, deadline)
+            failed_jobs = run_jobs(spec, limits)
+    except StudyDeadline:
+        pass  # the trial it stopped was re-queued; said below
     except KeyboardInterrupt:
         interrupted = True
-        log.warning("interrupted: the running trials were marked FAILED and re-queued; run the same command "
-                    "again to resume the study")
-    return study, {**write_report(study, spec), "interrupted": interrupted, "failed_jobs": failed_jobs}
+        log.warning("interrupted: the running trials were marked interrupted and their parameters re-queued; run "
+                    "the same command again to resume the study")
+    timed_out = not interrupted and limits.passed()
+    if timed_out:
+        log.warning("--timeout %g s reached: trials still running were stopped and re-queued; run the same command "
+                    "again to resume the study", settings.timeout)
+    return study, {**write_report(study, spec), "interrupted": interrupted, "timed_out": timed_out,
+                   "failed_jobs": failed_jobs}
 
 
 def _check_data(spec: TuneSpec) -> None:
     """Fail before the first trial when a data pattern matches nothing, instead of failing every trial."""
     expand_pattern(spec.train["train_data_pattern"])
     expand_pattern(spec.eval_data_pattern)
+
+
+def with_data_patterns(spec: TuneSpec, train_pattern: str, eval_pattern: str) -> TuneSpec:
+    """The tuning file with its data patterns replaced where given (`yt8m tune --train_data_pattern`,
+    `--eval_data_pattern`), in the copy written to the study dir too. The patterns are part of the study's identity:
+    a study made on other data is not resumed with these."""
+    if not train_pattern and not eval_pattern:
+        return spec
+    train = {**spec.train, **({"train_data_pattern": train_pattern} if train_pattern else {})}
+    eval_pattern = eval_pattern or spec.eval_data_pattern
+    document = {**spec.document, "train": {**(spec.document.get("train") or {}),
+                                           "train_data_pattern": train["train_data_pattern"],
+                                           "eval_data_pattern": eval_pattern}}
+    flags = " and ".join(name for name, given in (("--train_data_pattern", train_pattern),
+                                                  ("--eval_data_pattern", eval_pattern)) if given)
+    return dataclasses.replace(spec, train=train, eval_data_pattern=eval_pattern, document=document,
+                               source=f"{spec.source} with {flags}")
 
 
 def write_study_file(spec: TuneSpec, path: str) -> None:
@@ -82,15 +110,15 @@ def write_study_file(spec: TuneSpec, path: str) -> None:
     write_file_atomically(path, lambda out: yaml.safe_dump(document, out, sort_keys=False))
 
 
-def run_jobs(spec: TuneSpec, deadline: Optional[float]) -> list[str]:
+def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
     the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
     n_jobs = spec.settings.n_jobs
     if n_jobs == 1:
-        run_worker(spec, deadline)
+        run_worker(spec, limits)
         return []
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_job_process, args=(spec, deadline, os.getpid()), name=f"tune-job-{index}")
+    workers = [context.Process(target=_job_process, args=(spec, limits, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
     for worker in workers:
         worker.start()
@@ -114,31 +142,57 @@ def _exit_description(exitcode: int) -> str:
     return f"exit code {exitcode}"
 
 
-def run_worker(spec: TuneSpec, deadline: Optional[float]) -> None:
-    """Run trials one at a time until the study's budget is met or the deadline passes; after each, rewrite the
-    leaderboard and best.yaml (the plots, slower, are drawn at the end)."""
+def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
+    """Run trials one at a time until the study's budget is met or --timeout passes (which also stops the trial
+    running then); after each, rewrite the leaderboard and best.yaml (the plots, slower, are drawn at the end)."""
     settings = spec.settings
     storage = open_storage(settings)
     study = open_study(spec, storage)
     lock = FileLock(os.path.join(settings.study_dir, ".budget.lock"))
-    objective = TrialObjective(spec, lock)
+    objective = TrialObjective(spec, lock, limits)
+    quiet_interrupted_trials()
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         remove_checkpoints_beyond_best(study, settings.study_dir, settings.keep_best)
         write_leaderboard_and_best(study, spec)
 
-    while deadline is None or time.time() < deadline:
+    while not limits.passed():
         with lock.held():
             recover_interrupted(study, storage)
             if trials_to_start(study, settings.n_trials) <= 0:
                 return
             study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
-    log.info("--timeout reached: no new trial started")
 
 
-def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> None:
+def quiet_interrupted_trials() -> None:
+    """Keep Optuna from logging a trial stopped by Ctrl+C, SIGTERM or --timeout as a failure with its traceback
+    (some 45 lines): the trial is re-queued, and the runner says so in one line."""
+    optimize_log = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(existing, _InterruptedTrialFilter) for existing in optimize_log.filters):
+        optimize_log.addFilter(_InterruptedTrialFilter())
+
+
+class _InterruptedTrialFilter(logging.Filter):
+    """Drops Optuna's two warnings about a trial whose objective raised KeyboardInterrupt: the one with the
+    traceback, and the 'failed with value None' that follows it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._after_interrupt = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] and issubclass(record.exc_info[0], KeyboardInterrupt):
+            self._after_interrupt = True
+            return False
+        if self._after_interrupt and "failed with value" in record.getMessage():
+            self._after_interrupt = False
+            return False
+        return True
+
+
+def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
     """A spawned job: dies with the tune process, takes its share of the cores, handles SIGTERM like Ctrl+C
-    (its trial is marked interrupted and re-queued), then runs trials until the budget is met."""
+    (its trial is marked interrupted and re-queued), then runs trials until the budget is met or --timeout passes."""
     signal.signal(signal.SIGINT, interrupt_once)
     signal.signal(signal.SIGTERM, interrupt_once)
     try:
@@ -148,9 +202,9 @@ def _job_process(spec: TuneSpec, deadline: Optional[float], parent_pid: int) -> 
         # J jobs share the machine's cores instead of each starting one thread per core.
         torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
         with _ending_on_lost_interrupt():
-            run_worker(spec, deadline)
+            run_worker(spec, limits)
     except KeyboardInterrupt:
-        pass  # the parent writes the report (or, if it was killed, the next run does)
+        pass  # the parent writes the report (or, if it was killed, the next run does); --timeout ends jobs so too
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -191,5 +245,11 @@ def interrupt_once(signum: int, frame: Any) -> None:
     """SIGTERM (and in jobs SIGINT) as KeyboardInterrupt, once: a second signal, e.g. the parent passing
     the same Ctrl+C on, must not break off the recording of the interrupted trial."""
     for name in ("SIGINT", "SIGTERM"):
-        signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # A Python handler that does nothing, not SIG_IGN: a signal already caught by the interpreter when its
+        # handler became SIG_IGN is printed as "Signal 15 ignored due to race condition" with a traceback.
+        signal.signal(getattr(signal, name), _already_interrupted)
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _already_interrupted(signum: int, frame: Any) -> None:
+    """A later SIGINT or SIGTERM: the interrupt is under way."""

@@ -37,6 +37,8 @@ HEARTBEAT_GRACE_INTERVALS = 4
 # An interrupted parameter set is re-queued at most this many times, counted over the study's history (a
 # config that kills its process every time must not loop forever).
 MAX_RETRIES = 2
+# The median pruner compares a trial's reports with those of this many complete trials at least.
+PRUNER_STARTUP_TRIALS = 1
 
 # Trial user attributes.
 WORKER_ATTR = "worker"  # {"host", "pid", "start"}: the process running the trial
@@ -207,7 +209,9 @@ def _seeded_sampler(settings: TuneSettings, seed: int) -> optuna.samplers.BaseSa
 def create_pruner(settings: TuneSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
     """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode."""
     if settings.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=settings.n_startup_trials,
+        # From the first complete trial on (not after TPE's n_startup_trials): a slow, poor trial dies at its first
+        # report instead of running to the end while the study warms up.
+        return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS,
                                            n_warmup_steps=settings.n_warmup_steps)
     if settings.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner()
@@ -283,6 +287,12 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
+def describe_counts(counts: dict[str, int]) -> str:
+    """Trial counts as a person reads them: '4 complete, 1 pruned, 1 failed' (states without trials left out)."""
+    words = {"fail": "failed"}
+    return ", ".join(f"{count} {words.get(state, state)}" for state, count in counts.items() if count) or "no trials"
+
+
 def worker_identity() -> dict[str, Any]:
     pid = os.getpid()
     return {"host": socket.gethostname(), "pid": pid, "start": _process_start_ticks(pid)}
@@ -345,12 +355,14 @@ def _requeue_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
                                       f"{HEARTBEAT_GRACE_INTERVALS} intervals (killed, or its machine was lost)")
 
 
-def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str) -> None:
+def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str, level: int = logging.WARNING) -> None:
     """Note why the (already FAILED) trial was interrupted and queue its parameters again, unless the study's
-    history already holds MAX_RETRIES + 1 interruptions of them (retries, or the same point sampled again)."""
+    history already holds MAX_RETRIES + 1 interruptions of them (retries, or the same point sampled again); logged
+    at `level` (a Ctrl+C's is said once for the whole run, by the runner)."""
     study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}", reason)
     if not trial.params:
-        log.warning("trial %d %s before it sampled its parameters; a new trial takes its place", trial.number, reason)
+        log.log(level, "trial %d %s before it sampled its parameters; a new trial takes its place", trial.number,
+                reason)
         return
     interruptions = times_interrupted(study, trial.params)
     if interruptions > MAX_RETRIES:
@@ -359,7 +371,7 @@ def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str) ->
         return
     original = trial.user_attrs.get(RETRY_OF_ATTR, trial.number)
     study.enqueue_trial(trial.params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: interruptions})
-    log.warning("trial %d %s; marked FAILED and its parameters re-queued as a new trial", trial.number, reason)
+    log.log(level, "trial %d %s; marked FAILED and its parameters re-queued as a new trial", trial.number, reason)
 
 
 def times_interrupted(study: optuna.Study, params: dict[str, Any]) -> int:
