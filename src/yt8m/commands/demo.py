@@ -141,13 +141,17 @@ def format_report(result: dict[str, Any]) -> str:
         f"  test (scored)  GAP {test['gap']:.4f}",
         *_segment_lines(result["segments"]),
         "  what they mean (higher is better, 1 is perfect):",
-        *(f"    {METRIC_MEANINGS[name]}" for name in REPORTED_METRICS + (("segment_map",) if result["segments"] else ())),
+        *(f"    {METRIC_MEANINGS[name]}" for name in _reported_metrics(result)),
         f"  train dir      {result['train_dir']}  (checkpoints/, config.yaml, eval/metrics-*.json)",
         f"  predictions    {result['predictions']}",
         f"  TensorBoard    tensorboard --logdir {result['train_dir']}",
         f"  took           {result['seconds']:.0f} s",
         "",
     ])
+
+
+def _reported_metrics(result: dict[str, Any]) -> tuple[str, ...]:
+    return REPORTED_METRICS + (("segment_map",) if result["segments"] else ())
 
 
 def _tune_lines(study: Any, untuned_gap: float) -> list[str]:

@@ -20,8 +20,9 @@ def main(argv: Sequence[str]) -> int:
                         help="Kaggle CSV: VideoId,LabelConfidencePairs (with --segment_labels: Class,Segments).")
     parser.add_argument("--labels", required=True,
                         help="The ground truth: a CSV (.csv: VideoId,Labels, space-separated; `yt8m inspect "
-                             "--write_labels_csv` writes it) or the labelled TFRecord shards themselves (comma-separated "
-                             "paths or globs). With --segment_labels: shards or a label CSV (segment_id,class,score).")
+                             "--write_labels_csv` writes it) or the labelled TFRecord shards themselves "
+                             "(comma-separated paths or globs). With --segment_labels: shards or a label CSV "
+                             "(segment_id,class,score).")
     parser.add_argument("--top_k", type=int, default=20, help="Predictions per video that count (default: 20).")
     parser.add_argument("--num_classes", type=int, default=3862, help="Number of classes (default: 3862).")
     parser.add_argument("--allow_missing", action="store_true",

@@ -13,7 +13,8 @@ from yt8m.data.synthetic import KINDS, write_synthetic
 
 
 def _parser() -> FlagParser:
-    parser = FlagParser(prog="yt8m synth", description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
+    parser = FlagParser(prog="yt8m synth",
+                        description="Write learnable synthetic YouTube-8M data (video, frame, segment).",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output_dir", required=True, help="Folder (or fsspec URL) to write <kind>/ folders into.")
     parser.add_argument("--kind", choices=KINDS + ("all",), default="video",

@@ -144,7 +144,8 @@ def explain_best(best_value: float, baseline_value: float, baseline_name: str, s
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
     gain = sign * (best_value - baseline_value)
     complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    head = f"{metric} {best_value:.4f} against {baseline_value:.4f} for {baseline_name} ({best_value - baseline_value:+.4f})"
+    difference = best_value - baseline_value
+    head = f"{metric} {best_value:.4f} against {baseline_value:.4f} for {baseline_name} ({difference:+.4f})"
     if gain > 0:
         return (f"{head}: better. A gain of a few thousandths can be run-to-run noise (seeds, data order): "
                 "`yt8m tune-report STUDY --retrain_best` trains the best settings again to check it holds.")
