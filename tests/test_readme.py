@@ -28,7 +28,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REALDATA, REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -201,14 +201,15 @@ def in_order(pieces: list[str], text: str) -> bool:
 
 def lay_out(folder: Path, files: dict[str, str]) -> None:
     """What the examples take as there: the repository's configs, the README's YAML files, the PCA release's
-    eigenvalues NeXtVLAD's recipe reads, and configs/tune_video.yaml's data folder (data/synthetic/video: synth's
-    data/video)."""
+    eigenvalues NeXtVLAD's recipe reads, configs/tune_video.yaml's data folder (data/synthetic/video: synth's
+    data/video) and the real 2018 validate shards of "Real data in 10 minutes" (yt8m2018/: ../shared/realdata's)."""
     (folder / "configs").symlink_to(REPO_ROOT / "configs")
     for name, text in files.items():
         (folder / name).write_text(text)
     (folder / "data" / "yt8m_pca").mkdir(parents=True)
     np.save(folder / "data" / "yt8m_pca" / "eigenvals.npy", np.linspace(4.0, 0.01, 1024).astype(np.float32))
     (folder / "data" / "synthetic").symlink_to(".")
+    (folder / "yt8m2018").symlink_to(REALDATA / "yt8m_2018_video_validate")
 
 
 def command_environment(proxy: str) -> dict[str, str]:
