@@ -4,7 +4,6 @@ eight-frame synthetic videos in a process of its own (--compile, torchrun), then
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess

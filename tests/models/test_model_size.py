@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
 from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy,  # noqa: F401
