@@ -11,8 +11,9 @@ import importlib
 import sys
 import traceback
 from typing import Optional, Sequence
-from yt8m.process_settings import configure_streaming_process, configure_training_process
+
 from yt8m import __version__
+from yt8m.process_settings import configure_streaming_process, configure_training_process
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "download": ("yt8m.commands.download:main", "Download YouTube-8M shards (official plan, mirrors, --shard I,N): resumable, MD5-verified."),

@@ -9,9 +9,9 @@ import logging
 from typing import Optional, Sequence
 
 from yt8m.config import FlagParser
+from yt8m.inference.onnx_export import GRAPH_NOTES, export_checkpoint
 from yt8m.io import storage
 from yt8m.io.checkpoints import load_latest_checkpoint
-from yt8m.inference.onnx_export import GRAPH_NOTES, export_checkpoint
 from yt8m.runtime import setup_logging
 
 log = logging.getLogger("yt8m.export")

@@ -8,10 +8,10 @@ import json
 from typing import Sequence
 
 from yt8m.config import FlagParser
-from yt8m.runtime import setup_logging
 from yt8m.eval.score import score_files
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.eval.segment_score import score_segment_files
+from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:

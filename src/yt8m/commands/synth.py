@@ -8,8 +8,8 @@ import json
 from typing import Optional
 
 from yt8m.config import FlagParser
-from yt8m.fields import parse_list
 from yt8m.data.synthetic import KINDS, write_synthetic
+from yt8m.fields import parse_list
 
 
 def _parser() -> FlagParser:

@@ -11,8 +11,8 @@ from typing import Sequence
 
 from yt8m.config import FlagParser, add_config_arguments, config_from_dict, field_names
 from yt8m.runtime import setup_logging
-from yt8m.tune.report import LEADERBOARD_TXT, print_leaderboard
 from yt8m.tune.limits import RunFlags
+from yt8m.tune.report import LEADERBOARD_TXT, print_leaderboard
 from yt8m.tune.runner import EXIT_INTERRUPTED, interrupt_once, run_tune, with_data_patterns
 from yt8m.tune.space import TuneSettings, load_tune_spec
 from yt8m.tune.study import describe_counts

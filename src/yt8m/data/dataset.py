@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from yt8m.data.batch import Batch
 from yt8m.data.batch_decode import PackedRecords
+from yt8m.data.batch_memory import RecycledBuffers, SharedSlots, SlotRef, copy_out, fresh_shared
 from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame_batch,
                               decode_segment_video, decode_video_batch, record_id_key)
-from yt8m.data.batch_memory import RecycledBuffers, SharedSlots, SlotRef, copy_out, fresh_shared
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.

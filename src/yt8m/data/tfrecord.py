@@ -18,8 +18,8 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from yt8m.io import storage
 from yt8m.fields import quoted
+from yt8m.io import storage
 from yt8m.optional import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)

@@ -18,11 +18,15 @@ from tqdm import tqdm
 
 from yt8m.config import (MODEL_IDENTITY_FIELDS, STARTER_TRAIN_DIR, DataConfig, EvalConfig, TrainConfig, config_problems, differing_fields,
                          field_names, load_config, shown)
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together, this_rank_shards
 from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
                                rank_and_world_size, training_device)
+from yt8m.eval.per_class import write_per_class
 from yt8m.io import storage
 from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
+from yt8m.io.lock import describe_holder, train_dir_holder
 from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_payload
@@ -31,11 +35,6 @@ from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.base import Task
 from yt8m.tasks.losses import LOSSES
 from yt8m.tasks.video import task_from_config, task_problems
-from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together
-from yt8m.distributed.across_ranks import this_rank_shards
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.io.lock import describe_holder, train_dir_holder
-from yt8m.eval.per_class import write_per_class
 
 log = logging.getLogger("yt8m.eval")
 # Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.

@@ -19,8 +19,8 @@ from yt8m.data.decode import RecordError, decode_video_batch
 from yt8m.data.inspection import LABELS_HEADER, find_video
 from yt8m.data.tfrecord import expand_pattern, read_record_chunks
 from yt8m.eval.metrics import EvaluationMetrics
-from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 from yt8m.fields import quoted
+from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 
 log = logging.getLogger("yt8m.eval.score")
 

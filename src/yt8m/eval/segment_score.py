@@ -19,10 +19,10 @@ import numpy as np
 from yt8m.data.batch_decode import PackedRecords, decode_packed_ratings
 from yt8m.data.decode import RecordError, decode_segment_ratings
 from yt8m.data.tfrecord import RecordChunk, expand_pattern, read_record_chunks, read_records
-from yt8m.io.files import write_file_atomically
 from yt8m.eval.score import CsvFormatError, decoded
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
 from yt8m.fields import quoted
+from yt8m.io.files import write_file_atomically
 
 log = logging.getLogger("yt8m.eval.score")
 

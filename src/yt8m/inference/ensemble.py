@@ -29,17 +29,17 @@ import numpy as np
 import torch
 
 from yt8m.config import ConfigError, EnsembleConfig, config_problems
-from yt8m.io.files import write_file_atomically
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.decode import RecordError, decode_id_and_labels
+from yt8m.data.inspection import find_video
+from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import check_probabilities, load_predictions_csv, unmatched
-from yt8m.inference.predictions import Predictor, load_model_predictor, numbered_jsonl_predictions, write_predictions
-from yt8m.data.inspection import find_video
-from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.fields import quoted
 from yt8m.inference.onnx_export import MODEL_FILE
-from yt8m.data.decode import RecordError, decode_id_and_labels
-from yt8m.data.tfrecord import expand_pattern, read_records
-from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.inference.predictions import Predictor, load_model_predictor, numbered_jsonl_predictions, write_predictions
+from yt8m.io.files import write_file_atomically
+from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.runtime import reader_workers
 
 log = logging.getLogger("yt8m.inference.ensemble")

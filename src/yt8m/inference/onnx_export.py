@@ -16,19 +16,17 @@ import torch
 from torch import nn
 
 from yt8m import __version__
-
+from yt8m.config import TrainConfig
+from yt8m.data.dataset import FeatureSpec
 from yt8m.data.decode import dequantize
 from yt8m.io import storage
-from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.io.checkpoints import load_checkpoint
-from yt8m.config import TrainConfig
-from yt8m.optional import require
 from yt8m.io.files import copy_file_atomically, write_file_atomically
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.models.frame import LstmModel, _frame_counts
 from yt8m.models.model_size import ModelSize, model_size
 from yt8m.models.registry import model_hparams
-from yt8m.models.frame import LstmModel
-from yt8m.models.frame import _frame_counts
-from yt8m.data.dataset import FeatureSpec
+from yt8m.optional import require
 
 log = logging.getLogger("yt8m.export")
 

@@ -17,12 +17,12 @@ from torch import nn
 from yt8m.config import PredictConfig
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec
-from yt8m.eval.score import text_lines
 from yt8m.distributed.ranks import training_device
+from yt8m.eval.score import text_lines
+from yt8m.fields import quoted
 from yt8m.inference.onnx_export import load_exported
 from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
-from yt8m.fields import quoted
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_payload

@@ -17,13 +17,13 @@ import torch.nn.functional as F
 from yt8m.config import ConfigError, PredictConfig
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.eval.score import text_lines
-from yt8m.io.files import write_file_atomically
-from yt8m.inference.predictions import Predictor, check_finite, unwritable_id
 from yt8m.data.inspection import find_video
-from yt8m.runtime import reader_workers, resolve_device
-from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
+from yt8m.inference.predictions import Predictor, check_finite, unwritable_id
+from yt8m.io.files import write_file_atomically
+from yt8m.io.spill import KeyedTable, TemporaryDatabase
+from yt8m.runtime import reader_workers, resolve_device
 
 log = logging.getLogger("yt8m.inference.predict")
 

@@ -21,12 +21,11 @@ from yt8m.data.batch import Batch
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
 from yt8m.inference.predictions import read_jsonl_predictions
-from yt8m.io.checkpoints import checkpoint_dir, latest_checkpoint, load_checkpoint
+from yt8m.io.checkpoints import checkpoint_dir, latest_checkpoint, load_checkpoint, list_exports
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_checkpoint
 from yt8m.tasks.teacher import Teacher, probability_logits
-from yt8m.io.checkpoints import list_exports
 
 log = logging.getLogger("yt8m.tasks.teacher")
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from yt8m.kernels import use_fused_kernels
 from yt8m.fields import setting
+from yt8m.kernels import use_fused_kernels
 from yt8m.kernels.ops import batch_norm_relu6_max_pool
 from yt8m.models.base import BaseModel, ClassifierHParams, MoeHParams, starter_linear
 from yt8m.models.registry import create_classifier, register_model, video_level_model

@@ -22,8 +22,7 @@ from yt8m.models.multihead import HeadView
 from yt8m.tasks.base import Output, Task
 from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
 from yt8m.tasks.losses import create_loss
-from yt8m.tasks.spec import TaskSpec, key_of, resolve_tasks, the_one_task
-from yt8m.tasks.spec import best_metric_key as spec_best_metric_key
+from yt8m.tasks.spec import TaskSpec, key_of, resolve_tasks, the_one_task, best_metric_key as spec_best_metric_key
 from yt8m.tasks.teacher import DistillationTask, Teacher
 from yt8m.tasks.video import DEFAULT_TOP_K, label_task, task_from_config
 

@@ -9,8 +9,8 @@ import logging
 from typing import Any, Optional
 
 from yt8m.config import ConfigError, TrainConfig, config_problems, field_names
-from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.fields import closest
+from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.models.registry import hparam_fields, is_frame_level, known_model, resolve_hparams
 from yt8m.tasks.losses import LOSSES
 from yt8m.tasks.spec import TaskSpec, is_multitask, task_problems, the_one_task

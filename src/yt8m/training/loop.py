@@ -21,20 +21,20 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from yt8m.config import TrainConfig, config_values
-from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.data.batch import Batch
+from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import checkpoint_path, latest_checkpoint, load_checkpoint, save_checkpoint
+from yt8m.io.summaries import summary_writer, write_scalars
+from yt8m.models.checkpoints import load_checked
 from yt8m.runtime import amp_dtype, autocast
 from yt8m.tasks.taskset import TaskSet, one_task_set
-from yt8m.models.checkpoints import load_checked
+from yt8m.training.meter import RunEstimate, ThroughputMeter
 from yt8m.training.optim import apply_update, l2_terms, load_optimizer_state, optimizer_state
 from yt8m.training.randomness import capture_rng_state, process_seed, restore_rng_state, seed_everything
-from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
-from yt8m.training.meter import RunEstimate, ThroughputMeter
-from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.training.summaries import log_step
 from yt8m.training.trained_ids import record_trained_ids
+from yt8m.training.validation import TrainEvaluator, Verdict, best_export_checkpoint
 from yt8m.training.weight_average import WeightAverage
 
 log = logging.getLogger("yt8m.train")

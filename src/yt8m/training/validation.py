@@ -20,11 +20,11 @@ from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.io.checkpoints import exported_checkpoint
+from yt8m.io.summaries import summary_writer
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.best_models import Exporters
 from yt8m.training.data import source_spec
-from yt8m.io.summaries import summary_writer
 
 log = logging.getLogger("yt8m.train_eval")
 

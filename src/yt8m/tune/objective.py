@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
 
-from yt8m.io.checkpoints import checkpoint_dir
-from yt8m.io.checkpoints import EXPORT_DIR
-from yt8m.io.files import temporary_path
 from yt8m.config import TrainConfig
+from yt8m.io.checkpoints import checkpoint_dir, EXPORT_DIR
+from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
+from yt8m.training import train
 from yt8m.tune.limits import RunLimits, StudyDeadline, TrialTimeLimit
 from yt8m.tune.space import TuneSpec, objective_key, report_schedule
 from yt8m.tune.study import (
@@ -30,7 +30,6 @@ from yt8m.tune.study import (
     record_interruption,
     worker_identity,
 )
-from yt8m.training import train
 
 if TYPE_CHECKING:
     from yt8m.training import TrainEvent

@@ -16,9 +16,17 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import TrainConfig, load_config, save_config
-from yt8m.optional import available
+from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.eval.evaluate import evaluate_model
+from yt8m.eval.metrics import METRIC_MEANINGS
+from yt8m.inference.ensemble import fit_ensemble, opened_inputs
+from yt8m.io.checkpoints import load_latest_checkpoint, checkpoint_dir
 from yt8m.io.files import write_file_atomically
-from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.optional import available
+from yt8m.tasks.video import task_from_config
+from yt8m.training import train
+from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir
 from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
@@ -28,16 +36,6 @@ from yt8m.tune.study import (
     interrupted_trials,
     state_counts,
 )
-from yt8m.training import train
-from yt8m.models.checkpoints import build_model_from_payload
-from yt8m.io.checkpoints import load_latest_checkpoint
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.eval.evaluate import evaluate_model
-from yt8m.eval.metrics import METRIC_MEANINGS
-from yt8m.tasks.video import task_from_config
-from yt8m.io.checkpoints import checkpoint_dir
-from yt8m.inference.ensemble import fit_ensemble, opened_inputs
-from yt8m.tune.objective import TRAIN_DIR_ATTR, trial_dir
 
 log = logging.getLogger("yt8m.tune")
 

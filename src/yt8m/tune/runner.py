@@ -18,14 +18,14 @@ import optuna
 import torch
 import yaml
 
+from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
+from yt8m.process_settings import configure_training_process
+from yt8m.runtime import available_cpus, setup_logging
 from yt8m.tune.limits import RunLimits, StudyDeadline
 from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tune.report import write_leaderboard_and_best, write_report
 from yt8m.tune.space import TuneSpec
-from yt8m.data.tfrecord import expand_pattern
-from yt8m.process_settings import configure_training_process
-from yt8m.runtime import available_cpus, setup_logging
 from yt8m.tune.study import (
     STUDY_FILE,
     FileLock,

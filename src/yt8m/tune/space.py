@@ -18,12 +18,12 @@ from typing import Any, Optional
 import optuna
 
 from yt8m.config import HPARAMS_FIELD, ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
+from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
-from yt8m.tasks.spec import TaskConfig, is_multitask, reads_segments, task_entries
 from yt8m.models.registry import hparam_fields
+from yt8m.tasks.spec import TaskConfig, is_multitask, reads_segments, task_entries
 from yt8m.tasks.video import metric_names
 from yt8m.training.checks import train_config_problems
-from yt8m.eval.metrics import HIGHER_IS_BETTER
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
