@@ -24,7 +24,8 @@ from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_b
                                rank_and_world_size, training_device)
 from yt8m.eval.per_class import write_per_class
 from yt8m.io import storage
-from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint, load_latest_checkpoint
+from yt8m.io.checkpoints import (CONFIG_FILE, final_checkpoint, latest_checkpoint, load_checkpoint,
+                                 load_latest_checkpoint)
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import describe_holder, train_dir_holder
 from yt8m.io.summaries import summary_writer, write_scalars
@@ -90,7 +91,7 @@ def _results(task: Task, metrics: Any, source: str, videos: int, per_class: bool
 def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
     """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree, and the
     whole config must be valid: every problem in one error."""
-    path = os.path.join(config.train_dir, "config.yaml")
+    path = os.path.join(config.train_dir, CONFIG_FILE)
     if not storage.exists(path):
         raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = load_config(TrainConfig, path)
@@ -158,7 +159,7 @@ def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> I
 
 def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.device) -> Iterator[dict[str, Any]]:
     if not config.run_once:
-        wait_for(lambda: storage.exists(os.path.join(config.train_dir, "config.yaml")), config)
+        wait_for(lambda: storage.exists(os.path.join(config.train_dir, CONFIG_FILE)), config)
     config = resolve_eval_config(config, given)
     rank, world_size = rank_and_world_size()
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.

@@ -15,6 +15,7 @@ import numpy as np
 
 from yt8m.config import EvalConfig, TrainConfig, load_config
 from yt8m.eval.score import shard_labels
+from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.files import atomic_writer, write_file_atomically
 from yt8m.optional import available
 from yt8m.tasks.labels import read_vocabulary
@@ -30,7 +31,7 @@ MISSING_VERTICAL = "(no vertical)"
 def write_per_class(config: EvalConfig, per_class: dict[str, np.ndarray]) -> dict[str, Any]:
     """Write the per-class CSV (and its plots) of a checkpoint's evaluation; returns where, and how the training
     frequency was found, for the command's JSON."""
-    trained = load_config(TrainConfig, os.path.join(config.train_dir, "config.yaml"))
+    trained = load_config(TrainConfig, os.path.join(config.train_dir, CONFIG_FILE))
     vocabulary_file = config.vocabulary_file or trained.vocabulary_file
     vocabulary = _vocabulary(vocabulary_file)
     train_videos, counted_from = _train_videos(vocabulary, vocabulary_file, trained, len(per_class["ap"]))

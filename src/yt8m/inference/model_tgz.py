@@ -14,10 +14,8 @@ import tarfile
 
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths
 from yt8m.io import storage
-from yt8m.io.checkpoints import MODEL_SIZE_FILE
+from yt8m.io.checkpoints import RUN_FILES
 from yt8m.io.files import atomic_writer
-
-CONFIG_FILE = "config.yaml"
 
 
 def archive_members(checkpoint: str, onnx_export: str) -> list[tuple[str, str]]:
@@ -27,7 +25,7 @@ def archive_members(checkpoint: str, onnx_export: str) -> list[tuple[str, str]]:
         files = [model_file, f"{model_file}.data", metadata]
         return [(path, posixpath.basename(path)) for path in files if storage.exists(path)]
     train_dir = posixpath.dirname(posixpath.dirname(checkpoint))
-    extras = [(posixpath.join(train_dir, name), name) for name in (CONFIG_FILE, MODEL_SIZE_FILE)]
+    extras = [(posixpath.join(train_dir, name), name) for name in RUN_FILES]
     return [(checkpoint, f"checkpoints/{posixpath.basename(checkpoint)}")] + [
         (path, name) for path, name in extras if storage.exists(path)]
 

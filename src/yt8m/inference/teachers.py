@@ -21,7 +21,7 @@ from yt8m.data.batch import Batch
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
 from yt8m.inference.predictions import read_jsonl_predictions
-from yt8m.io.checkpoints import checkpoint_dir, latest_checkpoint, load_checkpoint, list_exports
+from yt8m.io.checkpoints import CONFIG_FILE, checkpoint_dir, latest_checkpoint, load_checkpoint, list_exports
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_checkpoint
@@ -88,7 +88,7 @@ def teacher_inputs(kind: str, path: str) -> Optional[TeacherInputs]:
     if kind == "onnx":
         meta = read_metadata(artifact_paths(path)[1])
         return TeacherInputs(meta["feature_names"], meta["feature_sizes"], meta["frame_features"], meta["num_classes"])
-    config_file = os.path.join(os.path.dirname(os.path.dirname(path)), "config.yaml")
+    config_file = os.path.join(os.path.dirname(os.path.dirname(path)), CONFIG_FILE)
     trained = load_config(TrainConfig, config_file) if os.path.exists(config_file) else \
         checkpoint_config(load_checkpoint(path), path)
     return TeacherInputs(trained.feature_names, trained.feature_sizes, trained.frame_features, trained.num_classes)

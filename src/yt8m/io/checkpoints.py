@@ -25,6 +25,8 @@ _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
 EXPORT_DIR = "export"
 METRICS_FILE = "metrics.json"
 MODEL_SIZE_FILE = "model_size.json"  # the model's parameters and MB (yt8m.models.model_size), written by `yt8m train`
+CONFIG_FILE = "config.yaml"  # the run's whole TrainConfig, written by `yt8m train`
+RUN_FILES = (CONFIG_FILE, MODEL_SIZE_FILE)  # what a run writes beside its checkpoints, and an export or archive copies
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Any, ContextManager, Iterator, Optional, Sequence
 from yt8m.config import STARTER_TRAIN_DIR, TrainConfig, save_config
 from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.io import storage
-from yt8m.io.checkpoints import EXPORT_DIR, MODEL_SIZE_FILE, checkpoint_dir, clear_final_marker, latest_checkpoint
+from yt8m.io.checkpoints import (CONFIG_FILE, EXPORT_DIR, MODEL_SIZE_FILE, RUN_FILES, checkpoint_dir, clear_final_marker,
+                                 latest_checkpoint)
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import TrainDirLock
 from yt8m.models.model_size import ModelSize
@@ -98,7 +99,7 @@ def _remove_what_a_run_wrote(train_dir: str, existed: bool) -> None:
         storage.remove_tree(train_dir)
         return
     remove_previous_run(train_dir)
-    for name in ("config.yaml", MODEL_SIZE_FILE):
+    for name in RUN_FILES:
         storage.remove(os.path.join(train_dir, name))
 
 
@@ -124,7 +125,7 @@ def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str], siz
                          f"{config.train_dir}: start this run again")
     if config.start_new_model:
         remove_previous_run(config.train_dir)
-    save_config(config, os.path.join(config.train_dir, "config.yaml"))
+    save_config(config, os.path.join(config.train_dir, CONFIG_FILE))
     write_file_atomically(os.path.join(config.train_dir, MODEL_SIZE_FILE),
                           lambda out: json.dump({"model": config.model, **size.as_dict()}, out, indent=1))
     clear_final_marker(config.train_dir)
