@@ -74,10 +74,16 @@ def _frame_json(values: object) -> list:
 
 def record_labels(record: dict) -> tuple[Optional[str], list[int]]:
     """A parsed record's video id (None without one) and labels as stored."""
+    context, stored_id = _context(record), _stored_id(record)
+    video_id = None if stored_id is None else _text(stored_id)
+    return video_id, _values_json(context["labels"]) if "labels" in context else []
+
+
+def _stored_id(record: dict) -> Optional[bytes]:
+    """The record's one id value (`id` or `video_id`), None where it has none or several."""
     context = _context(record)
     ids = context.get(_id_key(context), [])
-    video_id = _text(ids[0]) if len(ids) == 1 and isinstance(ids[0], bytes) else None
-    return video_id, _values_json(context["labels"]) if "labels" in context else []
+    return ids[0] if len(ids) == 1 and isinstance(ids[0], bytes) else None
 
 
 def record_json(record: dict) -> dict:
@@ -214,9 +220,6 @@ def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]
 
 def _record_id(payload: bytes) -> Optional[bytes]:
     try:
-        record = parse_record(payload)
+        return _stored_id(parse_record(payload))
     except ValueError:
         return None
-    ids = record.get("features", record.get("context", {}))
-    found = ids.get("id", ids.get("video_id"))
-    return found[0] if isinstance(found, list) and len(found) == 1 else None
