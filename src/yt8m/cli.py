@@ -6,13 +6,13 @@ bad flag, a missing or unwritable file) prints one line and exits 1; `--verbose`
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 import traceback
 from typing import Optional, Sequence
 
 from yt8m import __version__
+from yt8m.fields import nearest
 from yt8m.process_settings import configure_streaming_process, configure_training_process
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,8 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        suggestion = difflib.get_close_matches(name, COMMANDS, n=1)
-        hint = f" (did you mean {suggestion[0]}?)" if suggestion else ""
+        suggestion = nearest(name, COMMANDS)
+        hint = f" (did you mean {suggestion}?)" if suggestion else ""
         print(f"yt8m: error: unknown command '{name}'{hint}; `yt8m --help` lists the commands", file=sys.stderr)
         return 1
     configure_process_for(name)

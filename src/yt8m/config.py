@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import math
 import sys
 import types
@@ -20,7 +19,7 @@ import yaml
 
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
-from yt8m.fields import closest, parse_bool, parse_list, setting
+from yt8m.fields import closest, nearest, parse_bool, parse_list, setting
 from yt8m.io import storage
 from yt8m.io.files import write_file_atomically
 
@@ -601,8 +600,8 @@ class FlagParser(argparse.ArgumentParser):
 
 
 def _did_you_mean(flag: str, known: Sequence[str]) -> str:
-    match = difflib.get_close_matches(flag, known, n=1)
-    return f" (did you mean {match[0]}?)" if match else ""
+    match = nearest(flag, known)
+    return f" (did you mean {match}?)" if match else ""
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser) -> None:

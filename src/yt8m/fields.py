@@ -8,7 +8,7 @@ import argparse
 import difflib
 import reprlib
 from dataclasses import field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 # A field's own check: the problem with a value (e.g. "'MoeModl' is not a model; did you mean 'MoeModel'?"), or None.
 Check = Callable[[Any], Optional[str]]
@@ -27,10 +27,16 @@ def setting(default: Any, help: str, *, at_least: Optional[float] = None, above:
                                                             if rule is not None and rule is not False}})
 
 
+def nearest(name: str, known: Iterable[str]) -> Optional[str]:
+    """The known name nearest a misspelt one (difflib's closest match), or None: every did-you-mean's lookup."""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return match[0] if match else None
+
+
 def closest(name: str, known: Sequence[str]) -> str:
     """"; did you mean 'X'?" for the known name nearest a misspelt one, or ""."""
-    match = difflib.get_close_matches(name, known, n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
+    match = nearest(name, known)
+    return f"; did you mean {match!r}?" if match else ""
 
 
 def parse_bool(text: str | bool) -> bool:
