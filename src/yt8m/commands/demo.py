@@ -13,17 +13,18 @@ import sys
 import time
 from typing import Any, Sequence
 
+import yaml
+
 from yt8m.config import EvalConfig, FlagParser, PredictConfig, TrainConfig
-from yt8m.io.files import write_file_atomically
-from yt8m.runtime import setup_logging
 from yt8m.data.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_checkpoints
-from yt8m.inference.predict import run_predict
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.eval.score import score_files
-from yt8m.training import train
 from yt8m.eval.segment_score import score_segment_files
-import yaml
+from yt8m.inference.predict import run_predict
+from yt8m.io.files import write_file_atomically
+from yt8m.runtime import setup_logging
+from yt8m.training import train
 from yt8m.tune.runner import run_tune
 from yt8m.tune.space import load_tune_spec
 from yt8m.tune.study import describe_counts
