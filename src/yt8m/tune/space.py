@@ -237,7 +237,7 @@ def searched_field_type(name: str) -> Optional[type]:
     if len(parts) == 3 and parts[2] in SEARCHABLE_TASK_FIELDS:
         return field_type(TaskConfig, parts[2])
     if len(parts) == 4 and parts[2] == HEAD_HPARAMS:
-        return dict(((f.name, kind) for f, kind in hparam_fields())).get(parts[3])
+        return _hparam_type(parts[3])
     return None
 
 
@@ -246,7 +246,12 @@ def train_field_type(name: str) -> Optional[type]:
     neither."""
     if name in field_names(TrainConfig) and name != HPARAMS_FIELD:
         return field_type(TrainConfig, name)
-    return dict(((f.name, kind) for f, kind in hparam_fields())).get(name)
+    return _hparam_type(name)
+
+
+def _hparam_type(name: str) -> Optional[type]:
+    """The type of a registered model's hyper-parameter (its `yt8m train` flag's); None if no model has one."""
+    return next((kind for hparam, kind in hparam_fields() if hparam.name == name), None)
 
 
 def with_task_fields(values: dict[str, Any]) -> dict[str, Any]:
