@@ -1,6 +1,5 @@
-"""What `yt8m inspect` shows of TFRecord shards: each record parsed as stored (`RecordSource`), as one JSON object
-(`record_json`), or counted into a human summary (`Summary`, `summary_lines`); and where a video lies in shards
-(`find_video`), for error messages."""
+"""What shards hold, read as `yt8m inspect`, `score --labels` and error messages need: records as stored, as JSON or
+a summary (`RecordSource`, `record_json`, `Summary`); ids and labels alone (`shard_labels`); a video (`find_video`)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,9 @@ from typing import Iterator, Optional, Sequence, TextIO
 
 import numpy as np
 
-from yt8m.data.decode import RecordError, parse_record
-from yt8m.data.tfrecord import CorruptRecordError, read_records
+from yt8m.data.batch_decode import PackedRecords
+from yt8m.data.decode import RecordError, decode_video_batch, parse_record
+from yt8m.data.tfrecord import RECORDS_PER_CALL, CorruptRecordError, expand_pattern, read_record_chunks, read_records
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase
 
 ID_KEYS = ("id", "video_id")
@@ -200,6 +200,20 @@ def summary_lines(summary: Summary, paths: Sequence[str], skipped: Sequence[str]
     if skipped:
         lines.append(f"corrupt files skipped after their last good record: {len(skipped)} ({', '.join(skipped)})")
     return lines
+
+
+def shard_labels(pattern: str, num_classes: int) -> Iterator[tuple[str, np.ndarray]]:
+    """(video id, label ids as stored) of every record of TFRecord shards (comma-separated paths or globs; video- or
+    frame-level: an Example's features and a SequenceExample's context are the same field), features not read."""
+    for path in expand_pattern(pattern):
+        for chunk in read_record_chunks(path, RECORDS_PER_CALL):
+            try:
+                batch = decode_video_batch(PackedRecords(chunk.data, chunk.ends, chunk.starts), [], [], num_classes)
+            except RecordError as err:
+                raise err.at(path, int(chunk.offsets[err.batch_index])) from None
+            bounds = batch.labels.offsets.tolist()
+            for row, video_id in enumerate(batch.video_ids):
+                yield video_id, batch.labels.values[bounds[row]:bounds[row + 1]]
 
 
 def find_video(paths: Sequence[str], video_id: str, limit: int = 2) -> list[str]:

@@ -32,6 +32,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK_SIZE = 1 << 20  # GZIP: compressed bytes read, and uncompressed bytes handed out, per call
 READ_SIZE = 16 << 20  # a reader's buffer: whole video-level shards (YT8M's are 1-5 MB) in one read
 _RECORDS_PER_CHUNK = 256
+RECORDS_PER_CALL = 4096  # records framed and decoded per call into C by readers of whole shards (labels, ratings)
 _UINT32 = struct.Struct("<I")
 _UINT64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI")

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from yt8m.config import EvalConfig, TrainConfig, load_config
-from yt8m.eval.score import shard_labels
+from yt8m.data.inspection import shard_labels
 from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.files import atomic_writer, write_file_atomically
 from yt8m.optional import available

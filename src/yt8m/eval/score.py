@@ -14,10 +14,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import RecordError, decode_video_batch
-from yt8m.data.inspection import LABELS_HEADER, find_video
-from yt8m.data.tfrecord import expand_pattern, read_record_chunks
+from yt8m.data.inspection import LABELS_HEADER, find_video, shard_labels
+from yt8m.data.tfrecord import expand_pattern
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.fields import quoted
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
@@ -28,7 +26,6 @@ PREDICTIONS_HEADER = "VideoId,LabelConfidencePairs"
 SCORE_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "num_videos")
 _BATCH_VIDEOS = 1024
 _EXAMPLES_SHOWN = 5
-_RECORDS_PER_CALL = 4096  # records framed and decoded per call into C
 T = TypeVar("T")
 
 
@@ -248,20 +245,6 @@ def _stored_rows(database: TemporaryDatabase) -> Iterator[tuple[np.ndarray, Opti
     for labels, classes, confidences in joined:
         yield (np.frombuffer(labels, np.int32), None if classes is None else np.frombuffer(classes, np.int32),
                None if confidences is None else np.frombuffer(confidences, np.float32))
-
-
-def shard_labels(pattern: str, num_classes: int) -> Iterator[tuple[str, np.ndarray]]:
-    """(video id, label ids as stored) of every record of TFRecord shards (comma-separated paths or globs; video- or
-    frame-level: an Example's features and a SequenceExample's context are the same field), features not read."""
-    for path in expand_pattern(pattern):
-        for chunk in read_record_chunks(path, _RECORDS_PER_CALL):
-            try:
-                batch = decode_video_batch(PackedRecords(chunk.data, chunk.ends, chunk.starts), [], [], num_classes)
-            except RecordError as err:
-                raise err.at(path, int(chunk.offsets[err.batch_index])) from None
-            bounds = batch.labels.offsets.tolist()
-            for row, video_id in enumerate(batch.video_ids):
-                yield video_id, batch.labels.values[bounds[row]:bounds[row + 1]]
 
 
 def _load_shard_labels(table: KeyedTable, pattern: str, num_classes: int) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from yt8m.data.batch_decode import PackedRecords, decode_packed_ratings
 from yt8m.data.decode import RecordError, decode_segment_ratings
-from yt8m.data.tfrecord import RecordChunk, expand_pattern, read_record_chunks, read_records
+from yt8m.data.tfrecord import RECORDS_PER_CALL, RecordChunk, expand_pattern, read_record_chunks, read_records
 from yt8m.eval.score import CsvFormatError, decoded
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
 from yt8m.fields import quoted
@@ -39,7 +39,6 @@ _EXAMPLES_SHOWN = 5
 _SPACE, _COLON, _ZERO, _COMMA, _POINT, _NEWLINE = (ord(char) for char in " :0,.\n")
 _BOM = "\ufeff".encode()
 _MAX_START_DIGITS = 15  # a START of more digits is read by the line-by-line path, which has the errors
-_RECORDS_PER_CALL = 4096  # records framed and decoded per call into C
 _NOT_RATED = -1
 # A submission none of whose rows' first ids is of a rated video is of other videos (another split): an error.
 _VIDEOS_LOOKED_UP = 1000
@@ -253,7 +252,7 @@ def read_rated_segments_tfrecords(pattern: str, num_classes: int) -> RatedSegmen
     Records are framed and their ratings decoded in C (frames not read), whole buffers at a time."""
     records = _RatingRecords(num_classes)
     for path in expand_pattern(pattern):
-        for chunk in read_record_chunks(path, _RECORDS_PER_CALL):
+        for chunk in read_record_chunks(path, RECORDS_PER_CALL):
             records.add(path, chunk)
     return records.rated()
 
