@@ -23,6 +23,7 @@ LOCAL_PLAN = "2_video_train_download_plan.json"
 # Extra bytes an "oversize" answer sends beyond the file (with a Content-Length of the whole).
 OVERSIZE_BYTES = 40 << 20
 TRICKLE_SECS = 0.2
+SLOW_SECS = 4.0  # a "slow" answer waits this long: past any --timeout_secs the tests give
 
 
 def synthetic_files(count: int) -> dict[str, bytes]:
@@ -89,7 +90,7 @@ class Mirror:
                 elif fault == "500":
                     self.send_error(503)
                 elif fault == "slow":
-                    time.sleep(1.0)
+                    time.sleep(SLOW_SECS)
                     self.send_error(503)
                 elif fault == "redirect":
                     mirror.faults.setdefault(name, []).insert(0, "redirect")

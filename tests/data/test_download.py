@@ -151,7 +151,8 @@ CAUSES = {"drop": "the connection closed after", "wrong": "MD5 mismatch", "500":
 @pytest.mark.parametrize("fault", sorted(CAUSES))
 def test_a_transient_fault_is_retried(mirror, tmp_path, capsys, caplog, fault):
     mirror.faults["trainab.tfrecord"] = [fault]
-    status, summary, _ = run(mirror, tmp_path, "--timeout_secs", "0.3", capsys=capsys)
+    # A timeout well under the "slow" answer's wait, yet long enough that a loaded machine's other answers arrive.
+    status, summary, _ = run(mirror, tmp_path, "--timeout_secs", "1.5", capsys=capsys)
     assert status == 0 and summary["files"] == 6 and summary["failures"] == 0
     assert mirror.gets().count("trainab.tfrecord") == 2
     retried = [record.getMessage() for record in caplog.records if "retry 1 of 5" in record.getMessage()]
