@@ -560,8 +560,10 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
                      tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
     study_dir = tmp_path / "study"
-    process = yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log_path = tmp_path / "tune.log"  # the jobs inherit it: what they logged, should one outlive the kill
+    with open(log_path, "w") as log_file:
+        process = yt8m_process("tune", "--config", path, "--n_trials", "3", "--n_jobs", "2",
+                               stdout=subprocess.DEVNULL, stderr=log_file)
     jobs: set[int] = set()
     try:
         deadline = time.time() + 120
@@ -579,7 +581,8 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
         deadline = time.time() + 30  # each records its trial interrupted first: slow on a loaded machine
         while running(jobs) and time.time() < deadline:
             time.sleep(0.1)
-        assert not running(jobs), "trial jobs outlived the killed `yt8m tune`"
+        assert not running(jobs), \
+            f"trial jobs outlived the killed `yt8m tune`; its log:\n{log_path.read_text()[-4000:]}"
     finally:
         process.kill()
         for pid in running(jobs):
