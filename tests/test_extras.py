@@ -12,6 +12,7 @@ import yaml
 import pytest
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401
+from yt8m.config import config_values
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ def yt8m_without(modules: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_training_and_evaluation_run_without_tensorboard(tiny_data, tmp_path):
-    values = {**tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1).__dict__,
+    values = {**config_values(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1)),
               "eval_data_pattern": tiny_data["validate_pattern"]}
     result = yt8m_without(ALL_EXTRAS, "train", *as_flags(values))
     assert result.returncode == 0, result.stderr
@@ -40,8 +41,8 @@ def test_training_and_evaluation_run_without_tensorboard(tiny_data, tmp_path):
 
 
 def test_onnx_export_names_the_extra_it_needs(tiny_data, tmp_path):
-    trained = yt8m_without(ALL_EXTRAS, "train", *as_flags(tiny_train_config(tiny_data, tmp_path / "run",
-                                                                             num_epochs=1).__dict__))
+    trained = yt8m_without(ALL_EXTRAS, "train", *as_flags(config_values(tiny_train_config(tiny_data, tmp_path / "run",
+                                                                             num_epochs=1))))
     assert trained.returncode == 0, trained.stderr
     result = yt8m_without(ALL_EXTRAS, "export", "--train_dir", tmp_path / "run", "--output", tmp_path / "serving")
     assert result.returncode == 1

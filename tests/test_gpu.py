@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401
+from yt8m.config import config_values
 from yt8m.models import create_model
 
 pytestmark = pytest.mark.gpu
@@ -25,7 +26,7 @@ def yt8m(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("mixed_precision", [False, True])
 def test_train_evaluate_and_predict_on_the_gpu(tiny_data, tmp_path, mixed_precision):
     train_dir = tmp_path / "run"
-    flags = as_flags({**tiny_train_config(tiny_data, train_dir).__dict__, "device": "cuda",
+    flags = as_flags({**config_values(tiny_train_config(tiny_data, train_dir)), "device": "cuda",
                       "mixed_precision": mixed_precision})
     trained = yt8m("train", *flags)
     assert trained.returncode == 0, trained.stderr
@@ -65,7 +66,7 @@ def test_models_with_cpu_kernels_run_their_eager_path_on_the_gpu(name):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL across processes needs two GPUs")
 def test_two_processes_train_over_nccl(tiny_data, tmp_path):
-    flags = as_flags({**tiny_train_config(tiny_data, tmp_path / "run", batch_size=32).__dict__, "device": "cuda"})
+    flags = as_flags({**config_values(tiny_train_config(tiny_data, tmp_path / "run", batch_size=32)), "device": "cuda"})
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                              "-m", "yt8m", "train", *flags], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
+from yt8m.config import config_values, load_config
 from yt8m.data.synthetic import write_synthetic
+from yt8m.training import TrainConfig
 
 RECIPES = sorted((REPO_ROOT / "configs" / "recipes").glob("*.yaml"))
 
@@ -43,7 +45,7 @@ def test_a_recipe_trains_validates_and_exports_as_written(tmp_path, real_shaped_
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     recipe = yaml.safe_load(path.read_text())
-    saved = yaml.safe_load((train_dir / "config.yaml").read_text())
+    saved = config_values(load_config(TrainConfig, str(train_dir / "config.yaml")))
     overridden = {"num_epochs", "feature_names", "feature_sizes"}  # the flag above; lists are saved in another form
     assert {name: str(saved[name]) for name in recipe if name not in overridden} == \
         {name: str(value) for name, value in recipe.items() if name not in overridden}

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from yt8m.config import TrainConfig
+from yt8m.config import config_from_dict
 from yt8m.data.synthetic import write_synthetic
+from yt8m.inference.config import PredictConfig
+from yt8m.tasks.taskset import TaskSet, one_task_set
+from yt8m.training import TrainConfig
 
 NUM_CLASSES = 12
 FEATURE_SIZES = (16, 8)
@@ -42,17 +45,32 @@ def tiny_data(tmp_path_factory) -> dict:
                           for split in ("train", "validate", "test")}}
 
 
+def train_config(**values) -> TrainConfig:
+    """A TrainConfig of flag values (flat, or nested by section), typed but not checked: `train` checks it."""
+    return config_from_dict(TrainConfig, values, source="test", check_values=False)
+
+
+def one_task(config: TrainConfig, loss_fn) -> TaskSet:
+    """The task set of a model and loss of one's own: the config's one task, learning `loss_fn`."""
+    return one_task_set(config.main_task(), config.validation.top_n, loss_fn)
+
+
+def predict_config(**values) -> PredictConfig:
+    """A PredictConfig of flag values, checked as `yt8m predict` checks its flags."""
+    return config_from_dict(PredictConfig, values, source="test")
+
+
 def tiny_train_config(data: dict, train_dir: Path, **overrides) -> TrainConfig:
     """A fast, deterministic MoeModel run: 4 steps per epoch, in-process reading."""
     values = dict(train_data_pattern=data["train_pattern"], train_dir=str(train_dir), model="MoeModel",
                   feature_names="mean_rgb,mean_audio", feature_sizes=",".join(map(str, FEATURE_SIZES)),
                   num_classes=NUM_CLASSES, batch_size=64, num_epochs=3, export_model_steps=4, num_readers=0,
                   base_learning_rate=0.05, log_every_steps=4, metrics_every_steps=4, seed=7)
-    return TrainConfig(**{**values, **overrides})
+    return train_config(**{**values, **overrides})
 
 
 def as_flags(values: dict) -> list[str]:
-    """`yt8m` flags of config values (None: not given), lists in their comma form."""
+    """`yt8m` flags of flat config values (config_values; None: not given), lists in their comma form."""
     return [part for name, value in values.items() if value is not None
             for part in (f"--{name}", ",".join(map(str, value)) if isinstance(value, list) else str(value))]
 

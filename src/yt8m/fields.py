@@ -15,12 +15,15 @@ Check = Callable[[Any], Optional[str]]
 
 
 def setting(default: Any, help: str, *, at_least: Optional[float] = None, above: Optional[float] = None,
-            at_most: Optional[float] = None, choices: Optional[Callable[[], Sequence[str]]] = None,
-            check: Optional[Check] = None, required: bool = False) -> Any:
+            at_most: Optional[float] = None, below: Optional[float] = None,
+            choices: Optional[Callable[[], Sequence[str]]] = None,
+            check: Optional[Check] = None, required: bool = False, flag: Optional[str] = None) -> Any:
     """A config field: its default, the help text its flag shows, and its valid values (a range, names given by
-    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid."""
-    rules = {"at_least": at_least, "above": above, "at_most": at_most, "choices": choices, "check": check,
-             "required": required}
+    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid. `flag`: the
+    flag's (and flat YAML's) name where it is not the field's own (`--model` for the model section's `name`)."""
+    rules = {"at_least": at_least, "above": above, "at_most": at_most, "below": below, "choices": choices,
+             "check": check,
+             "required": required, "flag": flag}
     mutable = isinstance(default, (list, dict))
     default_kind = {"default_factory": lambda: type(default)(default)} if mutable else {"default": default}
     return field(**default_kind, metadata={"help": help, **{key: rule for key, rule in rules.items()

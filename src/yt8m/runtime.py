@@ -33,6 +33,20 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+DEVICE_HELP = "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."
+
+
+def device_problem(name: str) -> Optional[str]:
+    """The check of a --device setting: None, or why `name` is not a device."""
+    if name == "auto":
+        return None
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return f"{name!r} is not a device: use auto, cpu, cuda or cuda:N"
+    return None
+
+
 def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))

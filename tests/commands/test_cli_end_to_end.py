@@ -11,10 +11,9 @@ import sys
 
 import pytest
 
-from workflow_fixtures import NUM_CLASSES
-from yt8m.config import EvalConfig, PredictConfig, TrainConfig
+from workflow_fixtures import NUM_CLASSES, predict_config, train_config
 from yt8m.data.synthetic import write_synthetic
-from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.eval.evaluate import evaluate_run
 from yt8m.inference.predict import run_predict
 from yt8m.training import train
 
@@ -84,16 +83,16 @@ def test_frame_level_model_trains_evaluates_and_predicts(tmp_path):
                               min_frames=5, max_frames=20)
     pattern = str(tmp_path / "data" / "frame" / "{}-*.tfrecord")
     train_dir = str(tmp_path / "run")
-    summary = train(TrainConfig(
+    summary = train(train_config(
         train_data_pattern=pattern.format("train"), train_dir=train_dir, model="DbofModel", frame_features=True,
         feature_names="rgb,audio", feature_sizes="16,8", num_classes=NUM_CLASSES, batch_size=16, num_epochs=2,
         num_readers=0, iterations=4, dbof_cluster_size=32, dbof_hidden_size=16, metrics_every_steps=2))
     assert summary["global_step"] == 6
-    metrics = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=pattern.format("validate"),
+    metrics = next(evaluate_run(dict(eval_data_pattern=pattern.format("validate"),
                                                    train_dir=train_dir, run_once=True, num_readers=0),
                                         given={"num_readers"}))
     assert metrics["global_step"] == 6 and metrics["num_videos"] == 16
-    result = run_predict(PredictConfig(input_data_pattern=pattern.format("test"), train_dir=train_dir,
+    result = run_predict(predict_config(input_data_pattern=pattern.format("test"), train_dir=train_dir,
                                        output_file=str(tmp_path / "p.csv"), num_readers=0))
     assert result["videos"] == 16
     assert len(written["test"]) == 2

@@ -88,7 +88,7 @@ def test_segment_size_sets_the_frames_of_an_example(fixtures_dir):
 
 def test_segment_mode_needs_frame_features():
     with pytest.raises(ValueError, match="segment_labels reads the segments of frame-level data"):
-        FeatureSpec(["mean_rgb"], [1024], frame_features=False, segment_labels=True)
+        YT8MDataset("unused", FeatureSpec(["mean_rgb"], [1024], frame_features=False, segment_labels=True), 16)
 
 
 # --- errors through the CLI ------------------------------------------------------------------------------------

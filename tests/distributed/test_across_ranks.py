@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workflow_fixtures import as_flags, tiny_train_config
+from workflow_fixtures import as_flags, predict_config, tiny_train_config, train_config
 from yt8m.distributed.across_ranks import rank_shards
-from yt8m.config import EvalConfig, PredictConfig
 from yt8m.data.synthetic import write_synthetic
-from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.eval.evaluate import evaluate_run
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.inference.predict import run_predict
 from yt8m.eval.segment_metrics import SegmentMetrics
@@ -104,7 +103,7 @@ def test_eval_across_two_processes_equals_one_process(run, tmp_path):
     shutil.copytree(run["train_dir"], train_dir)
     values = dict(eval_data_pattern=run["validate"], train_dir=str(train_dir), run_once=True, num_readers=0,
                   batch_size=32)
-    [single] = list(evaluate_checkpoints(EvalConfig(**values)))
+    [single] = list(evaluate_run(dict(**values)))
     (metrics_file,) = (train_dir / "eval").glob("metrics-*.json")
     metrics_file.unlink()
 
@@ -124,7 +123,7 @@ def test_eval_across_two_processes_equals_one_process(run, tmp_path):
 def test_predict_across_two_processes_writes_one_file_in_one_process_order(run, tmp_path, output_format):
     values = dict(input_data_pattern=run["test"], train_dir=str(run["train_dir"]), num_readers=0, batch_size=16,
                   output_format=output_format)
-    single = run_predict(PredictConfig(**values, output_file=str(tmp_path / "one" / "predictions")))
+    single = run_predict(predict_config(**values, output_file=str(tmp_path / "one" / "predictions")))
     out_dir = tmp_path / "two"
     summary = succeeded(torchrun("predict", {**values, "output_file": str(out_dir / "predictions")}))
     assert summary["videos"] == single["videos"] == 90 and summary["processes"] == 2
@@ -158,7 +157,7 @@ def test_a_video_in_two_blocks_is_the_one_process_error(run, tmp_path):
     values = dict(input_data_pattern=str(folder / "test-*.tfrecord"), train_dir=str(run["train_dir"]),
                   num_readers=0, batch_size=16, output_file=str(output))
     with pytest.raises(ValueError) as single:
-        run_predict(PredictConfig(**values))
+        run_predict(predict_config(**values))
     assert "written twice" in str(single.value) and "test-zz-copy" in str(single.value)
     failed = torchrun("predict", values)
     assert failed.returncode != 0

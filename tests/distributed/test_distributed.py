@@ -21,12 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_fixtures import as_flags
+from workflow_fixtures import as_flags, train_config
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from yt8m.config import EvalConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.data.tfrecord import expand_pattern, read_records
-from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.eval.evaluate import evaluate_run
 from yt8m.commands.train import main
 from yt8m.training import train
 from yt8m.training.trained_ids import TRAINED_IDS_ENV
@@ -94,9 +93,9 @@ def test_two_processes_split_every_epoch_and_resume_in_one(uneven_data, tmp_path
     assert stop_at < 2 * steps_per_epoch
 
     watched: list[int] = []
-    watcher = EvalConfig(eval_data_pattern=uneven_data["validate"], train_dir=str(train_dir), num_readers=0,
+    watcher = dict(eval_data_pattern=uneven_data["validate"], train_dir=str(train_dir), num_readers=0,
                          poll_interval_secs=0.05)
-    thread = threading.Thread(target=lambda: watched.extend(r["global_step"] for r in evaluate_checkpoints(watcher)),
+    thread = threading.Thread(target=lambda: watched.extend(r["global_step"] for r in evaluate_run(watcher)),
                               daemon=True)
     thread.start()
     first, _ = finish(start_torchrun(config_values(uneven_data, train_dir, max_steps=stop_at), ids_dir=ids_dir))
@@ -115,7 +114,7 @@ def test_two_processes_split_every_epoch_and_resume_in_one(uneven_data, tmp_path
     assert len([name for name in os.listdir(train_dir) if name.startswith("events.out")]) == 2  # rank 0's, per job
 
     monkeypatch.setenv(TRAINED_IDS_ENV, str(ids_dir))
-    resumed = train(TrainConfig(**config_values(uneven_data, train_dir, num_epochs=3)))
+    resumed = train(train_config(**config_values(uneven_data, train_dir, num_epochs=3)))
     assert resumed["global_step"] == summary["global_step"] + math.ceil(TRAIN_VIDEOS / 16)
     assert resumed["examples"] == 3 * TRAIN_VIDEOS and resumed["processes"] == 1
     third = trained_ids(ids_dir)[2]
@@ -125,7 +124,7 @@ def test_two_processes_split_every_epoch_and_resume_in_one(uneven_data, tmp_path
 def test_resuming_mid_epoch_under_another_world_size_restarts_that_epoch(uneven_data, tmp_path, monkeypatch,
                                                                           caplog):
     values = config_values(uneven_data, tmp_path / "run", num_epochs=1, max_steps=5)
-    train(TrainConfig(**values))
+    train(train_config(**values))
     path = final_checkpoint(values["train_dir"])
     payload = load_checkpoint(path)
     assert payload["progress"]["batches_in_epoch"] == 5
@@ -135,7 +134,7 @@ def test_resuming_mid_epoch_under_another_world_size_restarts_that_epoch(uneven_
     ids_dir.mkdir()
     monkeypatch.setenv(TRAINED_IDS_ENV, str(ids_dir))
     with caplog.at_level(logging.WARNING, logger="yt8m.train"):
-        summary = train(TrainConfig(**{**values, "max_steps": None}))
+        summary = train(train_config(**{**values, "max_steps": None}))
     assert "that epoch starts over" in caplog.text
     assert summary["global_step"] == 5 + math.ceil(TRAIN_VIDEOS / 16)
     counts = trained_ids(ids_dir)[0]

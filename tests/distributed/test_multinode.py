@@ -69,8 +69,8 @@ def test_two_nodes_train_as_two_processes_on_one_node(uneven_data, tmp_path):
     assert summary["processes"] == reference["processes"] == 2
     assert summary["global_step"] == reference["global_step"] and summary["examples"] == 2 * TRAIN_VIDEOS
     assert summary["loss"] == pytest.approx(reference["loss"], abs=1e-5)
-    expected = load_checkpoint(final_checkpoint(str(one_node)))["model"]
-    trained = load_checkpoint(final_checkpoint(str(two_nodes)))["model"]
+    expected = load_checkpoint(final_checkpoint(str(one_node))).model
+    trained = load_checkpoint(final_checkpoint(str(two_nodes))).model
     assert trained.keys() == expected.keys()
     for name, weights in expected.items():
         torch.testing.assert_close(trained[name], weights, atol=1e-5, rtol=0, msg=name)

@@ -13,13 +13,12 @@ import time
 
 import pytest
 
-from workflow_fixtures import tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
+from workflow_fixtures import tiny_data, tiny_train_config, train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
 from yt8m.models.checkpoints import build_model_from_checkpoint
 from yt8m.io.checkpoints import final_checkpoint
-from yt8m.config import EvalConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.eval import main
-from yt8m.eval.evaluate import evaluate_checkpoints, evaluate_model
+from yt8m.eval.evaluate import evaluate_run, evaluate_model
 import yt8m.eval.metrics as metrics_module
 from yt8m.tasks.video import VIDEO_METRICS, task_from_config
 from yt8m.training import train
@@ -43,7 +42,7 @@ def test_run_once_prints_json_and_writes_metrics(tiny_data, trained_copy, capsys
 
 
 def test_metrics_are_those_of_the_checkpoint(tiny_data, trained_copy):
-    result = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=tiny_data["validate_pattern"],
+    result = next(evaluate_run(dict(eval_data_pattern=tiny_data["validate_pattern"],
                                                   train_dir=str(trained_copy), run_once=True, batch_size=16)))
     model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_copy)))
     model.train()
@@ -80,7 +79,7 @@ class Stop(RuntimeError):
     pass
 
 
-def run_stopped_at_step_4(data: dict, train_dir) -> EvalConfig:
+def run_stopped_at_step_4(data: dict, train_dir) -> dict:
     """A run stopped after its checkpoint of step 4 (as if killed), and a watching eval's config for it."""
     def stop_at_step_4(event):
         if event.kind == "checkpoint" and event.step == 4:
@@ -88,14 +87,14 @@ def run_stopped_at_step_4(data: dict, train_dir) -> EvalConfig:
 
     with pytest.raises(Stop):
         train(tiny_train_config(data, train_dir), hooks=[stop_at_step_4])
-    return EvalConfig(eval_data_pattern=data["validate_pattern"], train_dir=str(train_dir), num_readers=0,
+    return dict(eval_data_pattern=data["validate_pattern"], train_dir=str(train_dir), num_readers=0,
                       poll_interval_secs=0.05)
 
 
 def test_watch_mode_evaluates_new_checkpoints_until_the_final_one(tiny_data, tmp_path):
     watcher = run_stopped_at_step_4(tiny_data, tmp_path)
     steps: queue.Queue = queue.Queue()
-    thread = threading.Thread(target=lambda: [steps.put(r["global_step"]) for r in evaluate_checkpoints(watcher)],
+    thread = threading.Thread(target=lambda: [steps.put(r["global_step"]) for r in evaluate_run(watcher)],
                               daemon=True)
     thread.start()
     assert steps.get(timeout=60) == 4
@@ -116,7 +115,7 @@ def test_an_unreadable_newest_checkpoint_is_passed_over_with_a_warning(tiny_data
 
 
 def test_watching_a_stopped_run_says_what_it_waits_for(tiny_data, tmp_path, caplog):
-    results = evaluate_checkpoints(run_stopped_at_step_4(tiny_data, tmp_path))
+    results = evaluate_run(run_stopped_at_step_4(tiny_data, tmp_path))
     with caplog.at_level("INFO", logger="yt8m.eval"):
         assert next(results)["global_step"] == 4
         thread = threading.Thread(target=lambda: next(results, None), daemon=True)

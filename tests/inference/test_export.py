@@ -12,9 +12,8 @@ import onnxruntime
 import pytest
 import torch
 
-from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
+from workflow_fixtures import NUM_CLASSES, predict_config, tiny_data, train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.cli import main as cli_main
-from yt8m.config import PredictConfig, TrainConfig
 from yt8m.data.synthetic import write_synthetic
 from yt8m.inference.onnx_export import ExportError, export_onnx, load_exported
 from yt8m.commands.export import main as export_main
@@ -126,7 +125,7 @@ def test_export_of_a_chosen_checkpoint_to_an_onnx_file(trained_dir, tmp_path, ca
 
 
 def predict(data: dict, split: str, output, *, model=None, train_dir=None, **options) -> dict:
-    return run_predict(PredictConfig(input_data_pattern=data[f"{split}_pattern"], model=str(model or ""),
+    return run_predict(predict_config(input_data_pattern=data[f"{split}_pattern"], model=str(model or ""),
                                      train_dir=str(train_dir or ""), output_file=str(output), num_readers=0,
                                      **{"batch_size": 20, **options}))
 
@@ -172,7 +171,7 @@ def test_frame_level_lstm_predicts_the_same_through_onnx(tmp_path):
                               min_frames=3, max_frames=20)
     pattern = str(tmp_path / "data" / "frame" / "{}-*.tfrecord")
     train_dir = tmp_path / "run"
-    train(TrainConfig(train_data_pattern=pattern.format("train"), train_dir=str(train_dir), model="LstmModel",
+    train(train_config(train_data_pattern=pattern.format("train"), train_dir=str(train_dir), model="LstmModel",
                       frame_features=True, feature_names="rgb,audio", feature_sizes="16,8", num_classes=NUM_CLASSES,
                       batch_size=16, num_epochs=1, num_readers=0, lstm_cells=16, metrics_every_steps=2))
     assert export_main(["--train_dir", str(train_dir), "--output", str(tmp_path / "lstm.onnx")]) == 0

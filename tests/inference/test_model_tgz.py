@@ -12,6 +12,7 @@ import pytest
 
 from workflow_fixtures import tiny_data, tiny_train_config, trained_dir, as_flags  # noqa: F401  (fixtures)
 from yt8m import cli
+from yt8m.config import config_values
 
 
 def predict(capsys, data: dict, output, *model: str) -> dict:
@@ -73,7 +74,7 @@ def test_an_archive_is_refused_where_another_model_would_be_read(flags, message,
 
 def test_log_device_placement_is_accepted_and_logged(tiny_data, tmp_path, caplog):
     config = tiny_train_config(tiny_data, tmp_path / "run", max_steps=1)
-    flags = as_flags({name: getattr(config, name) for name in (
+    flags = as_flags({name: config_values(config)[name] for name in (
         "train_data_pattern", "train_dir", "model", "feature_names", "feature_sizes", "num_classes", "batch_size",
         "max_steps", "num_readers")})
     with caplog.at_level(logging.INFO, logger="yt8m.train"):

@@ -43,7 +43,7 @@ def segment_data(tmp_path_factory) -> dict:
 def run_dir(segment_data, tmp_path_factory):
     """A frame-level logistic model trained for 4 steps."""
     train_dir = tmp_path_factory.mktemp("segment_run") / "run"
-    train(TrainConfig(train_data_pattern=segment_data["train"], train_dir=str(train_dir),
+    train(train_config(train_data_pattern=segment_data["train"], train_dir=str(train_dir),
                       model="FrameLevelLogisticModel", frame_features=True, feature_names=",".join(NAMES),
                       feature_sizes=",".join(map(str, FEATURE_SIZES)), num_classes=NUM_CLASSES, batch_size=16,
                       max_steps=4, num_readers=0, seed=1))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from faults import file_size_limit, files_under, fill_disk_after
-from yt8m.io.checkpoints import save_checkpoint
+from yt8m.io.checkpoints import Checkpoint, save_checkpoint
 from yt8m.io.checkpoints import export_path, list_exports, read_export_metrics
 from yt8m.training.best_models import write_export
 from yt8m.io.files import (
@@ -109,7 +109,8 @@ def test_remove_temporaries_removes_only_unfinished_writes(tmp_path):
 
 def make_run(tmp_path, step: int = 4):
     train_dir = tmp_path / "run"
-    path = save_checkpoint(str(train_dir), {"model": {"w": torch.arange(50_000.0)}}, step, keep=2)
+    path = save_checkpoint(str(train_dir), Checkpoint(model={"w": torch.arange(50_000.0)}, progress={"step": step}),
+                           keep=2)
     (train_dir / "config.yaml").write_text("model: MoeModel\n")
     (train_dir / "model_size.json").write_text('{"model": "MoeModel", "parameters": 50000}\n')
     return train_dir, path

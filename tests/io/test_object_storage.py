@@ -77,7 +77,7 @@ def results(summary: dict) -> dict:
 def final_weights(train_dir: str) -> dict[str, torch.Tensor]:
     from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
 
-    return load_checkpoint(final_checkpoint(train_dir))["model"]
+    return load_checkpoint(final_checkpoint(train_dir)).model
 
 
 @pytest.mark.integration

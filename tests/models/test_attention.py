@@ -48,7 +48,7 @@ def test_padding_frames_are_never_attended(pooling):
 
 
 def test_hidden_size_must_split_into_the_heads():
-    with pytest.raises(ValueError, match=r"transformer_hidden_size \(10\) must be a multiple of transformer_heads"):
+    with pytest.raises(ValueError, match=r"--transformer_hidden_size \(10\) must be a multiple of --transformer_heads \(4\)"):
         create_model("TransformerModel", 6, 3, transformer_hidden_size=10, transformer_heads=4)
 
 

@@ -84,7 +84,7 @@ def test_the_meta_device_measures_the_model_as_built_drawing_no_random_numbers(n
     """`--max_model_size_mb` measures the model on the meta device, before anything is allocated."""
     torch.manual_seed(0)
     expected = model_size(tiny_model(name, feature_size=12, num_classes=7))
-    config = TrainConfig(**{**TINY, "model": name}, feature_sizes="12", num_classes=7, train_data_pattern="unused")
+    config = train_config(**{**TINY, "model": name}, feature_sizes="12", num_classes=7, train_data_pattern="unused")
     state = torch.random.get_rng_state()
     assert config_model_size(config) == expected
     assert torch.equal(torch.random.get_rng_state(), state)

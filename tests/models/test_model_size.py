@@ -14,7 +14,7 @@ from torch import nn
 from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy,  # noqa: F401
                                trained_dir)
 from yt8m.cli import main as cli_main
-from yt8m.config import TrainConfig
+from yt8m.config import TrainConfig, config_values
 from yt8m.models import create_model
 from yt8m.models.model_size import (BYTES_PER_MB, ModelSize, ModelTooLargeError, check_model_size,
                                     config_model_size, model_size)
@@ -30,7 +30,7 @@ def test_parameters_and_buffers_count_four_bytes_each_and_shared_tensors_once():
 
 
 def config_for(name: str, **overrides) -> TrainConfig:
-    return TrainConfig(**{"model": name, "feature_sizes": "16,8", "num_classes": NUM_CLASSES,
+    return train_config(**{"model": name, "feature_sizes": "16,8", "num_classes": NUM_CLASSES,
                           "train_data_pattern": "unused", **overrides})
 
 
@@ -57,7 +57,7 @@ def test_train_logs_and_records_the_size_and_the_exports_carry_it(tiny_data, tmp
     config = tiny_train_config(tiny_data, train_dir, num_epochs=1, eval_data_pattern=tiny_data["validate_pattern"],
                                max_model_size_mb=1)
     with caplog.at_level(logging.INFO, logger="yt8m.train"):
-        assert cli_main(["train", *as_flags(vars(config))]) == 0
+        assert cli_main(["train", *as_flags(config_values(config))]) == 0
     size = config_model_size(config)
     assert f"training MoeModel ({size.describe()})" in caplog.text
     recorded = json.loads((train_dir / "model_size.json").read_text())
@@ -87,7 +87,7 @@ def test_a_model_over_the_limit_is_refused_before_the_train_dir_is_touched(tiny_
     train_dir = trained_copy if existing else tmp_path / "new"
     before = snapshot(train_dir) if existing else None
     config = tiny_train_config(tiny_data, train_dir, max_model_size_mb=0.001, start_new_model=True)
-    assert cli_main(["train", *as_flags(vars(config))]) == 1
+    assert cli_main(["train", *as_flags(config_values(config))]) == 1
     error = capsys.readouterr().err
     size = config_model_size(config)
     assert (f"--model MoeModel has {size.describe()}, over --max_model_size_mb 0.001" in error
@@ -100,7 +100,7 @@ def test_a_model_over_the_limit_is_refused_before_the_train_dir_is_touched(tiny_
 
 
 def test_the_limit_is_off_by_default_and_a_negative_one_is_a_flag_error(capsys):
-    assert TrainConfig().max_model_size_mb == 0
+    assert train_config().max_model_size_mb == 0
     assert BYTES_PER_MB == 2 ** 20
     assert cli_main(["train", "--train_data_pattern", "x", "--max_model_size_mb", "-1"]) == 1
     assert "--max_model_size_mb must be at least 0, got -1.0" in capsys.readouterr().err

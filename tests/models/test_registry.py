@@ -30,7 +30,7 @@ def test_hyper_parameters_are_flags_with_the_models_defaults(name):
     for hparam in hparam_names(name):
         assert hparam in flags, f"{name}.{hparam} is not a flag"
         assert signature[hparam].default == defaults[hparam], f"{name}.{hparam} default differs from its dataclass"
-    assert model_hparams(name, TrainConfig(model=name)) == defaults
+    assert model_hparams(name, train_config(model=name)) == defaults
 
 
 def test_unknown_model_lists_the_known_ones():
@@ -39,7 +39,7 @@ def test_unknown_model_lists_the_known_ones():
 
 
 def test_create_model_ignores_hyper_parameters_the_model_does_not_take():
-    config = TrainConfig(moe_num_mixtures=3, lstm_cells=7)
+    config = train_config(moe_num_mixtures=3, lstm_cells=7)
     model = create_model("MoeModel", 4, 3, **config.model_hparams)
     assert model.num_mixtures == 3
     assert model_hparams("MoeModel", config) == {"moe_num_mixtures": 3, "l2_penalty": 1e-8}

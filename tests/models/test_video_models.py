@@ -15,12 +15,13 @@ import pytest
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
+from yt8m.config import config_values
 from yt8m.cli import main as cli_main
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.models import create_model_from_config
 from yt8m.training import fit
 from yt8m.training.checks import check_train_config
-from yt8m.training.optim import build_optimizer
+from yt8m.training.optim import OptimizerConfig, build_optimizer
 from yt8m.eval.score import read_predictions_csv
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ MODEL = dict(model="DeepClassifierModel", deep_hidden_size=32, deep_dropout=0.0,
 
 
 def flags(data: dict, train_dir, **overrides) -> list[str]:
-    return as_flags(tiny_train_config(data, train_dir, num_epochs=2, **{**MODEL, **overrides}).__dict__)
+    return as_flags(config_values(tiny_train_config(data, train_dir, num_epochs=2, **{**MODEL, **overrides})))
 
 
 def run_yt8m(*argv: str, launcher: tuple[str, ...] = ()) -> dict:
@@ -76,7 +77,7 @@ def linear_output_dtypes(data: dict, train_dir, mixed_precision: bool) -> set:
         if isinstance(module, torch.nn.Linear):
             module.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
     dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)
-    fit(model, build_optimizer("Adam", model.parameters(), 0.01), None, lambda epoch: dataset, config)
+    fit(model, build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), model.parameters()), None, lambda epoch: dataset, config)
     return seen
 
 

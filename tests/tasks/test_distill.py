@@ -56,7 +56,7 @@ def teacher_jsonl(tiny_data, trained_dir, tmp_path_factory) -> str:
 def plain_student(tiny_data, tmp_path_factory) -> tuple[str, dict]:
     """The student trained without a teacher: (train dir, summary)."""
     train_dir = str(tmp_path_factory.mktemp("plain") / "run")
-    return train_dir, train(TrainConfig(**student_values(tiny_data, train_dir)))
+    return train_dir, train(train_config(**student_values(tiny_data, train_dir)))
 
 
 def test_a_run_teaches_through_the_cli_streamed_and_the_loss_differs_from_plain_training(
@@ -70,9 +70,9 @@ def test_a_run_teaches_through_the_cli_streamed_and_the_loss_differs_from_plain_
 
 
 def test_weight_zero_trains_exactly_as_without_a_teacher(tiny_data, trained_dir, plain_student, tmp_path):
-    train(TrainConfig(**student_values(tiny_data, tmp_path / "w0", teacher=str(trained_dir), distill_weight=0.0)))
-    plain = load_checkpoint(final_checkpoint(plain_student[0]))["model"]
-    zero = load_checkpoint(final_checkpoint(str(tmp_path / "w0")))["model"]
+    train(train_config(**student_values(tiny_data, tmp_path / "w0", teacher=str(trained_dir), distill_weight=0.0)))
+    plain = load_checkpoint(final_checkpoint(plain_student[0])).model
+    zero = load_checkpoint(final_checkpoint(str(tmp_path / "w0"))).model
     assert all(torch.equal(plain[name], zero[name]) for name in plain)
 
 
@@ -235,8 +235,8 @@ def test_a_teacher_task_on_the_shared_head_trains_as_single_task_distillation(ti
     assert cli_main(["train", "--config", str(tmp_path / "tasks.yaml")]) == 0, capsys.readouterr().err
     tasks = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert tasks["global_step"] == single["global_step"] == 4
-    single_weights = load_checkpoint(final_checkpoint(str(tmp_path / "single")))["model"]
-    task_weights = load_checkpoint(final_checkpoint(str(tmp_path / "tasks")))["model"]
+    single_weights = load_checkpoint(final_checkpoint(str(tmp_path / "single"))).model
+    task_weights = load_checkpoint(final_checkpoint(str(tmp_path / "tasks"))).model
     assert [tensor.shape for tensor in single_weights.values()] == [tensor.shape for tensor in task_weights.values()]
     for single_tensor, task_tensor in zip(single_weights.values(), task_weights.values()):
         torch.testing.assert_close(task_tensor, single_tensor, rtol=1e-5, atol=1e-6)

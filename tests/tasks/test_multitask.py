@@ -17,7 +17,7 @@ from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny
 from yt8m.training.checks import train_config_problems
 from yt8m.data.batch import Batch
 from yt8m.cli import main
-from yt8m.config import TrainConfig, config_from_dict
+from yt8m.config import TrainConfig, config_from_dict, config_values
 from yt8m.data.synthetic import write_synthetic
 from yt8m.models.multihead import HeadView, build_multitask_model
 from yt8m.tasks.spec import resolve_tasks
@@ -243,7 +243,7 @@ def test_two_processes_train_tasks_whose_batches_reach_different_heads(tiny_data
 def test_a_task_without_data_or_weight_is_an_error_and_nothing_is_written(tiny_data, vocabulary, tmp_path, capsys):
     empty = tmp_path / "empty-00000-of-00001.tfrecord"
     empty.write_bytes(b"")
-    base = tiny_train_config(tiny_data, tmp_path / "run", vocabulary_file=vocabulary).__dict__
+    base = config_values(tiny_train_config(tiny_data, tmp_path / "run", vocabulary_file=vocabulary))
     for tasks, expected in [
             ([{"name": "main"}, {"name": "other", "train_data_pattern": str(empty), "validate": False}],
              f"task other (num_classes 3862, reading {empty}): {empty} has no training examples"),

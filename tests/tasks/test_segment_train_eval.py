@@ -53,7 +53,7 @@ def frame_values(data: dict, train_dir: Path, **overrides) -> dict:
 def video_run(segment_data, tmp_path_factory) -> Path:
     """The frame model trained on video labels: what the segment runs start from."""
     train_dir = tmp_path_factory.mktemp("video_run") / "run"
-    train(TrainConfig(**frame_values(segment_data, train_dir)))
+    train(train_config(**frame_values(segment_data, train_dir)))
     return train_dir
 
 
@@ -99,7 +99,7 @@ def count_segments(pattern: str) -> int:
 
 
 def test_best_metric_segment_map_picks_the_best_export(segment_data, video_run, tmp_path):
-    config = TrainConfig(**frame_values(segment_data, tmp_path, segment_labels=True, init_from=str(video_run),
+    config = train_config(**frame_values(segment_data, tmp_path, segment_labels=True, init_from=str(video_run),
                                         eval_data_pattern=segment_data["validate"], best_metric="segment_map",
                                         export_model_steps=3, keep_checkpoints=20))
     summary = train(config)
@@ -147,7 +147,7 @@ def test_a_metric_the_task_lacks_is_a_one_line_cli_error(segment_data, tmp_path)
     ("LstmModel", {"lstm_cells": 16, "lstm_layers": 2}),
 ])
 def test_every_frame_model_trains_and_evaluates_on_five_frame_segments(segment_data, tmp_path, model, hparams):
-    config = TrainConfig(**frame_values(segment_data, tmp_path, segment_labels=True, model=model, **hparams))
+    config = train_config(**frame_values(segment_data, tmp_path, segment_labels=True, model=model, **hparams))
     batch = next(iter(YT8MDataset(segment_data["train"], FeatureSpec.from_config(config), 16)))
     assert batch.features.shape == (16, 5, sum(FEATURE_SIZES))
     torch.manual_seed(0)

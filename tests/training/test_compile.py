@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401
+from yt8m.config import config_values
 
 pytestmark = pytest.mark.integration
 
 
 def train_summary(data: dict, train_dir, *extra: str) -> dict:
-    flags = as_flags(tiny_train_config(data, train_dir, num_epochs=2).__dict__)
+    flags = as_flags(config_values(tiny_train_config(data, train_dir, num_epochs=2)))
     result = subprocess.run([sys.executable, "-m", "yt8m", "train", *flags, *extra], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr

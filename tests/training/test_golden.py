@@ -10,7 +10,7 @@ import torch
 from yt8m import kernels
 from yt8m.tasks.losses import create_loss
 from yt8m.models import create_model
-from yt8m.training.optim import apply_update, build_optimizer, l2_terms
+from yt8m.training.optim import OptimizerConfig, apply_update, build_optimizer, l2_terms
 
 FEATURES, CLASSES, BATCH, STEPS = 32, 24, 32, 20
 # Recorded on the eager path, torch 2.13 on an x86-64 CPU, one thread; the fused path came within 4e-6 of them.
@@ -52,7 +52,7 @@ def training_losses(name: str) -> list[float]:
     """The label loss of each step, as `yt8m train` takes them with the starter kit's defaults."""
     torch.manual_seed(0)
     model = create_model(name, FEATURES, CLASSES).train()
-    optimizer = build_optimizer("Adam", model.parameters(), 0.01)
+    optimizer = build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), model.parameters())
     penalties, loss_fn = l2_terms(model, 1.0), create_loss("CrossEntropyLoss")
     no_scaling = torch.amp.GradScaler("cpu", enabled=False)
     losses = []

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from yt8m.models import create_model
-from yt8m.training.optim import apply_update, build_optimizer, l2_terms
+from yt8m.training.optim import OptimizerConfig, apply_update, build_optimizer, l2_terms
 
 NO_SCALING = torch.amp.GradScaler("cuda", enabled=False)
 LR, MAX_NORM = 0.05, 1.0
@@ -39,7 +39,7 @@ def gradients(step: int) -> dict[str, torch.Tensor]:
 
 def train_layers(steps: int, clip_gradient_value: float = 0.0) -> tuple[Layers, torch.optim.Optimizer]:
     layers = Layers()
-    optimizer = build_optimizer("Adam", layers.parameters(), LR)
+    optimizer = build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=LR), layers.parameters())
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
         for name, grad in gradients(step).items():

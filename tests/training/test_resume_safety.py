@@ -14,7 +14,7 @@ from yt8m.cli import main as cli_main
 from yt8m.config import config_values
 from yt8m.io.checkpoints import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from yt8m.models import create_model
-from yt8m.training.optim import build_optimizer, load_optimizer_state, optimizer_state
+from yt8m.training.optim import OptimizerConfig, build_optimizer, load_optimizer_state, optimizer_state
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def test_a_reordered_task_list_resumes_each_heads_state_on_its_own_parameters(ti
                                                                              capsys):
     main, vertical = {"name": "main"}, {"name": "vertical", "label_source": "vocabulary", "weight": 0.5}
     assert train_with_tasks(tiny_data, tmp_path, vocabulary, [main, vertical], 4, capsys) == 0
-    saved = load_checkpoint(latest_checkpoint(str(tmp_path / "run")))["optimizer"]
+    saved = load_checkpoint(latest_checkpoint(str(tmp_path / "run"))).optimizer
     # Positions now differ: the heads' ModuleDict follows the list. Before, this crashed (fused Adam on mismatched
     # shapes) or, with heads of one shape, trained on with each head's state on the other's weights.
     assert train_with_tasks(tiny_data, tmp_path, vocabulary, [vertical, main], 8, capsys) == 0
@@ -45,7 +45,7 @@ def test_a_reordered_task_list_resumes_each_heads_state_on_its_own_parameters(ti
                if name.startswith("heads.")}
     state = {**saved, "param_names": list(renamed),
              "param_groups": [dict(saved["param_groups"][0], params=list(renamed.values()))]}
-    optimizer = build_optimizer("Adam", model.parameters(), 0.01)
+    optimizer = build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), model.parameters())
     load_optimizer_state(optimizer, model, state, "test")
     for name, parameter in model.named_parameters():
         expected = saved["state"][renamed[name]]["exp_avg"]
@@ -53,15 +53,15 @@ def test_a_reordered_task_list_resumes_each_heads_state_on_its_own_parameters(ti
 
 
 def test_a_checkpoint_of_other_tensors_is_refused_naming_them(tiny_data, tmp_path, capsys):
-    values = tiny_train_config(tiny_data, tmp_path / "run", max_steps=4).__dict__
+    values = config_values(tiny_train_config(tiny_data, tmp_path / "run", max_steps=4))
     assert cli_main(["train", *as_flags(values)]) == 0
     capsys.readouterr()
     path = latest_checkpoint(str(tmp_path / "run"))
-    payload = load_checkpoint(path)
-    payload.pop("format")
-    weight = next(name for name in payload["model"] if name.endswith("weight"))
-    payload["model"][weight] = torch.zeros(3, 5)
-    save_checkpoint(str(tmp_path / "run"), payload, 8, keep=5)
+    checkpoint = load_checkpoint(path)
+    weight = next(name for name in checkpoint.model if name.endswith("weight"))
+    checkpoint.model[weight] = torch.zeros(3, 5)
+    checkpoint.progress["step"] = 8
+    save_checkpoint(str(tmp_path / "run"), checkpoint, keep=5)
     before = sorted(p.name for p in (tmp_path / "run").rglob("*"))
     assert cli_main(["train", *as_flags({**values, "max_steps": 12})]) == 1
     err = capsys.readouterr().err
@@ -71,13 +71,13 @@ def test_a_checkpoint_of_other_tensors_is_refused_naming_them(tiny_data, tmp_pat
 
 def test_an_optimizer_state_of_another_shape_is_refused_before_anything_loads():
     model = create_model("MoeModel", 6, 4)
-    optimizer = build_optimizer("Adam", model.parameters(), 0.01)
+    optimizer = build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), model.parameters())
     model(torch.randn(2, 6))["logits"].sum().backward()
     optimizer.step()
     state = optimizer_state(optimizer, model)
     other = create_model("MoeModel", 6, 5)
     with pytest.raises(ValueError, match=r"optimizer state of shape \[.*\] in the checkpoint, \[.*5.*\] here"):
-        load_optimizer_state(build_optimizer("Adam", other.parameters(), 0.01), other, state, "ckpt")
+        load_optimizer_state(build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), other.parameters()), other, state, "ckpt")
     positional = {key: value for key, value in state.items() if key != "param_names"}  # a checkpoint of before
     with pytest.raises(ValueError, match="optimizer state of shape"):
-        load_optimizer_state(build_optimizer("Adam", other.parameters(), 0.01), other, positional, "ckpt")
+        load_optimizer_state(build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), other.parameters()), other, positional, "ckpt")

@@ -15,15 +15,15 @@ import pytest
 import torch
 from torch import nn
 
-from workflow_fixtures import tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
+from workflow_fixtures import tiny_data, tiny_train_config, train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.data.batch import Batch
+from yt8m.io.checkpoints import (Checkpoint, final_checkpoint, latest_checkpoint, list_checkpoints, list_exports,
+                                 load_checkpoint, read_export_metrics, save_checkpoint)
 from yt8m.models.checkpoints import build_model_from_checkpoint, init_from_checkpoint
-from yt8m.io.checkpoints import (final_checkpoint, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint)
-from yt8m.config import TrainConfig
+from yt8m.tasks.taskset import one_task_set
 from yt8m.tasks.video import VIDEO_METRICS
-from yt8m.io.checkpoints import list_exports, read_export_metrics
+from yt8m.training import TrainConfig, TrainEvent, fit, train
 from yt8m.training.optim import build_optimizer
-from yt8m.training import TrainEvent, fit, train
 
 
 def scripted(values: dict[int, float], metric: str = "gap"):
@@ -60,20 +60,20 @@ def test_learning_rate_halves_exactly_after_each_evaluation_without_improvement(
     evaluate = scripted(GAPS)
     summary = train(config, hooks=[record_learning_rates(seen)], evaluate=evaluate)
     # No improvement at steps 3, 5, 6 and 8: each halves the rate of the steps after it.
-    factors = {step: lr / config.base_learning_rate for step, lr in seen.items()}
+    factors = {step: lr / config.optimizer.base_learning_rate for step, lr in seen.items()}
     assert factors == {1: 1, 2: 1, 3: 1, 4: 0.5, 5: 0.5, 6: 0.25, 7: 0.125, 8: 0.125}
     assert summary["lr_factor"] == 0.0625
     assert evaluate.calls == [1, 2, 3, 4, 5, 6, 7, 8]  # the final checkpoint is step 8's, evaluated once
     assert summary["best_value"] == 0.7 and summary["best_step"] == 7 and summary["evaluations"] == 8
     # A checkpoint holds the factor its step trained with (step 6's evaluation runs after it is written).
-    assert load_checkpoint(os.path.join(tmp_path, "checkpoints", "ckpt-00000006.pt"))["progress"]["lr_factor"] == 0.25
+    assert load_checkpoint(os.path.join(tmp_path, "checkpoints", "ckpt-00000006.pt")).progress["lr_factor"] == 0.25
 
 
 def test_patience_counts_evaluations_in_a_row(tiny_data, tmp_path):
     config = every_step_config(tiny_data, tmp_path, num_epochs=2, lr_halving_patience=2)
     seen: dict[int, float] = {}
     train(config, hooks=[record_learning_rates(seen)], evaluate=scripted(GAPS))
-    factors = [seen[step] / config.base_learning_rate for step in sorted(seen)]
+    factors = [seen[step] / config.optimizer.base_learning_rate for step in sorted(seen)]
     assert factors == [1, 1, 1, 1, 1, 1, 0.5, 0.5]  # steps 5 and 6 are the second run of two
 
 
@@ -97,10 +97,10 @@ def test_best_latest_and_final_exports(tiny_data, tmp_path):
     final = tmp_path / "export" / "final"
     assert read_export_metrics(str(final))["global_step"] == 8 and read_export_metrics(str(final))["gap"] == 0.69
     # Each export is a train dir of its own: the checkpoint loads, with the run's config beside it.
-    model, _, step = build_model_from_checkpoint(latest_checkpoint(best))
-    assert step == 7 and os.path.exists(os.path.join(best, "config.yaml"))
-    reference = load_checkpoint(os.path.join(tmp_path, "checkpoints", "ckpt-00000007.pt"))["model"]
-    for name, tensor in model.state_dict().items():
+    trained = build_model_from_checkpoint(latest_checkpoint(best))
+    assert trained.step == 7 and os.path.exists(os.path.join(best, "config.yaml"))
+    reference = load_checkpoint(os.path.join(tmp_path, "checkpoints", "ckpt-00000007.pt")).model
+    for name, tensor in trained.network.state_dict().items():
         torch.testing.assert_close(tensor, reference[name], rtol=0, atol=0)
 
 
@@ -147,8 +147,8 @@ def test_resume_replays_the_lost_evaluation_and_keeps_the_lr_factor(tiny_data, t
     assert evaluate.calls == [3, 4, 5, 6, 7, 8]
     for key in ("global_step", "lr_factor", "best_step", "best_value", "evaluations", "loss"):
         assert resumed[key] == reference[key], key
-    expected = load_checkpoint(final_checkpoint(str(tmp_path / "a")))["model"]
-    for name, tensor in load_checkpoint(final_checkpoint(config.train_dir))["model"].items():
+    expected = load_checkpoint(final_checkpoint(str(tmp_path / "a"))).model
+    for name, tensor in load_checkpoint(final_checkpoint(config.checkpoints.train_dir)).model.items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
 
 
@@ -213,11 +213,17 @@ def trained_parameters(tmp_path, sizes: list[int], aggregate: int, steps: int, *
     values = dict(train_dir=str(tmp_path), num_epochs=1, max_steps=steps, numbatches_to_aggregate=aggregate,
                   optimizer="SGD", base_learning_rate=0.5, regularization_penalty=0.01, export_model_steps=1000,
                   metrics_every_steps=1000)
-    config = TrainConfig(**{**values, **overrides})
+    config = train_config(**{**values, **overrides})
     torch.manual_seed(0)
     model = LinearModel()
-    fit(model, build_optimizer("SGD", model.parameters(), 0.5), bce, lambda epoch: batches_of(sizes), config)
+    fit_with_loss(model, bce, lambda epoch: batches_of(sizes), config)
     return [p.detach() for p in model.parameters()]
+
+
+def fit_with_loss(model: nn.Module, loss_fn, epoch_batches, config: TrainConfig) -> dict:
+    """`fit` a model of one's own on one task whose loss is `loss_fn`, with the config's optimizer."""
+    tasks = one_task_set(config.main_task(), config.validation.top_n, loss_fn)
+    return fit(model, build_optimizer(config.optimizer, model.parameters()), tasks, epoch_batches, config)
 
 
 @pytest.mark.parametrize("clip_gradient_norm", [0.0, 1e-2])
@@ -233,11 +239,10 @@ def test_accumulated_micro_batches_equal_one_large_batch(tmp_path, clip_gradient
 
 
 def test_accumulation_counts_examples_and_steps(tmp_path):
-    config = TrainConfig(train_dir=str(tmp_path), num_epochs=2, numbatches_to_aggregate=2, optimizer="SGD",
-                         export_model_steps=1000, metrics_every_steps=1000)
+    config = train_config(train_dir=str(tmp_path), num_epochs=2, numbatches_to_aggregate=2, optimizer="SGD",
+                          base_learning_rate=0.1, export_model_steps=1000, metrics_every_steps=1000)
     model = LinearModel()
-    summary = fit(model, build_optimizer("SGD", model.parameters(), 0.1), bce, lambda epoch: batches_of([8, 8, 8]),
-                  config)
+    summary = fit_with_loss(model, bce, lambda epoch: batches_of([8, 8, 8]), config)
     assert (summary["global_step"], summary["examples"]) == (4, 48)  # per epoch: 8+8, then 8 alone
 
 
@@ -255,7 +260,7 @@ def test_value_clipping_bounds_every_gradient_element(tmp_path):
 
 def test_init_from_reports_what_it_loaded(tmp_path):
     source = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 4), "gone": nn.Linear(1, 1)})
-    save_checkpoint(str(tmp_path), {"model": source.state_dict()}, step=1, keep=1)
+    save_checkpoint(str(tmp_path), Checkpoint(model=source.state_dict(), progress={"step": 1}), keep=1)
     target = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 5), "new": nn.Linear(2, 2)})
     report = init_from_checkpoint(target, str(tmp_path))  # a train dir: its latest checkpoint
     assert report.loaded == ["a.weight", "a.bias"]
@@ -271,8 +276,8 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tiny_data, trained
     with caplog.at_level(logging.INFO, logger="yt8m.train"):
         train(config)
     assert "loaded 3 of 3 tensors" in caplog.text
-    source = load_checkpoint(final_checkpoint(str(trained_dir)))["model"]
-    for name, tensor in load_checkpoint(list_checkpoints(config.train_dir)[-1][1])["model"].items():
+    source = load_checkpoint(final_checkpoint(str(trained_dir))).model
+    for name, tensor in load_checkpoint(list_checkpoints(config.checkpoints.train_dir)[-1][1]).model.items():
         torch.testing.assert_close(tensor, source[name], rtol=0, atol=0)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="yt8m.train"):

@@ -3,7 +3,6 @@ with its last good checkpoint, and a run with nothing to train on is an error, n
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import socket
@@ -16,22 +15,24 @@ import numpy as np
 import pytest
 import torch
 
-from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy, trained_dir  # noqa: F401
+from workflow_fixtures import (NUM_CLASSES, as_flags, one_task, tiny_data, tiny_train_config, train_config,  # noqa: F401
+                               trained_copy, trained_dir)
+from yt8m.config import config_values
 from yt8m.data.batch import Batch
 from yt8m.data.encode import encode_video_example
 from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
-from yt8m.config import TrainConfig
-from yt8m.tasks.losses import create_loss
 from yt8m.models import create_model
+from yt8m.tasks.losses import create_loss
+from yt8m.training import NonFiniteLossError, TrainConfig, fit, train
 from yt8m.training.optim import build_optimizer
-from yt8m.training import NonFiniteLossError, fit, train
 
 
 def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:
-    values = dataclasses.asdict(tiny_train_config(data, train_dir, **overrides))
-    defaults = dataclasses.asdict(type(tiny_train_config(data, train_dir))())
-    return as_flags({name: value for name, value in values.items() if value != defaults[name] or name in overrides})
+    values = config_values(tiny_train_config(data, train_dir, **overrides))
+    defaults = config_values(TrainConfig())
+    return as_flags({name: value for name, value in values.items()
+                     if name not in defaults or value != defaults[name] or name in overrides})
 
 
 def yt8m_train(*flags: str) -> subprocess.CompletedProcess:
@@ -67,11 +68,11 @@ def test_a_nan_loss_stops_training_before_the_update_and_the_next_checkpoint(tmp
     batches = [Batch(video_ids=[f"v{step}-{i}" for i in range(8)], features=torch.randn(8, 4),
                      labels=torch.rand(8, 3) > 0.5) for step in range(4)]
     batches[2].features[5, 1] = float("nan")
-    config = TrainConfig(train_data_pattern="unused", train_dir=str(tmp_path), model="LogisticModel",
+    config = train_config(train_data_pattern="unused", train_dir=str(tmp_path), model="LogisticModel",
                          feature_sizes="4", num_classes=3, export_model_steps=1, num_epochs=1)
     with pytest.raises(NonFiniteLossError, match=r"step 3: the training loss is nan .* videos v2-0, v2-1, v2-2"):
-        fit(model, build_optimizer("Adam", model.parameters(), 0.01), create_loss("CrossEntropyLoss"),
-            lambda epoch: batches, config)
+        fit(model, build_optimizer(config.optimizer, model.parameters()),
+            one_task(config, create_loss("CrossEntropyLoss")), lambda epoch: batches, config)
     assert [step for step, _ in list_checkpoints(str(tmp_path))] == [1, 2]
     assert all(bool(parameter.isfinite().all()) for parameter in model.parameters())
 
@@ -87,7 +88,7 @@ def test_a_diverging_run_stops_before_its_update_and_keeps_the_last_good_checkpo
     assert steps and final_checkpoint(str(train_dir)) is None
     last = load_checkpoint(list_checkpoints(str(train_dir))[-1][1])
     assert f"ckpt-{steps[-1]:08d}.pt" in result.stderr
-    assert all(bool(tensor.isfinite().all()) for tensor in last["model"].values())
+    assert all(bool(tensor.isfinite().all()) for tensor in last.model.values())
 
 
 def test_training_on_an_empty_file_is_an_error(tiny_data, tmp_path):
@@ -186,7 +187,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_train_dir(tiny_d
 
 
 def test_training_warns_when_it_writes_to_the_starter_kits_default_train_dir(caplog):
-    config = TrainConfig(train_data_pattern="no-such-*.tfrecord")
+    config = train_config(train_data_pattern="no-such-*.tfrecord")
     with caplog.at_level(logging.WARNING, logger="yt8m.train"), pytest.raises(ValueError):
         train(config)
     assert "the starter kit's default" in caplog.text and "/tmp/yt8m_model" in caplog.text

@@ -5,7 +5,6 @@ Loop tests feed `fit` in-test batches and a tiny model; `train` end to end runs 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
@@ -13,18 +12,17 @@ import pytest
 import torch
 from torch import nn
 
-from workflow_fixtures import tiny_data, tiny_train_config  # noqa: F401  (fixture)
-from yt8m.data.batch import Batch
-from yt8m.models.checkpoints import build_model_from_checkpoint
-from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
-from yt8m.config import TrainConfig, load_config
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.eval.evaluate import evaluate_model
-from yt8m.tasks.video import task_from_config
-from yt8m.training.optim import build_optimizer
+from workflow_fixtures import one_task, tiny_data, tiny_train_config, train_config  # noqa: F401  (fixture)
 from yt8m.commands.train import parse_args
-from yt8m.training import TrainEvent, fit, train
-from yt8m.training.loop import learning_rate
+from yt8m.config import config_document, load_config
+from yt8m.data.batch import Batch
+from yt8m.data.dataset import YT8MDataset
+from yt8m.eval.evaluate import evaluate_model
+from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
+from yt8m.tasks.video import features_task
+from yt8m.training import TrainConfig, TrainEvent, fit, train
+from yt8m.training.optim import OptimizerConfig, build_optimizer
 
 FEATURES, CLASSES, BATCH = 6, 4, 8
 
@@ -62,23 +60,23 @@ def tiny_batches(epoch: int, batches: int = 5) -> list[Batch]:
 def tiny_config(tmp_path, **overrides) -> TrainConfig:
     values = dict(train_dir=str(tmp_path / "run"), num_epochs=3, export_model_steps=4, keep_checkpoints=2,
                   metrics_every_steps=1000, base_learning_rate=0.1, regularization_penalty=1e-3)
-    return TrainConfig(**{**values, **overrides})
+    return train_config(**{**values, **overrides})
 
 
 def run_fit(config: TrainConfig, hooks=(), resume=None, seed: int = 0):
     torch.manual_seed(seed)
     model = TinyModel()
-    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    summary = fit(model, optimizer, tiny_loss, tiny_batches, config, hooks=hooks, resume=resume)
+    optimizer = build_optimizer(config.optimizer, model.parameters())
+    summary = fit(model, optimizer, one_task(config, tiny_loss), tiny_batches, config, hooks=hooks, resume=resume)
     return model, summary
 
 
 def test_learning_rate_decays_in_steps_of_global_examples():
-    config = TrainConfig(base_learning_rate=0.1, learning_rate_decay=0.5, learning_rate_decay_examples=100)
-    assert learning_rate(config, 0) == 0.1
-    assert learning_rate(config, 99) == 0.1
-    assert learning_rate(config, 100) == 0.05
-    assert learning_rate(config, 250) == pytest.approx(0.025)
+    config = OptimizerConfig(base_learning_rate=0.1, learning_rate_decay=0.5, learning_rate_decay_examples=100)
+    assert config.learning_rate(0) == 0.1
+    assert config.learning_rate(99) == 0.1
+    assert config.learning_rate(100) == 0.05
+    assert config.learning_rate(250) == pytest.approx(0.025)
 
 
 @pytest.mark.parametrize("name, cls, extra", [
@@ -91,7 +89,7 @@ def test_learning_rate_decays_in_steps_of_global_examples():
     ("RMSPropOptimizer", torch.optim.RMSprop, {"alpha": 0.9}),
 ])
 def test_optimizer_names_from_torch_and_tensorflow(name, cls, extra):
-    optimizer = build_optimizer(name, nn.Linear(2, 2).parameters(), 0.5)
+    optimizer = build_optimizer(OptimizerConfig(name=name, base_learning_rate=0.5), nn.Linear(2, 2).parameters())
     assert type(optimizer) is cls
     group = optimizer.param_groups[0]
     assert group["lr"] == 0.5
@@ -100,7 +98,7 @@ def test_optimizer_names_from_torch_and_tensorflow(name, cls, extra):
 
 def test_unknown_optimizer_lists_the_known_ones():
     with pytest.raises(ValueError, match="FtrlOptimizer.*Adam.*SGD"):
-        build_optimizer("FtrlOptimizer", nn.Linear(2, 2).parameters(), 0.1)
+        build_optimizer(OptimizerConfig(name="FtrlOptimizer", base_learning_rate=0.1), nn.Linear(2, 2).parameters())
 
 
 def test_fit_runs_epochs_and_keeps_the_newest_checkpoints(tmp_path):
@@ -109,11 +107,11 @@ def test_fit_runs_epochs_and_keeps_the_newest_checkpoints(tmp_path):
     assert summary["global_step"] == 15  # 3 epochs of 5 batches
     assert summary["examples"] == 15 * BATCH
     assert {"global_step", "examples", "seconds", "examples_per_sec", "loss"} <= set(summary)
-    steps = [step for step, _ in list_checkpoints(config.train_dir)]
+    steps = [step for step, _ in list_checkpoints(config.checkpoints.train_dir)]
     assert steps == [12, 15]  # every 4 steps, 2 kept, plus the final one
-    assert final_checkpoint(config.train_dir).endswith("ckpt-00000015.pt")
-    payload = load_checkpoint(final_checkpoint(config.train_dir))
-    assert payload["progress"] == {"step": 15, "examples": 120, "epoch": 3, "batches_in_epoch": 0, "lr_factor": 1.0,
+    assert final_checkpoint(config.checkpoints.train_dir).endswith("ckpt-00000015.pt")
+    checkpoint = load_checkpoint(final_checkpoint(config.checkpoints.train_dir))
+    assert checkpoint.progress == {"step": 15, "examples": 120, "epoch": 3, "batches_in_epoch": 0, "lr_factor": 1.0,
                                    "world_size": 1}
 
 
@@ -125,10 +123,10 @@ def test_max_steps_stops_mid_epoch(tmp_path):
 def test_checkpoints_load_with_weights_only(tmp_path):
     config = tiny_config(tmp_path, optimizer="Adam")
     run_fit(config)
-    for _, path in list_checkpoints(config.train_dir):
+    for _, path in list_checkpoints(config.checkpoints.train_dir):
         payload = torch.load(path, weights_only=True)
         assert {"model", "optimizer", "progress", "rng", "config"} <= set(payload)
-    assert not [name for name in os.listdir(os.path.join(config.train_dir, "checkpoints")) if name.endswith(".tmp")]
+    assert not [name for name in os.listdir(os.path.join(config.checkpoints.train_dir, "checkpoints")) if name.endswith(".tmp")]
 
 
 def test_hooks_see_checkpoints_and_epoch_ends_and_can_stop(tmp_path):
@@ -136,7 +134,7 @@ def test_hooks_see_checkpoints_and_epoch_ends_and_can_stop(tmp_path):
 
     def record(event: TrainEvent):
         events.append((event.kind, event.step, event.epoch, event.final))
-        assert event.train_dir == config.train_dir and isinstance(event.model, TinyModel)
+        assert event.train_dir == config.checkpoints.train_dir and isinstance(event.model, TinyModel)
         return event.kind == "epoch_end" and event.epoch == 2
 
     config = tiny_config(tmp_path)
@@ -144,7 +142,7 @@ def test_hooks_see_checkpoints_and_epoch_ends_and_can_stop(tmp_path):
     assert events == [("checkpoint", 4, 0, False), ("epoch_end", 5, 1, False), ("checkpoint", 8, 1, False),
                       ("epoch_end", 10, 2, False), ("checkpoint", 10, 2, True)]
     assert summary["global_step"] == 10
-    assert final_checkpoint(config.train_dir).endswith("ckpt-00000010.pt")
+    assert final_checkpoint(config.checkpoints.train_dir).endswith("ckpt-00000010.pt")
 
 
 class Crash(RuntimeError):
@@ -166,16 +164,16 @@ def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
     config = tiny_config(tmp_path / "b", ema_decay=ema_decay)
     with pytest.raises(Crash):
         run_fit(config, hooks=[crash_after_checkpoint(8)])  # mid-epoch 2, after batch 3 of 5
-    resume = load_checkpoint(list_checkpoints(config.train_dir)[-1][1])
+    resume = load_checkpoint(list_checkpoints(config.checkpoints.train_dir)[-1][1])
     resumed, summary = run_fit(config, resume=resume, seed=123)  # another init: weights must come from the file
     assert summary["global_step"] == reference_summary["global_step"]
     assert summary["loss"] == reference_summary["loss"]
     for name, tensor in reference.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[name], tensor, rtol=0, atol=0)
     finals = [load_checkpoint(final_checkpoint(str(run / "run"))) for run in (tmp_path / "a", tmp_path / "b")]
-    for name, tensor in finals[0]["model"].items():
-        torch.testing.assert_close(finals[1]["model"][name], tensor, rtol=0, atol=0)
-    assert ("trained_weights" in finals[1]) == bool(ema_decay)
+    for name, tensor in finals[0].model.items():
+        torch.testing.assert_close(finals[1].model[name], tensor, rtol=0, atol=0)
+    assert (finals[1].trained_weights is not None) == bool(ema_decay)
 
 
 def test_gradient_clipping_bounds_each_parameters_update(tmp_path):
@@ -184,7 +182,7 @@ def test_gradient_clipping_bounds_each_parameters_update(tmp_path):
     torch.manual_seed(0)
     model = TinyModel()
     before = [p.detach().clone() for p in model.parameters()]
-    fit(model, build_optimizer("SGD", model.parameters(), 1.0), tiny_loss, tiny_batches, config)
+    fit(model, build_optimizer(config.optimizer, model.parameters()), one_task(config, tiny_loss), tiny_batches, config)
     # SGD step = lr * clipped gradient, each parameter's clipped on its own (the starter kit's clip_by_norm)
     changes = [torch.linalg.vector_norm(p.detach() - b).item() for p, b in zip(model.parameters(), before)]
     assert len(changes) >= 2 and changes == pytest.approx([1e-3] * len(changes), rel=1e-4)
@@ -193,17 +191,17 @@ def test_gradient_clipping_bounds_each_parameters_update(tmp_path):
 def test_resume_config_is_recorded(tmp_path):
     config = tiny_config(tmp_path, max_steps=3)
     run_fit(config)
-    payload = load_checkpoint(final_checkpoint(config.train_dir))
-    assert payload["config"] == dataclasses.asdict(config)
+    checkpoint = load_checkpoint(final_checkpoint(config.checkpoints.train_dir))
+    assert checkpoint.config == config_document(config)
 
 
 # --- `train` end to end on tiny synthetic shards --------------------------------------------------------
 
 
 def validation_metrics(train_dir, data) -> dict:
-    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(train_dir)))
-    dataset = YT8MDataset(data["validate_pattern"], FeatureSpec.from_config(config), 32)
-    return evaluate_model(model, dataset, task_from_config(config))
+    trained = build_model_from_checkpoint(final_checkpoint(str(train_dir)))
+    dataset = YT8MDataset(data["validate_pattern"], trained.features, 32)
+    return evaluate_model(trained.network, dataset, features_task(trained.features, "CrossEntropyLoss"))
 
 
 def test_interrupted_run_resumes_to_the_same_steps_and_metrics(tiny_data, tmp_path):
@@ -212,7 +210,7 @@ def test_interrupted_run_resumes_to_the_same_steps_and_metrics(tiny_data, tmp_pa
     config = tiny_train_config(tiny_data, tmp_path / "b", export_model_steps=3)
     with pytest.raises(Crash):
         train(config, hooks=[crash_after_checkpoint(6)])  # epoch 2, after 2 of its 4 batches
-    assert latest_checkpoint_step(config.train_dir) == 6 and final_checkpoint(config.train_dir) is None
+    assert latest_checkpoint_step(config.checkpoints.train_dir) == 6 and final_checkpoint(config.checkpoints.train_dir) is None
     resumed = train(config)
     assert resumed["global_step"] == reference["global_step"] == 12
     assert resumed["examples"] == reference["examples"] == 3 * 240
@@ -249,7 +247,7 @@ def test_start_new_model_starts_over(tiny_data, tmp_path):
                                       export_model_steps=2, start_new_model=True))
     assert summary["global_step"] == 3
     assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2, 3]
-    assert load_config(TrainConfig, str(tmp_path / "config.yaml")).model == "LogisticModel"
+    assert load_config(TrainConfig, str(tmp_path / "config.yaml")).model.name == "LogisticModel"
 
 
 def test_resume_continues_and_saves_the_resolved_config(tiny_data, tmp_path):
@@ -277,8 +275,9 @@ def test_yaml_config_equals_the_same_flags(tmp_path):
         "optimizer: AdamOptimizer\n")
     from_yaml = parse_args(["--config", str(tmp_path / "train.yaml")])
     assert from_yaml == parse_args(flags)
-    assert from_yaml.batch_size == 1024 and from_yaml.learning_rate_decay_examples == 4000000  # starter defaults
-    assert parse_args(["--config", str(tmp_path / "train.yaml"), "--max_steps", "7"]).max_steps == 7
+    assert from_yaml.schedule.batch_size == 1024  # the starter kit's defaults
+    assert from_yaml.optimizer.learning_rate_decay_examples == 4000000
+    assert parse_args(["--config", str(tmp_path / "train.yaml"), "--max_steps", "7"]).schedule.max_steps == 7
 
 
 def test_mixed_precision_on_the_cpu_trains_in_bfloat16_close_to_float32(tiny_data, tmp_path):

@@ -3,6 +3,7 @@ evaluates and checkpoints as its model (which `yt8m eval`, predict and export lo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,11 +13,12 @@ import torch
 from torch import nn
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixture)
-from yt8m.models.checkpoints import build_model_from_payload
-from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.config import config_values
+from yt8m.data.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
-from yt8m.tasks.video import task_from_config
+from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
+from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.tasks.video import features_task
 from yt8m.training.weight_average import WeightAverage
 
 
@@ -43,19 +45,19 @@ def yt8m(*args) -> subprocess.CompletedProcess:
 def test_a_run_with_ema_decay_evaluates_checkpoints_and_predicts_with_the_average(tiny_data, tmp_path):
     train_dir = tmp_path / "run"
     config = tiny_train_config(tiny_data, train_dir, ema_decay=0.8, eval_data_pattern=tiny_data["validate_pattern"])
-    trained = yt8m("train", *as_flags(config.__dict__))
+    trained = yt8m("train", *as_flags(config_values(config)))
     assert trained.returncode == 0, trained.stderr[-3000:]
-    payload = load_checkpoint(final_checkpoint(str(train_dir)))
-    averaged, live = payload["model"], payload["trained_weights"]
+    checkpoint = load_checkpoint(final_checkpoint(str(train_dir)))
+    averaged, live = checkpoint.model, checkpoint.trained_weights
     assert averaged.keys() == live.keys()
     assert any(not torch.equal(averaged[name], live[name]) for name in averaged)
-    in_training = json.loads((train_dir / "eval" / f"metrics-{payload['progress']['step']:08d}.json").read_text())
+    in_training = json.loads((train_dir / "eval" / f"metrics-{checkpoint.step:08d}.json").read_text())
     evaluated = yt8m("eval", "--train_dir", train_dir, "--run_once", "--eval_data_pattern",
                      tiny_data["validate_pattern"])
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads(evaluated.stdout)["gap"] == pytest.approx(in_training["gap"], abs=1e-9)
     # Its live weights score differently: the evaluation above was of the average.
-    model, trained_config, _ = build_model_from_payload({**payload, "model": live}, "live weights")
-    dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(trained_config), 64)
-    on_live = evaluate_model(model, dataset, task_from_config(trained_config))
+    trained = build_model_from_payload(dataclasses.replace(checkpoint, model=live), "live weights")
+    dataset = YT8MDataset(tiny_data["validate_pattern"], trained.features, 64)
+    on_live = evaluate_model(trained.network, dataset, features_task(trained.features, "CrossEntropyLoss"))
     assert on_live["gap"] != pytest.approx(in_training["gap"], abs=1e-6)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from yt8m.config import DataConfig, FlagParser, config_from_dict
-from yt8m.data.dataset import FeatureSpec
+from yt8m.config import FlagParser, config_from_dict
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.throughput import read_throughput
 from yt8m.runtime import reader_workers, setup_logging
 
@@ -23,8 +23,8 @@ def _parser() -> FlagParser:
     read.add_argument("--feature_names", default=None,
                       help="Features to decode (default: mean_rgb,mean_audio; frame level: rgb,audio).")
     read.add_argument("--feature_sizes", default=None, help="Their sizes (default: 1024,128).")
-    read.add_argument("--max_frames", type=int, default=DataConfig.max_frames, help="Frame level: frames kept.")
-    read.add_argument("--num_classes", type=int, default=DataConfig.num_classes, help="Number of classes.")
+    read.add_argument("--max_frames", type=int, default=FeatureSpec.max_frames, help="Frame level: frames kept.")
+    read.add_argument("--num_classes", type=int, default=FeatureSpec.num_classes, help="Number of classes.")
     read.add_argument("--batch_size", type=int, default=1024, help="Examples per batch (default: 1024).")
     read.add_argument("--num_workers", default="auto",
                       help="DataLoader worker processes, 0 to read in-process, or auto (default): the rule of "
@@ -37,11 +37,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging()
     names, sizes = DEFAULT_FEATURES[args.frame_features]
-    config = config_from_dict(DataConfig, {
+    spec = config_from_dict(FeatureSpec, {
         "feature_names": args.feature_names or names, "feature_sizes": args.feature_sizes or sizes,
         "frame_features": args.frame_features, "max_frames": args.max_frames, "num_classes": args.num_classes}, "flags")
     workers = reader_workers(args.num_workers, args.frame_features)
-    result = read_throughput(args.pattern, FeatureSpec.from_config(config), args.batch_size, workers,
+    result = read_throughput(args.pattern, spec, args.batch_size, workers,
                              args.max_batches)
     print(json.dumps(result))
     return 0

@@ -15,16 +15,17 @@ from typing import Any, Sequence
 
 import yaml
 
-from yt8m.config import EvalConfig, FlagParser, PredictConfig, TrainConfig
+from yt8m.config import FlagParser, config_from_dict
 from yt8m.data.synthetic import write_synthetic
-from yt8m.eval.evaluate import evaluate_checkpoints
+from yt8m.eval.evaluate import evaluate_run
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.eval.score import score_files
 from yt8m.eval.segment_score import score_segment_files
+from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
 from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
-from yt8m.training import train
+from yt8m.training import TrainConfig, train
 from yt8m.tune.runner import run_tune
 from yt8m.tune.space import load_tune_spec
 from yt8m.tune.study import describe_counts
@@ -50,24 +51,23 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     pattern = os.path.join(data_dir, "video", "{}-*.tfrecord")
 
     log.info("2/7 training a MoeModel for %d epochs in %s", num_epochs, train_dir)
-    summary = train(TrainConfig(
+    summary = train(config_from_dict(TrainConfig, dict(
         train_data_pattern=pattern.format("train"), train_dir=train_dir, model="MoeModel",
         feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=num_classes,
         batch_size=256, base_learning_rate=UNTUNED_LEARNING_RATE, moe_num_mixtures=UNTUNED_MIXTURES,
         num_epochs=num_epochs, export_model_steps=train_videos // 256,
-        num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10))
+        num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10), "demo"))
 
     log.info("3/7 evaluating the final checkpoint on the validate split")
-    metrics = next(evaluate_checkpoints(EvalConfig(eval_data_pattern=pattern.format("validate"),
-                                                   train_dir=train_dir, run_once=True, num_readers=1),
-                                        given={"num_readers"}))
+    metrics = next(evaluate_run({"eval_data_pattern": pattern.format("validate"), "train_dir": train_dir,
+                                 "run_once": True, "num_readers": 1}, "demo"))
 
     study = _tune(output_dir, pattern, num_classes, num_epochs, tune_trials, seed) if tune_trials else None
 
     log.info("5/7 predicting the test split")
     predictions = os.path.join(output_dir, "predictions.csv")
-    run_predict(PredictConfig(input_data_pattern=pattern.format("test"), train_dir=train_dir,
-                              output_file=predictions))
+    run_predict(config_from_dict(PredictConfig, {"input_data_pattern": pattern.format("test"),
+                                                 "train_dir": train_dir, "output_file": predictions}, "demo"))
 
     log.info("6/7 scoring the predictions against the test labels")
     score = score_files(predictions, data["test_labels"], num_classes=num_classes)
@@ -93,14 +93,15 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
              {"base_learning_rate": 0.01, "segment_labels": True, "init_from": frame_dir})]
     scores = {}
     for name, train_dir, settings in runs:
-        train(TrainConfig(train_data_pattern=pattern.format("train"), train_dir=train_dir,
-                          model="FrameLevelLogisticModel", frame_features=True, feature_names="rgb,audio",
-                          feature_sizes="1024,128", num_classes=num_classes, batch_size=64, num_epochs=2,
-                          num_readers=0, start_new_model=True, seed=seed, log_every_steps=20, **settings))
+        train(config_from_dict(TrainConfig, dict(
+            train_data_pattern=pattern.format("train"), train_dir=train_dir, model="FrameLevelLogisticModel",
+            frame_features=True, feature_names="rgb,audio", feature_sizes="1024,128", num_classes=num_classes,
+            batch_size=64, num_epochs=2, num_readers=0, start_new_model=True, seed=seed, log_every_steps=20,
+            **settings), "demo"))
         submission = os.path.join(output_dir, f"segments_{name}.csv")
-        run_predict(PredictConfig(input_data_pattern=pattern.format("validate"), train_dir=train_dir,
-                                  output_file=submission, segment_labels=True,
-                                  segment_label_ids_file=written["segment_vocabulary"]))
+        run_predict(config_from_dict(PredictConfig, dict(
+            input_data_pattern=pattern.format("validate"), train_dir=train_dir, output_file=submission,
+            segment_labels=True, segment_label_ids_file=written["segment_vocabulary"]), "demo"))
         scores[name] = score_segment_files(submission, pattern.format("validate"), num_classes=num_classes)
     return {"scores": scores, "submission": submission}
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from yt8m.config import EnsembleConfig, FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.inference.config import EnsembleConfig
 from yt8m.inference.ensemble import run_ensemble
 from yt8m.runtime import setup_logging
 

@@ -8,22 +8,20 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import EvalConfig, FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, given_values
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
-from yt8m.eval.evaluate import evaluate_checkpoints
-from yt8m.models.registry import hparam_fields
+from yt8m.eval.config import EvalConfig
+from yt8m.eval.evaluate import evaluate_run
 from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
     parser = FlagParser(prog="yt8m eval", description=__doc__.splitlines()[0])
     add_config_file_argument(parser)
-    hparams = hparam_fields()
-    add_config_arguments(parser, EvalConfig, extra=hparams)
-    config, given = parse_config(EvalConfig, parser.parse_args(argv), check_values=False,
-                                 extra_names=[field.name for field, _ in hparams])
+    add_config_arguments(parser, EvalConfig)
+    values, source = given_values(EvalConfig, parser.parse_args(argv))
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
-    for result in evaluate_checkpoints(config, given):
+    for result in evaluate_run(values, source):
         if env_rank() == 0:
             print(json.dumps(result), flush=True)
     if launched_by_torchrun():

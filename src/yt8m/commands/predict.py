@@ -9,8 +9,9 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import FlagParser, PredictConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
+from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
 from yt8m.runtime import setup_logging
 

@@ -8,11 +8,10 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import FlagParser, TrainConfig, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
-from yt8m.models.registry import hparam_fields
 from yt8m.runtime import setup_logging
-from yt8m.training import train
+from yt8m.training import TrainConfig, train
 from yt8m.training.checks import train_config_problems
 
 log = logging.getLogger("yt8m.train")
@@ -23,20 +22,18 @@ def parse_args(argv: Sequence[str]) -> TrainConfig:
     the file and the flags in one error); each model hyper-parameter is a flag of its own name."""
     parser = FlagParser(prog="yt8m train", description=__doc__)
     add_config_file_argument(parser)
-    hparams = hparam_fields()
-    add_config_arguments(parser, TrainConfig, extra=hparams)
-    return parse_config(TrainConfig, parser.parse_args(argv), checks=train_config_problems,
-                        extra_names=[field.name for field, _ in hparams])[0]
+    add_config_arguments(parser, TrainConfig)
+    return parse_config(TrainConfig, parser.parse_args(argv), checks=train_config_problems)[0]
 
 
 def main(argv: Sequence[str]) -> int:
     config = parse_args(argv)
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
-    if config.log_device_placement:
+    if config.runtime.log_device_placement:
         log.info("--log_device_placement is the starter kit's TensorFlow flag: it has no effect here (the log names "
                  "the device this run trains on)")
-    if config.num_gpu > 1 and not launched_by_torchrun():
-        relaunch_for_gpus(argv, config.num_gpu)
+    if config.runtime.num_gpu > 1 and not launched_by_torchrun():
+        relaunch_for_gpus(argv, config.runtime.num_gpu)
     summary = train(config, checked=True)
     if env_rank() == 0:
         print(json.dumps(summary), flush=True)

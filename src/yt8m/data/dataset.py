@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from yt8m.data.batch import Batch
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.batch_memory import RecycledBuffers, SharedSlots, SlotRef, copy_out, fresh_shared
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.decode import (CLASSES_2017, CLASSES_2018, LabelIds, RecordError, SegmentRatings, decode_frame_batch,
                               decode_segment_video, decode_video_batch, record_id_key)
 from yt8m.data.tfrecord import CorruptRecordError, RecordChunk, expand_pattern, read_record_chunks, read_records
@@ -80,40 +81,6 @@ class _Delivery:
             return self
         batch = finish_batch(self.batch, self.num_classes, pin_memory=True)
         return _Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes)
-
-
-@dataclass
-class FeatureSpec:
-    """Which features to decode and how: names and sizes concatenated in order, frame or video level; with
-    `segment_labels`, every rated 2019 segment of `segment_size` frames is an example."""
-
-    feature_names: list[str]
-    feature_sizes: list[int]
-    frame_features: bool
-    max_frames: int = 300
-    num_classes: int = 3862
-    segment_labels: bool = False
-    segment_size: int = 5
-
-    def __post_init__(self) -> None:
-        if not self.feature_names or len(self.feature_names) != len(self.feature_sizes):
-            raise ValueError(f"feature_names {self.feature_names} and feature_sizes {self.feature_sizes} "
-                             "must list the same, non-zero number of entries")
-        if min(self.feature_sizes) <= 0 or min(self.max_frames, self.num_classes, self.segment_size) <= 0:
-            raise ValueError(f"feature sizes, max_frames, num_classes and segment_size must be positive: {self}")
-        if self.segment_labels and not self.frame_features:
-            raise ValueError("segment_labels reads the segments of frame-level data: set frame_features")
-
-    @classmethod
-    def from_config(cls, config: Any) -> "FeatureSpec":
-        """The spec of a config's data fields (feature_names, feature_sizes, frame_features, max_frames, num_classes,
-        segment_labels, segment_size)."""
-        return cls(list(config.feature_names), list(config.feature_sizes), config.frame_features, config.max_frames,
-                   config.num_classes, config.segment_labels, config.segment_size)
-
-    @property
-    def feature_size(self) -> int:
-        return sum(self.feature_sizes)
 
 
 def _default_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
@@ -401,9 +368,9 @@ class YT8MDataset(IterableDataset):
             raise ValueError(f"batch_size and shuffle_buffer must be positive, got {batch_size}, {shuffle_buffer}")
         if cache_in_memory and spec.segment_labels:
             raise ValueError("cache_in_memory holds videos; rated segments are streamed")
+        self.spec = spec.checked()
         self.paths = expand_pattern(pattern)
         self.pattern = pattern
-        self.spec = spec
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed

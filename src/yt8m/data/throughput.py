@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.spec import FeatureSpec
 
 
 MEGABYTE = 1_000_000

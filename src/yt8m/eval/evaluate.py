@@ -10,32 +10,34 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from yt8m.config import (MODEL_IDENTITY_FIELDS, STARTER_TRAIN_DIR, DataConfig, EvalConfig, TrainConfig, config_problems, differing_fields,
-                         field_names, load_config, shown)
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.config import (STARTER_TRAIN_DIR, config_from_dict, config_problems, config_values, differing, given_flags,
+                         load_yaml, read_section, shown)
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together, this_rank_shards
 from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
                                rank_and_world_size, training_device)
+from yt8m.eval.config import EvalConfig, WatchConfig
 from yt8m.eval.per_class import write_per_class
 from yt8m.io import storage
-from yt8m.io.checkpoints import (CONFIG_FILE, final_checkpoint, latest_checkpoint, load_checkpoint,
+from yt8m.io.checkpoints import (CONFIG_FILE, Checkpoint, final_checkpoint, latest_checkpoint, load_checkpoint,
                                  load_latest_checkpoint)
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import describe_holder, train_dir_holder
 from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_payload
-from yt8m.models.registry import known_model, model_hparams, resolve_hparams
+from yt8m.models.config import MODEL_IDENTITY_FIELDS, ModelConfig
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.base import Task
-from yt8m.tasks.losses import LOSSES
-from yt8m.tasks.video import task_from_config, task_problems
+from yt8m.tasks.losses import LossConfig
+from yt8m.tasks.video import features_task, task_problems
 
 log = logging.getLogger("yt8m.eval")
 # Under torchrun eval joins a gloo group: its merges move NumPy arrays, whatever the model's device.
@@ -88,45 +90,48 @@ def _results(task: Task, metrics: Any, source: str, videos: int, per_class: bool
     return {**results, "per_class": metrics.per_class()} if per_class else results
 
 
-def resolve_eval_config(config: EvalConfig, given: set[str]) -> EvalConfig:
-    """Fill the model and data fields not given from the train dir's config.yaml; given ones must agree, and the
-    whole config must be valid: every problem in one error."""
-    path = os.path.join(config.train_dir, CONFIG_FILE)
+def resolve_eval_config(values: dict[str, Any], source: str = "arguments") -> EvalConfig:
+    """The eval config of flag values (flat, or nested by section), the train dir's features, model (its
+    hyper-parameters included) and loss, and its readers' settings, filled in where not given. Given ones must agree
+    with the train dir's, and the whole config must be valid: every problem in one error."""
+    train_dir = read_section(values, "checkpoints", WatchConfig, source).train_dir
+    path = os.path.join(train_dir, CONFIG_FILE)
     if not storage.exists(path):
-        raise FileNotFoundError(f"{config.train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
-    trained = load_config(TrainConfig, path)
-    identity = [name for name in MODEL_IDENTITY_FIELDS if name in given]
+        raise FileNotFoundError(f"{train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
+    trained = _trained_values(load_yaml(path), path)
+    given = given_flags(EvalConfig, values)
+    inherited = {name: value for name, value in trained.items() if name not in given}
+    config = config_from_dict(EvalConfig, {**inherited, **values}, source, check_values=False)
+    identity = [name for name in (*MODEL_IDENTITY_FIELDS, *_hparam_names(trained)) if name in given]
     problems = [f"--{name}: given {shown(new)}, {path} has {shown(old)}"
-                for name, old, new in differing_fields(trained, config, identity)]
-    problems += _hparam_differences(trained, config, path)
+                for name, old, new in differing(trained, config_values(config), identity)]
     if problems:
         problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
-    inherited = set(field_names(DataConfig)) | {"model", "label_loss"}
-    resolved = dataclasses.replace(config, **{name: getattr(trained, name) for name in inherited - given},
-                                   model_hparams=trained.model_hparams)
-    problems += config_problems(resolved) + eval_config_problems(resolved)
+    problems += config_problems(config) + eval_config_problems(config)
     if problems:
-        raise ValueError(f"the eval config for {config.train_dir} is invalid:\n  " + "\n  ".join(problems))
-    return resolved
+        raise ValueError(f"the eval config for {train_dir} is invalid:\n  " + "\n  ".join(problems))
+    return config
 
 
-def _hparam_differences(trained: TrainConfig, config: EvalConfig, path: str) -> list[str]:
-    """The model hyper-parameters given to eval (they must agree with the train dir's) that differ from it."""
-    if not config.model_hparams or known_model(trained.model):
-        return []
-    typed, problems, _ = resolve_hparams(trained.model, config.model_hparams, "eval flags")
-    stored = model_hparams(trained.model, trained)
-    return problems + [f"--{name}: given {shown(typed[name])}, {path} has {shown(stored[name])}"
-                       for name in config.model_hparams if name in stored and typed.get(name) != stored[name]]
+def _trained_values(document: dict[str, Any], path: str) -> dict[str, Any]:
+    """The flat values eval takes from a train dir's config: its features, model and loss, and its readers'."""
+    features = read_section(document, "features", FeatureSpec, path)
+    model = read_section(document, "model", ModelConfig, path)
+    data = read_section(document, "data", DataConfig, path)
+    values = {**config_values(features), **config_values(model), "label_loss":
+              read_section(document, "loss", LossConfig, path).name}
+    return {**values, "num_readers": data.num_readers, "skip_corrupt": data.skip_corrupt}
+
+
+def _hparam_names(trained: dict[str, Any]) -> list[str]:
+    """The model hyper-parameters among a train dir's values (given to eval, they must agree with it)."""
+    hparams = ModelConfig.hparams_class(trained["model"])
+    return [f.name for f in dataclasses.fields(hparams)] if hparams is not None else []
 
 
 def eval_config_problems(config: EvalConfig) -> list[str]:
-    """The checks of an eval config beyond its fields' own: its loss, and what its task asks of it."""
-    if config.label_loss not in LOSSES:
-        return [f"--label_loss must be one of {', '.join(LOSSES)}, got {config.label_loss!r}"]
-    if config.per_class and config.segment_labels:
-        return ["--per_class reports the classes of video labels: it does not take --segment_labels"]
-    return task_problems(config.segment_labels, config.label_loss)
+    """The checks of an eval config beyond its sections' own: what its task asks of it."""
+    return task_problems(config.features.segment_labels, config.loss.name)
 
 
 def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequence[str]) -> str:
@@ -139,79 +144,84 @@ def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequenc
     return path
 
 
-def evaluate_checkpoints(config: EvalConfig, given: set[str] = frozenset()) -> Iterator[dict[str, Any]]:
+def evaluate_run(values: dict[str, Any], source: str = "arguments") -> Iterator[dict[str, Any]]:
+    """`yt8m eval` of flag values (flat, or nested by section): watching (unless --run_once), wait for the train dir's
+    run to start, then `evaluate_checkpoints` with its config filled in from the train dir (resolve_eval_config)."""
+    watch = read_section(values, "checkpoints", WatchConfig, source)
+    if watch.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
+        log.warning("--train_dir is %s, the starter kit's default: evaluating whatever was last trained there; give "
+                    "the run's own --train_dir", watch.train_dir)
+    if not watch.run_once:
+        wait_for(lambda: storage.exists(os.path.join(watch.train_dir, CONFIG_FILE)), watch)
+    yield from evaluate_checkpoints(resolve_eval_config(values, source))
+
+
+def evaluate_checkpoints(config: EvalConfig) -> Iterator[dict[str, Any]]:
     """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final.
 
     Under torchrun each process evaluates its block of the shards (yt8m.distributed.across_ranks) and all yield the merged
     metrics; rank 0 picks each checkpoint and alone writes the metrics files.
     """
-    if not config.eval_data_pattern:
-        raise ValueError("--eval_data_pattern is required")
-    if config.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
-        log.warning("--train_dir is %s, the starter kit's default: evaluating whatever was last trained there; give "
-                    "the run's own --train_dir", config.train_dir)
     if not launched_by_torchrun():
-        yield from _evaluate_checkpoints(config, given, resolve_device(config.device))
+        yield from _evaluate_checkpoints(config, resolve_device(config.data.device))
         return
     with process_group(CPU):
-        yield from _evaluate_checkpoints(config, given, training_device(config.device))
+        yield from _evaluate_checkpoints(config, training_device(config.data.device))
 
 
-def _evaluate_checkpoints(config: EvalConfig, given: set[str], device: torch.device) -> Iterator[dict[str, Any]]:
-    if not config.run_once:
-        wait_for(lambda: storage.exists(os.path.join(config.train_dir, CONFIG_FILE)), config)
-    config = resolve_eval_config(config, given)
+def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[dict[str, Any]]:
+    data, watch = config.data, config.checkpoints
     rank, world_size = rank_and_world_size()
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
-    dataset = YT8MDataset(config.eval_data_pattern, FeatureSpec.from_config(config), config.batch_size,
-                          skip_corrupt=config.skip_corrupt, rank=0, world_size=1)
+    dataset = YT8MDataset(data.eval_data_pattern, config.features, data.batch_size,
+                          skip_corrupt=data.skip_corrupt, rank=0, world_size=1)
     dataset.paths = this_rank_shards(dataset.paths)
-    loader = make_loader(dataset, reader_workers(config.num_readers, dataset.spec.frame_features),
+    loader = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                          pin_memory=device.type == "cuda") if dataset.paths else []
-    task = task_from_config(config, top_k=config.top_k)
-    writer = summary_writer(os.path.join(config.train_dir, "eval")) if rank == 0 else None
+    task = features_task(config.features, config.loss.name, config.report.top_k, config.report.top_n)
+    writer = summary_writer(os.path.join(watch.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
     said = ""
     try:
         while True:
-            latest = decided_by_rank0(lambda: latest_checkpoint(config.train_dir))
-            if latest is None and config.run_once:
-                raise FileNotFoundError(f"no checkpoint in {config.train_dir}/checkpoints: train a model there first")
+            latest = decided_by_rank0(lambda: latest_checkpoint(watch.train_dir))
+            if latest is None and watch.run_once:
+                raise FileNotFoundError(f"no checkpoint in {watch.train_dir}/checkpoints: train a model there first")
             if latest is not None and latest != looked_at:
                 looked_at = latest
-                found = load_agreed_checkpoint(config.train_dir, device)  # past unreadable ones
+                found = load_agreed_checkpoint(watch.train_dir, device)  # past unreadable ones
                 if found is not None and found[0] != evaluated:
                     skipped_before = (dataset.skipped_files, dataset.skipped_records)
                     result = evaluate_payload(*found, loader, task, config, device, across_ranks=world_size > 1)
-                    if config.skip_corrupt:
+                    if data.skip_corrupt:
                         result.update(skipped_files=all_reduce_sum(dataset.skipped_files - skipped_before[0], CPU),
                                       skipped_records=all_reduce_sum(dataset.skipped_records - skipped_before[1], CPU))
                     if rank == 0:
-                        write_metrics(config.train_dir, result, writer, task.metric_names)
+                        write_metrics(watch.train_dir, result, writer, task.metric_names)
                     yield result
                     evaluated = found[0]
-                    if config.run_once:
+                    if watch.run_once:
                         return
                 continue
-            final = decided_by_rank0(lambda: final_checkpoint(config.train_dir))
+            final = decided_by_rank0(lambda: final_checkpoint(watch.train_dir))
             if final is not None and final == looked_at:
                 if final != evaluated:
                     log.warning("the final checkpoint %s is unreadable; the newest readable one, %s, was evaluated",
                                 final, evaluated)
                 log.info("evaluated the final checkpoint's run; done")
                 return
-            waiting = waiting_message(config.train_dir, evaluated)
+            waiting = waiting_message(watch.train_dir, evaluated)
             if waiting != said:
                 log.info("%s", waiting)
                 said = waiting
-            time.sleep(config.poll_interval_secs)
+            time.sleep(watch.poll_interval_secs)
     finally:
         if writer is not None:
             writer.close()
 
 
-def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tuple[str, dict[str, Any]]]:
+def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tuple[str, Checkpoint]]:
     """The latest readable checkpoint (path, payload); under torchrun the one rank 0 found, loaded by every process."""
     if rank_and_world_size()[1] == 1:
         return load_latest_checkpoint(train_dir, map_location=device)
@@ -219,18 +229,19 @@ def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tup
     return None if path is None else (path, load_checkpoint(path, map_location=device))
 
 
-def evaluate_payload(path: str, payload: dict[str, Any], loader: Iterable[dict], task: Task,
+def evaluate_payload(path: str, checkpoint: Checkpoint, loader: Iterable[dict], task: Task,
                      config: EvalConfig, device: torch.device, across_ranks: bool = False) -> dict[str, Any]:
     """The task's metrics of a loaded checkpoint (from `path`); `across_ranks`: see evaluate_model."""
-    model, _, step = build_model_from_payload(payload, path, device)
-    log.info("evaluating %s (step %d) on %s", path, step, config.eval_data_pattern)
-    metrics = evaluate_model(model, loader, task, device, across_ranks, source=config.eval_data_pattern,
-                             per_class=bool(config.per_class))
+    trained = build_model_from_payload(checkpoint, path, device)
+    step, pattern, report = trained.step, config.data.eval_data_pattern, config.report
+    log.info("evaluating %s (step %d) on %s", path, step, pattern)
+    metrics = evaluate_model(trained.network, loader, task, device, across_ranks, source=pattern,
+                             per_class=bool(report.per_class))
     result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))
-    if config.per_class and rank_and_world_size()[0] == 0:
-        result["per_class"] = write_per_class(config, metrics["per_class"])
+    if report.per_class and rank_and_world_size()[0] == 0:
+        result["per_class"] = write_per_class(report, config.checkpoints.train_dir, metrics["per_class"])
     return result
 
 
@@ -245,10 +256,10 @@ def waiting_message(train_dir: str, evaluated: Optional[str]) -> str:
             f"one final (checkpoints/final). Ctrl+C stops; --run_once evaluates the latest and exits")
 
 
-def wait_for(condition, config: EvalConfig) -> None:
+def wait_for(condition: Callable[[], bool], watch: WatchConfig) -> None:
     logged = False
     while not condition():
         if not logged:
-            log.info("waiting for training to start in %s (its config.yaml); Ctrl+C stops", config.train_dir)
+            log.info("waiting for training to start in %s (its config.yaml); Ctrl+C stops", watch.train_dir)
             logged = True
-        time.sleep(config.poll_interval_secs)
+        time.sleep(watch.poll_interval_secs)

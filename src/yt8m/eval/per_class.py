@@ -13,12 +13,15 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from yt8m.config import EvalConfig, TrainConfig, load_config
+from yt8m.config import load_yaml, read_section
 from yt8m.data.inspection import shard_labels
+from yt8m.data.spec import DataConfig
+from yt8m.eval.config import ReportConfig
 from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.files import atomic_writer, write_file_atomically
 from yt8m.optional import available
 from yt8m.tasks.labels import read_vocabulary
+from yt8m.tasks.spec import TasksConfig
 
 log = logging.getLogger("yt8m.eval")
 
@@ -28,17 +31,19 @@ TRAIN_COUNT_COLUMN = "TrainVideoCount"
 MISSING_VERTICAL = "(no vertical)"
 
 
-def write_per_class(config: EvalConfig, per_class: dict[str, np.ndarray]) -> dict[str, Any]:
+def write_per_class(report: ReportConfig, train_dir: str, per_class: dict[str, np.ndarray]) -> dict[str, Any]:
     """Write the per-class CSV (and its plots) of a checkpoint's evaluation; returns where, and how the training
     frequency was found, for the command's JSON."""
-    trained = load_config(TrainConfig, os.path.join(config.train_dir, CONFIG_FILE))
-    vocabulary_file = config.vocabulary_file or trained.vocabulary_file
+    path = os.path.join(train_dir, CONFIG_FILE)
+    document = load_yaml(path)
+    vocabulary_file = report.vocabulary_file or read_section(document, "tasks", TasksConfig, path).vocabulary_file
     vocabulary = _vocabulary(vocabulary_file)
-    train_videos, counted_from = _train_videos(vocabulary, vocabulary_file, trained, len(per_class["ap"]))
+    train_pattern = read_section(document, "data", DataConfig, path).train_data_pattern
+    train_videos, counted_from = _train_videos(vocabulary, vocabulary_file, train_pattern, len(per_class["ap"]))
     rows = [_row(index, vocabulary.get(index, {}), per_class, train_videos) for index in range(len(per_class["ap"]))]
-    write_file_atomically(config.per_class, lambda out: _write_csv(rows, out))
-    log.info("wrote the AP of %d classes to %s (training videos from %s)", len(rows), config.per_class, counted_from)
-    return {"file": config.per_class, "train_videos_from": counted_from, "plots": _plots(rows, config.per_class)}
+    write_file_atomically(report.per_class, lambda out: _write_csv(rows, out))
+    log.info("wrote the AP of %d classes to %s (training videos from %s)", len(rows), report.per_class, counted_from)
+    return {"file": report.per_class, "train_videos_from": counted_from, "plots": _plots(rows, report.per_class)}
 
 
 def _vocabulary(path: str) -> dict[int, dict[str, str]]:
@@ -50,7 +55,7 @@ def _vocabulary(path: str) -> dict[int, dict[str, str]]:
     return read_vocabulary(path, columns, "--vocabulary_file")
 
 
-def _train_videos(vocabulary: dict[int, dict[str, str]], vocabulary_file: str, trained: TrainConfig,
+def _train_videos(vocabulary: dict[int, dict[str, str]], vocabulary_file: str, train_pattern: str,
                   num_classes: int) -> tuple[np.ndarray, str]:
     """Each class's training videos: the vocabulary's TrainVideoCount where it has one, else counted in the run's
     training shards (labels only, features not read)."""
@@ -58,9 +63,9 @@ def _train_videos(vocabulary: dict[int, dict[str, str]], vocabulary_file: str, t
         counts = [int(vocabulary.get(index, {}).get(TRAIN_COUNT_COLUMN) or 0) for index in range(num_classes)]
         return np.array(counts, np.int64), f"{vocabulary_file} ({TRAIN_COUNT_COLUMN})"
     counts = np.zeros(num_classes, np.int64)
-    for _, labels in shard_labels(trained.train_data_pattern, num_classes):
+    for _, labels in shard_labels(train_pattern, num_classes):
         counts[np.unique(labels)] += 1
-    return counts, trained.train_data_pattern
+    return counts, train_pattern
 
 
 def _row(index: int, entry: dict[str, str], per_class: dict[str, np.ndarray], train_videos: np.ndarray) -> dict:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from yt8m.config import ConfigError, EnsembleConfig, config_problems
+from yt8m.config import ConfigError, config_problems
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.decode import RecordError, decode_id_and_labels
 from yt8m.data.inspection import find_video
@@ -36,6 +36,7 @@ from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import check_probabilities, load_predictions_csv, unmatched
 from yt8m.fields import quoted
+from yt8m.inference.config import EnsembleConfig, EnsembleDataConfig, OutputConfig
 from yt8m.inference.onnx_export import MODEL_FILE
 from yt8m.inference.predictions import Predictor, load_model_predictor, numbered_jsonl_predictions, write_predictions
 from yt8m.io.files import write_file_atomically
@@ -415,48 +416,49 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
 def run_ensemble(config: EnsembleConfig, num_classes_given: bool = True) -> dict[str, Any]:
     """Fit or take the weights, write the ensemble's predictions as `yt8m predict` does; returns the summary.
     Without `num_classes_given`, a train dir's or export's classes are the prediction files' too."""
-    if not config.inputs:
+    chosen, data, output = config.inputs, config.data, config.output
+    if not chosen.inputs:
         raise ValueError("no inputs: give the train dirs, exports or prediction files to combine (as arguments or "
                          "--inputs)")
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid ensemble config", problems)
-    with opened_inputs(config.inputs, config.num_classes, config.device, num_classes_given) as inputs:
+    with opened_inputs(chosen.inputs, chosen.num_classes, data.device, num_classes_given) as inputs:
         models = [item for item in inputs if isinstance(item, ModelInput)]
-        config = dataclasses.replace(config, num_classes=models[0].spec.num_classes if models else config.num_classes)
-        if models and not config.input_data_pattern:
+        num_classes = models[0].spec.num_classes if models else chosen.num_classes
+        if models and not data.input_data_pattern:
             raise ValueError(f"--input_data_pattern is required: {models[0].source} predicts the shards it names")
         summary: dict[str, Any] = {}
-        weights = list(config.weights) or [1.0] * len(inputs)
-        if config.fit_weights_on:
-            summary["fit"] = fit_ensemble(inputs, config.fit_weights_on, config.num_classes,
-                                          fit_top_k=config.fit_top_k, batch_size=config.batch_size,
-                                          num_readers=config.num_readers)
+        weights = list(chosen.weights) or [1.0] * len(inputs)
+        if chosen.fit_weights_on:
+            summary["fit"] = fit_ensemble(inputs, chosen.fit_weights_on, num_classes, fit_top_k=chosen.fit_top_k,
+                                          batch_size=data.batch_size, num_readers=data.num_readers)
             weights = summary["fit"]["weights"]
         started = time.perf_counter()
-        videos, ignored = _write(inputs, weights, config)
+        videos, ignored = _write(inputs, weights, num_classes, data, output)
     total = float(sum(weights))
-    summary = {"output_file": config.output_file, "output_format": config.output_format, "videos": videos,
+    summary = {"output_file": output.output_file, "output_format": output.output_format, "videos": videos,
                "inputs": [{"input": item.source, "kind": item.kind, "weight": round(weight / total, 6)}
                           for item, weight in zip(inputs, weights)],
                **({"ignored_videos": ignored} if ignored else {}), **summary,
                "seconds": round(time.perf_counter() - started, 3)}
-    log.info("wrote the ensemble's predictions of %d videos to %s", videos, config.output_file)
+    log.info("wrote the ensemble's predictions of %d videos to %s", videos, output.output_file)
     return summary
 
 
-def _write(inputs: Sequence[Input], weights: Sequence[float], config: EnsembleConfig) -> tuple[int, dict[str, int]]:
+def _write(inputs: Sequence[Input], weights: Sequence[float], num_classes: int, data: EnsembleDataConfig,
+           output: OutputConfig) -> tuple[int, dict[str, int]]:
     files = [item for item in inputs if isinstance(item, FileInput)]
-    pattern = config.input_data_pattern
+    pattern = data.input_data_pattern
     locate = None
     if pattern:
-        ignored = check_pattern_coverage(files, pattern, config.num_classes, "output_videos")
+        ignored = check_pattern_coverage(files, pattern, num_classes, "output_videos")
         paths = expand_pattern(pattern)
         locate = lambda video_id: find_video(paths, video_id)  # noqa: E731
     else:
         ignored = check_coverage(files[1:], files[0].table, files[0].source)
-    batches = aligned_batches(inputs, pattern, config.num_classes, config.batch_size, config.num_readers)
-    videos = write_file_atomically(config.output_file, lambda out: write_predictions(
-        lambda batch: combine(batch.probabilities, weights), batches, out, config.top_k, config.output_format,
-        config.output_file, locate))
+    batches = aligned_batches(inputs, pattern, num_classes, data.batch_size, data.num_readers)
+    videos = write_file_atomically(output.output_file, lambda out: write_predictions(
+        lambda batch: combine(batch.probabilities, weights), batches, out, output.top_k, output.output_format,
+        output.output_file, locate))
     return videos, ignored

@@ -16,16 +16,15 @@ import torch
 from torch import nn
 
 from yt8m import __version__
-from yt8m.config import TrainConfig
-from yt8m.data.dataset import FeatureSpec
+from yt8m.config import config_values
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.decode import dequantize
 from yt8m.io import storage
 from yt8m.io.checkpoints import load_checkpoint
 from yt8m.io.files import copy_file_atomically, write_file_atomically
-from yt8m.models.checkpoints import build_model_from_payload
+from yt8m.models.checkpoints import TrainedModel, build_model_from_payload
 from yt8m.models.frame import LstmModel, _frame_counts
 from yt8m.models.model_size import ModelSize, model_size
-from yt8m.models.registry import model_hparams
 from yt8m.optional import require
 
 log = logging.getLogger("yt8m.export")
@@ -140,18 +139,19 @@ def artifact_paths(output: str) -> tuple[str, str]:
     return output, f"{output}.json"
 
 
-def build_metadata(config: TrainConfig, step: int, checkpoint: str, model_path: str, opset: int,
+def build_metadata(trained: TrainedModel, checkpoint: str, model_path: str, opset: int,
                    size: ModelSize) -> dict[str, Any]:
     """Everything a server needs besides the graph: how to read and feed the inputs, where the model came from, and
     its size."""
     import onnx  # the onnx extra
 
     graph = onnx.load(model_path, load_external_data=False).graph
+    model, features = trained.model, trained.features
     return {
         "format": METADATA_FORMAT, "yt8m_version": __version__, "model_file": os.path.basename(model_path),
-        "model": config.model, "model_config": {"model": config.model, **model_hparams(config.model, config)},
-        "feature_names": config.feature_names, "feature_sizes": config.feature_sizes, "frame_features": config.frame_features,
-        "max_frames": config.max_frames, "num_classes": config.num_classes, "global_step": step,
+        "model": model.name, "model_config": config_values(model), "feature_names": features.feature_names,
+        "feature_sizes": features.feature_sizes, "frame_features": features.frame_features,
+        "max_frames": features.max_frames, "num_classes": features.num_classes, "global_step": trained.step,
         "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint, "opset": opset,
         "model_size": size.as_dict(),
         "inputs": [_describe(value) for value in graph.input], "outputs": [_describe(value) for value in graph.output],
@@ -195,19 +195,20 @@ def _copy_graph(source: str, destination: str) -> None:
 
 
 def _export_to_local(checkpoint: str, output: str, task: str) -> dict[str, Any]:
-    payload = load_checkpoint(checkpoint)
-    model, config, step = build_model_from_payload(payload, checkpoint, "cpu", task)
+    stored = load_checkpoint(checkpoint)
+    trained = build_model_from_payload(stored, checkpoint, "cpu", task)
     model_path, metadata_path = artifact_paths(output)
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
     started = time.perf_counter()
-    exported = export_onnx(model, model_path)
-    metadata = build_metadata(config, step, checkpoint, model_path, exported["opset"], model_size(model))
-    for spec in payload.get("tasks", []):
-        if spec["name"] == (task or payload["tasks"][0]["name"]):
+    exported = export_onnx(trained.network, model_path)
+    metadata = build_metadata(trained, checkpoint, model_path, exported["opset"], model_size(trained.network))
+    for spec in stored.tasks:
+        if spec["name"] == (task or stored.tasks[0]["name"]):
             metadata.update(task=spec["name"], id_key=spec["id_key"])
     write_file_atomically(metadata_path, lambda out: json.dump(metadata, out, indent=1))
-    return {"model_file": model_path, "metadata_file": metadata_path, "model": config.model, "global_step": step,
+    return {"model_file": model_path, "metadata_file": metadata_path, "model": trained.model.name,
+            "global_step": trained.step,
             "source_checkpoint": checkpoint, "bytes": _exported_bytes(model_path), "seconds": round(time.perf_counter() - started, 3),
             **exported}
 

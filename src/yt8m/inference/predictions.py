@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
 import torch
 from torch import nn
 
-from yt8m.config import PredictConfig
 from yt8m.data.batch import Batch
-from yt8m.data.dataset import FeatureSpec
+from yt8m.data.spec import FeatureSpec
+from yt8m.inference.config import ModelSourceConfig
 from yt8m.distributed.ranks import training_device
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
@@ -175,14 +175,14 @@ def onnx_predictor(exported: Any) -> Predictor:
     return predict
 
 
-def load_predictor(config: PredictConfig) -> tuple[Predictor, Any, dict[str, Any]]:
+def load_predictor(source: ModelSourceConfig, device: str) -> tuple[Predictor, FeatureSpec, dict[str, Any]]:
     """The predictor for --model (ONNX) or --train_dir (latest checkpoint), the FeatureSpec its inputs
     are read with, and what the summary reports about the model."""
-    return load_model_predictor(config.train_dir, config.model, config.device, config.task)
+    return load_model_predictor(source.train_dir, source.model, device, source.task)
 
 
 def load_model_predictor(train_dir: str, model: str, device_name: str, task: str = ""
-                         ) -> tuple[Predictor, Any, dict[str, Any]]:
+                         ) -> tuple[Predictor, FeatureSpec, dict[str, Any]]:
     """`load_predictor` for an ONNX export `model` (when given) or the latest checkpoint of `train_dir` (of a
     multi-task one, the head of `task`, default the first)."""
     if model:
@@ -195,9 +195,10 @@ def load_model_predictor(train_dir: str, model: str, device_name: str, task: str
     if found is None:
         raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: train a model there first")
     device = training_device(device_name)  # under torchrun: cuda:LOCAL_RANK
-    path, payload = found
-    model, trained, step = build_model_from_payload(payload, path, device, task)
-    return checkpoint_predictor(model, device), FeatureSpec.from_config(trained), {"checkpoint": path, "global_step": step}
+    path, checkpoint = found
+    trained = build_model_from_payload(checkpoint, path, device, task)
+    return (checkpoint_predictor(trained.network, device), trained.features,
+            {"checkpoint": path, "global_step": trained.step})
 
 
 def read_jsonl_predictions(path: str) -> Iterator[tuple[str, list[int], list[float]]]:

@@ -14,12 +14,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from yt8m.config import ConfigError, PredictConfig
+from yt8m.config import ConfigError
 from yt8m.data.batch import Batch
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.inspection import find_video
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
+from yt8m.inference.config import PredictConfig
 from yt8m.inference.predictions import Predictor, check_finite, unwritable_id
 from yt8m.io.files import write_file_atomically
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
@@ -377,18 +379,19 @@ def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpe
     if not spec.frame_features:
         raise ConfigError("invalid predict config", ["--segment_labels scores segments of frames: the model must "
                                                      "be frame-level (trained with --frame_features)"])
-    if config.output_format != "csv":
-        raise ConfigError("invalid predict config", ["--segment_labels writes a Class,Segments CSV: "
-                                                     f"--output_format {config.output_format} is for video predictions"])
-    classes = read_segment_label_ids(config.segment_label_ids_file, spec.num_classes)
+    data, segments, output_file = config.data, config.segments, config.output.output_file
+    if config.output.output_format != "csv":
+        raise ConfigError("invalid predict config", ["--segment_labels writes a Class,Segments CSV: --output_format "
+                                                     f"{config.output.output_format} is for video predictions"])
+    classes = read_segment_label_ids(segments.segment_label_ids_file, spec.num_classes)
     every_frame = FeatureSpec(spec.feature_names, spec.feature_sizes, True, EVERY_FRAME, spec.num_classes)
-    dataset = YT8MDataset(config.input_data_pattern, every_frame, READ_VIDEOS, skip_corrupt=config.skip_corrupt)
-    pin_memory = not config.model and resolve_device(config.device).type == "cuda"
-    loader = make_loader(dataset, reader_workers(config.num_readers, True), pin_memory=pin_memory)
-    scorer = SegmentScorer(predict, classes, config.segment_size, config.batch_size, config.segment_max_pred,
-                           config.output_file, lambda video_id: find_video(dataset.paths, video_id))
-    log.info("scoring the %d-frame segments of %s for %d classes with %s", config.segment_size,
-             config.input_data_pattern, len(classes), source)
+    dataset = YT8MDataset(data.input_data_pattern, every_frame, READ_VIDEOS, skip_corrupt=data.skip_corrupt)
+    pin_memory = not config.source.model and resolve_device(data.device).type == "cuda"
+    loader = make_loader(dataset, reader_workers(data.num_readers, True), pin_memory=pin_memory)
+    scorer = SegmentScorer(predict, classes, segments.segment_size, data.batch_size, segments.segment_max_pred,
+                           output_file, lambda video_id: find_video(dataset.paths, video_id))
+    log.info("scoring the %d-frame segments of %s for %d classes with %s", segments.segment_size,
+             data.input_data_pattern, len(classes), source)
     started = time.perf_counter()
 
     def score_then_write(out: TextIO) -> float:
@@ -397,13 +400,13 @@ def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpe
         scorer.write(out)
         return scored
 
-    scored = write_file_atomically(config.output_file, score_then_write)
+    scored = write_file_atomically(output_file, score_then_write)
     seconds = time.perf_counter() - started
-    log.info("wrote the best %d of %d segments (%d videos) for %d classes to %s in %.1f s", config.segment_max_pred,
-             scorer.scored, scorer.videos.count, len(classes), config.output_file, seconds)
+    log.info("wrote the best %d of %d segments (%d videos) for %d classes to %s in %.1f s", segments.segment_max_pred,
+             scorer.scored, scorer.videos.count, len(classes), output_file, seconds)
     skipped = {"skipped_files": dataset.skipped_files, "skipped_records": dataset.skipped_records} \
-        if config.skip_corrupt else {}
-    return {"output_file": config.output_file, "output_format": "segments", "videos": scorer.videos.count,
-            "segments": scorer.scored, "classes": len(classes), "segment_max_pred": config.segment_max_pred,
+        if data.skip_corrupt else {}
+    return {"output_file": output_file, "output_format": "segments", "videos": scorer.videos.count,
+            "segments": scorer.scored, "classes": len(classes), "segment_max_pred": segments.segment_max_pred,
             **source, **skipped, "seconds": round(seconds, 3), "scoring_seconds": round(scored - started, 3),
             "segments_per_sec": round(scorer.scored / max(scored - started, 1e-9), 1)}

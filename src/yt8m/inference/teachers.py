@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from yt8m.config import TrainConfig, checkpoint_config, load_config
+from yt8m.config import load_yaml, read_section
 from yt8m.data.batch import Batch
+from yt8m.data.spec import FeatureSpec
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
 from yt8m.inference.predictions import read_jsonl_predictions
@@ -89,9 +90,11 @@ def teacher_inputs(kind: str, path: str) -> Optional[TeacherInputs]:
         meta = read_metadata(artifact_paths(path)[1])
         return TeacherInputs(meta["feature_names"], meta["feature_sizes"], meta["frame_features"], meta["num_classes"])
     config_file = os.path.join(os.path.dirname(os.path.dirname(path)), CONFIG_FILE)
-    trained = load_config(TrainConfig, config_file) if os.path.exists(config_file) else \
-        checkpoint_config(load_checkpoint(path), path)
-    return TeacherInputs(trained.feature_names, trained.feature_sizes, trained.frame_features, trained.num_classes)
+    document, source = (load_yaml(config_file), config_file) if os.path.exists(config_file) else \
+        (load_checkpoint(path).config, path)
+    features = read_section(document, "features", FeatureSpec, source)
+    return TeacherInputs(features.feature_names, features.feature_sizes, features.frame_features,
+                         features.num_classes)
 
 
 def teacher_fit_problems(teacher: str, student: TeacherInputs, flag: str, classes_flag: str) -> list[str]:
@@ -123,9 +126,9 @@ class CheckpointTeacher:
     mode = "streamed"
 
     def __init__(self, path: str, device: torch.device):
-        self.model, _, step = build_model_from_checkpoint(path, device)
-        self.model.requires_grad_(False)
-        self.source = f"{path} (step {step})"
+        trained = build_model_from_checkpoint(path, device)
+        self.model = trained.network.requires_grad_(False)
+        self.source = f"{path} (step {trained.step})"
 
     def logits(self, batch: Batch) -> torch.Tensor:
         with torch.no_grad():

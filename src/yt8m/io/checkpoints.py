@@ -6,11 +6,13 @@ Everything stored is loadable with `torch.load(weights_only=True)`: tensors, num
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -25,10 +27,47 @@ _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
 EXPORT_DIR = "export"
 METRICS_FILE = "metrics.json"
 MODEL_SIZE_FILE = "model_size.json"  # the model's parameters and MB (yt8m.models.model_size), written by `yt8m train`
-CONFIG_FILE = "config.yaml"  # the run's whole TrainConfig, written by `yt8m train`
+CONFIG_FILE = "config.yaml"  # the run's whole TrainConfig, by section, written by `yt8m train`
 RUN_FILES = (CONFIG_FILE, MODEL_SIZE_FILE)  # what a run writes beside its checkpoints, and an export or archive copies
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint holds, written and read by this one record: the model's weights (the moving average of
+    the weights where the run keeps one, and then the trained weights beside it), the optimizer's and the loss
+    scaler's state, the run's config (by section; flat in runs written before sections), training's progress and
+    random state, the evaluator's state, and a multi-task run's tasks (what each head was built for)."""
+
+    model: dict[str, Any]
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    scaler: dict[str, Any] = field(default_factory=dict)
+    rng: dict[str, Any] = field(default_factory=dict)
+    trained_weights: Optional[dict[str, Any]] = None
+    validation: Optional[dict[str, Any]] = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return int(self.progress.get("step", 0))
+
+    def payload(self) -> dict[str, Any]:
+        """The dict torch.save writes: the format's name and every field that is set."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # the tensors themselves, no copy
+        return {"format": CHECKPOINT_FORMAT, **{key: value for key, value in values.items() if value is not None}}
+
+    @classmethod
+    def from_payload(cls, payload: Any, path: str) -> "Checkpoint":
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path}: not a yt8m checkpoint (expected format {CHECKPOINT_FORMAT!r})")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted({"model", "progress"} - set(payload))
+        if missing:
+            raise ValueError(f"{path}: not a complete yt8m checkpoint (it has no {', '.join(missing)})")
+        return cls(**{key: value for key, value in payload.items() if key in names})
 
 
 def checkpoint_dir(train_dir: str) -> str:
@@ -68,20 +107,20 @@ def clear_final_marker(train_dir: str) -> None:
     storage.remove(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER))
 
 
-def save_checkpoint(train_dir: str, payload: dict[str, Any], step: int, keep: int, final: bool = False) -> str:
+def save_checkpoint(train_dir: str, checkpoint: Checkpoint, keep: int, final: bool = False) -> str:
     """Write ckpt-<step>.pt atomically and durably, mark it final when asked, then keep the newest `keep`.
 
     Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary name
     in the same directory, fsynced and renamed into place (on object storage: uploaded whole). A failure (a full disk) raises WriteError naming
     the checkpoint, removes the temporary file and leaves every earlier checkpoint as it was.
     """
-    path = checkpoint_path(train_dir, step)
+    path = checkpoint_path(train_dir, checkpoint.step)
     with atomic_writer(path, binary=True) as out:
-        torch.save({"format": CHECKPOINT_FORMAT, **payload}, out)
+        torch.save(checkpoint.payload(), out)
     if final:
         write_file_atomically(os.path.join(checkpoint_dir(train_dir), FINAL_MARKER),
                               lambda out: out.write(os.path.basename(path)))
-    prune_checkpoints(train_dir, step, keep)
+    prune_checkpoints(train_dir, checkpoint.step, keep)
     return path
 
 
@@ -95,7 +134,7 @@ def prune_checkpoints(train_dir: str, step: int, keep: int) -> None:
         storage.remove(path)
 
 
-def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> Checkpoint:
     if not storage.exists(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
@@ -105,14 +144,12 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict
         raise FileNotFoundError(f"checkpoint not found: {path}") from None
     except Exception as err:  # torch raises several types for truncated or foreign files
         raise ValueError(f"{path}: not a readable yt8m checkpoint ({err})") from err
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not a yt8m checkpoint (expected format {CHECKPOINT_FORMAT!r})")
-    return payload
+    return Checkpoint.from_payload(payload, path)
 
 
 def load_latest_checkpoint(train_dir: str, map_location: str | torch.device = "cpu"
-                           ) -> Optional[tuple[str, dict[str, Any]]]:
-    """(path, payload) of the newest checkpoint of the train dir that loads, or None when it has none.
+                           ) -> Optional[tuple[str, Checkpoint]]:
+    """(path, checkpoint) of the newest checkpoint of the train dir that loads, or None when it has none.
 
     An unreadable newer one (truncated or empty after a power loss) is passed over with a warning naming it;
     one removed meanwhile (pruned by the trainer) silently. Raises ValueError naming each checkpoint and
@@ -121,19 +158,17 @@ def load_latest_checkpoint(train_dir: str, map_location: str | torch.device = "c
     unreadable = []
     for _, path in reversed(list_checkpoints(train_dir)):
         try:
-            payload = load_checkpoint(path, map_location)
+            checkpoint = load_checkpoint(path, map_location)
         except FileNotFoundError:
             continue
         except ValueError as err:
             log.warning("passing over an unreadable checkpoint: %s", err)
             unreadable.append(str(err))
             continue
-        return path, payload
+        return path, checkpoint
     if unreadable:
         raise ValueError(f"no readable checkpoint in {checkpoint_dir(train_dir)}: " + "; ".join(unreadable))
     return None
-
-
 
 
 # Exports of a train-and-evaluate run (written by yt8m.training.best_models): each a small train dir, complete once its

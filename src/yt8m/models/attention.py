@@ -22,7 +22,7 @@ INIT_STDDEV = 0.02
 NORM_EPS = 1e-12
 
 
-@dataclass
+@dataclass(frozen=True)
 class TransformerHParams(FrameClassifierHParams):
     transformer_layers: int = setting(2, "TransformerModel: encoder layers.", at_least=1)
     transformer_heads: int = setting(12, "TransformerModel: attention heads per layer; they split the hidden size.",
@@ -37,6 +37,12 @@ class TransformerHParams(FrameClassifierHParams):
     transformer_max_frames: int = setting(300, "TransformerModel: frames attended per video; longer videos are "
                                           "sampled (training: at random, in order; evaluation: evenly spaced).",
                                           at_least=1)
+
+    def problems(self) -> list[str]:
+        if self.transformer_heads > 0 and self.transformer_hidden_size % self.transformer_heads:
+            return [f"--transformer_hidden_size ({self.transformer_hidden_size}) must be a multiple of "
+                    f"--transformer_heads ({self.transformer_heads})"]
+        return []
 
 
 class EncoderLayer(nn.Module):
@@ -81,30 +87,21 @@ class TransformerModel(BaseModel):
 
     frame_level = True
 
-    def __init__(self, feature_size: int, num_classes: int, transformer_layers: int = 2, transformer_heads: int = 12,
-                 transformer_hidden_size: int = 1152, transformer_ffn_multiplier: int = 4,
-                 transformer_dropout: float = 0.1, transformer_pooling: str = "mean",
-                 transformer_max_frames: int = 300, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        if transformer_hidden_size % transformer_heads:
-            raise ValueError(f"transformer_hidden_size ({transformer_hidden_size}) must be a multiple of "
-                             f"transformer_heads ({transformer_heads})")
-        if transformer_pooling not in POOLINGS:
-            raise ValueError(f"transformer_pooling must be one of {POOLINGS}, got {transformer_pooling!r}")
-        size = transformer_hidden_size
-        self.max_frames, self.pooling, self.dropout = transformer_max_frames, transformer_pooling, transformer_dropout
+    def __init__(self, feature_size: int, num_classes: int, hparams: TransformerHParams = TransformerHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        size, pooling = hparams.transformer_hidden_size, hparams.transformer_pooling
+        self.max_frames, self.pooling, self.dropout = hparams.transformer_max_frames, pooling, hparams.transformer_dropout
         self.embed = nn.Linear(feature_size, size)
-        self.slot_embedding = nn.Parameter(torch.empty(transformer_max_frames, size))
-        self.first_token = nn.Parameter(torch.empty(size)) if transformer_pooling == "first" else None
+        self.slot_embedding = nn.Parameter(torch.empty(hparams.transformer_max_frames, size))
+        self.first_token = nn.Parameter(torch.empty(size)) if pooling == "first" else None
         self.embed_norm = nn.LayerNorm(size, eps=NORM_EPS)
-        self.layers = nn.ModuleList(EncoderLayer(size, transformer_heads, size * transformer_ffn_multiplier,
-                                                 transformer_dropout) for _ in range(transformer_layers))
+        self.layers = nn.ModuleList(EncoderLayer(size, hparams.transformer_heads,
+                                                 size * hparams.transformer_ffn_multiplier, self.dropout)
+                                    for _ in range(hparams.transformer_layers))
         self._init_like_bert()
         self.gating = ContextGating(size, batch_norm=False)
         nn.init.zeros_(self.gating.bias)  # BERT's zero biases (_init_like_bert), not WILLOW's random ones
-        self.classifier = create_classifier(video_level_classifier_model, size, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+        self.classifier = create_classifier(hparams, size, num_classes)
 
     def _init_like_bert(self) -> None:
         """Weights and embeddings ~ N(0, 0.02), biases 0, layer norms the identity (BERT's initializer)."""

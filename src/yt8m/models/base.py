@@ -11,19 +11,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.config import config_problems
 from yt8m.data.batch import Batch
 from yt8m.data.decode import dequantize, quantization_scale_bias
 from yt8m.fields import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassifierHParams:
     """What every model has: the starter kit's L2 penalty of its classifier weights."""
 
     l2_penalty: float = setting(1e-8, "L2 weight of the model's classifier weights.", at_least=0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MoeHParams(ClassifierHParams):
     """A mixture of experts (MoeModel, and the classifier frame models put on pooled frames by default)."""
 
@@ -41,8 +42,11 @@ class BaseModel(nn.Module):
     (frame-level, zero-padded; float32, or uint8 as stored: dequantized here, on the model's device, after any frame
     sampling); output `{"logits": [batch, classes], "predictions": sigmoid(logits)}`.
 
-    Subclasses implement `compute_logits` on already normalized input (and may override `compute_output`), and
-    list the weights their own `l2_penalty` applies to in `penalized_weights` (sub-models list their own).
+    A model is built from its hyper-parameters' dataclass, as registered (`Model(feature_size, num_classes, hparams)`,
+    plus `modality_sizes` where it splits modalities): their defaults and valid values are written there once, and
+    checked here. Subclasses implement `compute_logits` on already normalized input (and may override
+    `compute_output`), and list the weights their own `l2_penalty` applies to in `penalized_weights` (sub-models list
+    their own).
     """
 
     frame_level: ClassVar[bool] = False
@@ -56,14 +60,18 @@ class BaseModel(nn.Module):
     # model without it: yt8m.models.multihead). None: the model is one classifier on its input (video-level models).
     classifier_name: ClassVar[Optional[str]] = None
 
-    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float):
+    def __init__(self, feature_size: int, num_classes: int, hparams: ClassifierHParams):
         super().__init__()
         if feature_size < 1 or num_classes < 1:
             raise ValueError(f"{type(self).__name__}: feature_size ({feature_size}) and num_classes "
                              f"({num_classes}) must be positive")
+        problems = config_problems(hparams)
+        if problems:
+            raise ValueError(f"{type(self).__name__}: " + "; ".join(problems))
         self.feature_size = feature_size
         self.num_classes = num_classes
-        self.l2_penalty = l2_penalty
+        self.hparams = hparams
+        self.l2_penalty = hparams.l2_penalty
         if self.frame_level:  # not kept in checkpoints: a constant, moved with the model
             self.register_buffer("dequantized_values", torch.from_numpy(DEQUANTIZED.copy()), persistent=False)
 

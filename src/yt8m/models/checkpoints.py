@@ -5,37 +5,54 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from yt8m.config import TrainConfig, checkpoint_config
+from yt8m.config import read_section
+from yt8m.data.spec import FeatureSpec
 from yt8m.io import storage
-from yt8m.io.checkpoints import checkpoint_dir, load_checkpoint, load_latest_checkpoint
+from yt8m.io.checkpoints import Checkpoint, checkpoint_dir, load_checkpoint, load_latest_checkpoint
+from yt8m.models.config import ModelConfig, build_model
 from yt8m.models.multihead import task_head_model
-from yt8m.models.registry import create_model_from_config
 
 
-def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu", task: str = ""
-                                ) -> tuple[torch.nn.Module, TrainConfig, int]:
-    """The checkpoint's model with its weights, in eval mode, plus its training config and step; of a multi-task
-    checkpoint the head of `task` (default: its first), the config that task's."""
+@dataclass(frozen=True)
+class TrainedModel:
+    """A checkpoint's model ready to run: the network (weights loaded, eval mode), what it reads and predicts (of a
+    multi-task checkpoint, its task's classes and labels), its model section, and the step it was saved at."""
+
+    network: torch.nn.Module
+    features: FeatureSpec
+    model: ModelConfig
+    step: int
+
+
+def stored_model(checkpoint: Checkpoint, path: str) -> tuple[ModelConfig, FeatureSpec]:
+    """The model and features sections of the run a checkpoint stores (whichever form its config has)."""
+    source = f"{path} (config)"
+    return (read_section(checkpoint.config, "model", ModelConfig, source),
+            read_section(checkpoint.config, "features", FeatureSpec, source))
+
+
+def build_model_from_checkpoint(path: str, device: str | torch.device = "cpu", task: str = "") -> TrainedModel:
+    """The checkpoint's model with its weights, in eval mode; of a multi-task checkpoint the head of `task`
+    (default: its first)."""
     return build_model_from_payload(load_checkpoint(path, map_location=device), path, device, task)
 
 
-def build_model_from_payload(payload: dict[str, Any], path: str, device: str | torch.device = "cpu", task: str = ""
-                             ) -> tuple[torch.nn.Module, TrainConfig, int]:
+def build_model_from_payload(checkpoint: Checkpoint, path: str, device: str | torch.device = "cpu", task: str = ""
+                             ) -> TrainedModel:
     """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
-    config = checkpoint_config(payload, path)
-    if payload.get("tasks"):
-        model, config = task_head_model(payload, config, task, path)
+    model, features = stored_model(checkpoint, path)
+    if checkpoint.tasks:
+        network, features = task_head_model(checkpoint, model, features, task, path)
     elif task:
         raise ValueError(f"--task {task}: {path} was trained on a single task (no tasks)")
     else:
-        model = create_model_from_config(config)
-        load_checked(model, payload["model"], path)
-    model.to(device).eval()
-    return model, config, int(payload["progress"]["step"])
+        network = build_model(model, features)
+        load_checked(network, checkpoint.model, path)
+    network.to(device).eval()
+    return TrainedModel(network, features, model, checkpoint.step)
 
 
 @dataclass
@@ -66,7 +83,7 @@ def init_from_checkpoint(model: torch.nn.Module, source: str) -> InitReport:
     found = load_latest_checkpoint(source) if storage.isdir(source) else (source, load_checkpoint(source))
     if found is None:
         raise FileNotFoundError(f"--init_from {source}: no checkpoint in {checkpoint_dir(source)}")
-    path, saved = found[0], found[1]["model"]
+    path, saved = found[0], found[1].model
     own = model.state_dict()
     loaded, not_loaded = [], {}
     for name, tensor in own.items():

@@ -15,7 +15,7 @@ from yt8m.models.frame import FrameClassifierHParams
 from yt8m.models.registry import create_classifier, register_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeepClassifierHParams(FrameClassifierHParams):
     """The hidden layers; the classifier is --video_level_classifier_model (with the MoE's hyper-parameters)."""
 
@@ -23,7 +23,7 @@ class DeepClassifierHParams(FrameClassifierHParams):
                                       at_least=0)
     deep_hidden_size: int = setting(1024, "DeepClassifierModel: units per hidden layer.", at_least=1)
     deep_dropout: float = setting(0.3, "DeepClassifierModel: dropout probability after each hidden layer.",
-                                  at_least=0, at_most=0.99)
+                                  at_least=0, below=1)
 
 
 @register_model(DeepClassifierHParams)
@@ -35,24 +35,17 @@ class DeepClassifierModel(BaseModel):
     weights as it does the classifier's.
     """
 
-    def __init__(self, feature_size: int, num_classes: int, deep_hidden_layers: int = 2,
-                 deep_hidden_size: int = 1024, deep_dropout: float = 0.3,
-                 video_level_classifier_model: str = "MoeModel", moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        if deep_hidden_layers < 0 or deep_hidden_size < 1 or not 0 <= deep_dropout < 1:
-            raise ValueError(f"{type(self).__name__}: deep_hidden_layers ({deep_hidden_layers}) must be at least "
-                             f"0, deep_hidden_size ({deep_hidden_size}) at least 1, deep_dropout ({deep_dropout}) "
-                             "in [0, 1)")
+    def __init__(self, feature_size: int, num_classes: int, hparams: DeepClassifierHParams = DeepClassifierHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        size = hparams.deep_hidden_size
         self.input_norm = nn.BatchNorm1d(feature_size)
         self.hidden = nn.ModuleList()
         width = feature_size
-        for _ in range(deep_hidden_layers):
-            self.hidden.append(nn.Sequential(nn.Linear(width, deep_hidden_size, bias=False),
-                                             nn.BatchNorm1d(deep_hidden_size), nn.ReLU(), nn.Dropout(deep_dropout)))
-            width = deep_hidden_size
-        self.classifier = create_classifier(video_level_classifier_model, width, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+        for _ in range(hparams.deep_hidden_layers):
+            self.hidden.append(nn.Sequential(nn.Linear(width, size, bias=False), nn.BatchNorm1d(size), nn.ReLU(),
+                                             nn.Dropout(hparams.deep_dropout)))
+            width = size
+        self.classifier = create_classifier(hparams, width, num_classes)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self.classifier.compute_logits(self.hidden_features(features), None)

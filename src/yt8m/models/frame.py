@@ -28,7 +28,7 @@ def _frame_counts(features: torch.Tensor, num_frames: Optional[torch.Tensor]) ->
     return num_frames.to(device=features.device, dtype=torch.long).clamp(1, frames)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FrameClassifierHParams(MoeHParams):
     """A frame model's video-level classifier on its pooled frames (with a MoE's hyper-parameters, its default)."""
 
@@ -37,7 +37,7 @@ class FrameClassifierHParams(MoeHParams):
                                                 check=video_level_model)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DbofHParams(FrameClassifierHParams):
     iterations: int = setting(30, "DbofModel: number of frames sampled per video.", at_least=1)
     sample_random_frames: bool = setting(True, "DbofModel: sample random frames (else a random contiguous run).")
@@ -48,7 +48,7 @@ class DbofHParams(FrameClassifierHParams):
                                        choices=lambda: ("max", "average"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class LstmHParams(FrameClassifierHParams):
     lstm_cells: int = setting(1024, "LstmModel: units per LSTM layer.", at_least=1)
     lstm_layers: int = setting(2, "LstmModel: number of stacked LSTM layers.", at_least=1)
@@ -60,8 +60,8 @@ class FrameLevelLogisticModel(BaseModel):
 
     frame_level = True
 
-    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: ClassifierHParams = ClassifierHParams()):
+        super().__init__(feature_size, num_classes, hparams)
         self.linear = starter_linear(feature_size, num_classes)
 
     classifier_name = "linear"
@@ -98,28 +98,18 @@ class DbofModel(BaseModel):
     frame_level = True
     normalizes_input = True  # the sampled frames only (dequantized too): a tenth of a 300-frame video's
 
-    def __init__(self, feature_size: int, num_classes: int, iterations: int = 30,
-                 sample_random_frames: bool = True, dbof_cluster_size: int = 8192,
-                 dbof_hidden_size: int = 1024, dbof_add_batch_norm: bool = True,
-                 dbof_pooling_method: str = "max", video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        if dbof_pooling_method not in ("max", "average"):
-            raise ValueError(f"dbof_pooling_method must be 'max' or 'average', got {dbof_pooling_method!r}")
-        if iterations < 1:
-            raise ValueError(f"iterations must be at least 1, got {iterations}")
-        self.iterations = iterations
-        self.sample_random_frames = sample_random_frames
-        self.pooling = dbof_pooling_method
-        self.input_norm = self._batch_norm(feature_size, dbof_add_batch_norm)
-        self.cluster_weights = nn.Parameter(torch.randn(feature_size, dbof_cluster_size) / math.sqrt(feature_size))
-        self.cluster_norm, self.cluster_bias = self._norm_or_bias(
-            dbof_cluster_size, dbof_add_batch_norm, 1 / math.sqrt(feature_size))
-        self.hidden_weights = nn.Parameter(torch.randn(dbof_cluster_size, dbof_hidden_size)
-                                           / math.sqrt(dbof_cluster_size))
-        self.hidden_norm, self.hidden_bias = self._norm_or_bias(dbof_hidden_size, dbof_add_batch_norm, 0.01)
-        self.classifier = create_classifier(video_level_classifier_model, dbof_hidden_size, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: DbofHParams = DbofHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        clusters, hidden, batch_norm = hparams.dbof_cluster_size, hparams.dbof_hidden_size, hparams.dbof_add_batch_norm
+        self.iterations = hparams.iterations
+        self.sample_random_frames = hparams.sample_random_frames
+        self.pooling = hparams.dbof_pooling_method
+        self.input_norm = self._batch_norm(feature_size, batch_norm)
+        self.cluster_weights = nn.Parameter(torch.randn(feature_size, clusters) / math.sqrt(feature_size))
+        self.cluster_norm, self.cluster_bias = self._norm_or_bias(clusters, batch_norm, 1 / math.sqrt(feature_size))
+        self.hidden_weights = nn.Parameter(torch.randn(clusters, hidden) / math.sqrt(clusters))
+        self.hidden_norm, self.hidden_bias = self._norm_or_bias(hidden, batch_norm, 0.01)
+        self.classifier = create_classifier(hparams, hidden, num_classes)
 
     @staticmethod
     def _batch_norm(size: int, enabled: bool) -> nn.Module:
@@ -200,14 +190,11 @@ class LstmModel(BaseModel):
 
     frame_level = True
 
-    def __init__(self, feature_size: int, num_classes: int, lstm_cells: int = 1024, lstm_layers: int = 2,
-                 video_level_classifier_model: str = "MoeModel", moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        self.lstm = nn.LSTM(feature_size, lstm_cells, lstm_layers, batch_first=True)
-        self._init_like_basic_lstm_cell(feature_size, lstm_cells)
-        self.classifier = create_classifier(video_level_classifier_model, lstm_cells, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: LstmHParams = LstmHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        self.lstm = nn.LSTM(feature_size, hparams.lstm_cells, hparams.lstm_layers, batch_first=True)
+        self._init_like_basic_lstm_cell(feature_size, hparams.lstm_cells)
+        self.classifier = create_classifier(hparams, hparams.lstm_cells, num_classes)
 
     def _init_like_basic_lstm_cell(self, feature_size: int, cells: int) -> None:
         """tf BasicLSTMCell: Glorot-uniform over its [input + cells, 4 * cells] kernel, zero biases,

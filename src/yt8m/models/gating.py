@@ -48,9 +48,9 @@ class GatedMoeModel(BaseModel):
     video_level_models.MoeModel with --moe_prob_gating): p_gated = p * sigmoid(BN(p W)), W [classes, classes], so
     that a class's score can depend on the others'. As there, only the MoE's weights are L2-penalized, not W."""
 
-    def __init__(self, feature_size: int, num_classes: int, moe_num_mixtures: int = 2, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        self.moe = MoeModel(feature_size, num_classes, moe_num_mixtures, l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: MoeHParams = MoeHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        self.moe = MoeModel(feature_size, num_classes, hparams)
         self.gating = ContextGating(num_classes)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:

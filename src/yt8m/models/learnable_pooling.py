@@ -35,7 +35,7 @@ from yt8m.models.pooling_layers import FrameBatchNorm, PooledModalitiesModel, Po
 from yt8m.models.registry import create_classifier, register_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class WillowHParams(PoolingHParams):
     """What every WILLOW model has besides its number of clusters."""
 
@@ -53,21 +53,21 @@ class WillowHParams(PoolingHParams):
 WILLOW_L2 = 1e-6
 
 
-@dataclass
+@dataclass(frozen=True)
 class NetVladHParams(WillowHParams):
     l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
     netvlad_cluster_size: int = setting(256, "NetVLADModel, NetRVLADModel: clusters of the first (rgb) feature; "
                                              "the others (audio) get half.", at_least=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NetFvHParams(WillowHParams):
     l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
     fv_cluster_size: int = setting(128, "NetFVModel: Gaussians of the first (rgb) feature; the others get half.",
                                    at_least=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SoftDbofHParams(WillowHParams):
     # WILLOW's SoftDbofModelLF gates neither its hidden layer nor its probabilities.
     context_gating: bool = setting(False, "WILLOW models: context gating on the hidden layer (Miech et al. Sec. 3.2).")
@@ -77,7 +77,7 @@ class SoftDbofHParams(WillowHParams):
                                                "(audio) get an eighth.", at_least=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GatedDbofHParams(WillowHParams):
     # WILLOW's GatedDbofModelLF gates its visual bag only, and its command sets --moe_l2 1e-6.
     l2_penalty: float = setting(WILLOW_L2, "L2 weight of the model's classifier weights.", at_least=0)
@@ -190,31 +190,32 @@ class GatedBagOfFrames(nn.Module):
 
 
 class WillowModel(PooledModalitiesModel):
-    """The WILLOW architecture around one pooling kind (see the module docstring); subclasses give `make_pooling`."""
+    """The WILLOW architecture around one pooling kind (see the module docstring); subclasses give `make_pooling`
+    and name the hyper-parameter of their number of clusters (`cluster_field`)."""
 
     audio_cluster_divisor = 2
+    cluster_field = ""
 
-    def __init__(self, feature_size: int, num_classes: int, cluster_size: int, willow_hidden_size: int,
-                 willow_batch_norm: bool, context_gating: bool, moe_prob_gating: bool,
-                 video_level_classifier_model: str, moe_num_mixtures: int, l2_penalty: float,
-                 pooling_batch_norm_decay: float, modality_sizes: Sequence[int]):
-        super().__init__(feature_size, num_classes, l2_penalty, modality_sizes)
-        decay = pooling_batch_norm_decay
+    def __init__(self, feature_size: int, num_classes: int, hparams: WillowHParams,
+                 modality_sizes: Sequence[int] = ()):
+        super().__init__(feature_size, num_classes, hparams, modality_sizes)
+        decay, batch_norm, hidden_size = (hparams.pooling_batch_norm_decay, hparams.willow_batch_norm,
+                                          hparams.willow_hidden_size)
+        cluster_size = getattr(hparams, self.cluster_field)
         audio_clusters = max(1, cluster_size // self.audio_cluster_divisor)
         clusters = modality_split(self.modality_sizes, cluster_size, audio_clusters)
-        self.input_norm = FrameBatchNorm(feature_size, decay) if willow_batch_norm else None
-        self.poolings = nn.ModuleList(self.make_pooling(modality, size, count, willow_batch_norm, decay)
+        self.input_norm = FrameBatchNorm(feature_size, decay) if batch_norm else None
+        self.poolings = nn.ModuleList(self.make_pooling(modality, size, count, batch_norm, decay)
                                       for modality, (size, count) in enumerate(zip(self.modality_sizes, clusters)))
-        hidden = nn.Linear(sum(pool.output_size for pool in self.poolings), willow_hidden_size)
+        hidden = nn.Linear(sum(pool.output_size for pool in self.poolings), hidden_size)
         nn.init.normal_(hidden.weight, std=1 / math.sqrt(cluster_size))  # as published; the pooled parts have norm 1
         nn.init.normal_(hidden.bias, std=0.01)
-        gating = ContextGating(willow_hidden_size, willow_batch_norm, decay) if context_gating else nn.Identity()
+        gating = ContextGating(hidden_size, batch_norm, decay) if hparams.context_gating else nn.Identity()
         self.head = nn.Sequential(hidden, gating)
-        self.head_size = willow_hidden_size
-        self.classifier = create_classifier(video_level_classifier_model, willow_hidden_size, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+        self.head_size = hidden_size
+        self.classifier = create_classifier(hparams, hidden_size, num_classes)
         # WILLOW's MoeModel always batch-normalizes its gate (gating_prob_bn) and leaves its weights unpenalized.
-        self.probability_gating = ContextGating(num_classes, True, decay) if moe_prob_gating else None
+        self.probability_gating = ContextGating(num_classes, True, decay) if hparams.moe_prob_gating else None
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         """The pooling of feature number `modality` (0: rgb), of `size` dimensions, into `clusters`."""
@@ -225,14 +226,7 @@ class WillowModel(PooledModalitiesModel):
 class NetVLADModel(WillowModel):
     """WILLOW's NetVLAD model (Miech et al. 2017, Sec. 3.1 and 4.1; the best single model, "Gated NetVLAD")."""
 
-    def __init__(self, feature_size: int, num_classes: int, netvlad_cluster_size: int = 256,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
-                 moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
-                 modality_sizes: Sequence[int] = ()):
-        super().__init__(feature_size, num_classes, netvlad_cluster_size, willow_hidden_size, willow_batch_norm,
-                         context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
+    cluster_field = "netvlad_cluster_size"
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         return NetVlad(size, clusters, batch_norm, decay)
@@ -250,14 +244,7 @@ class NetRVLADModel(NetVLADModel):
 class NetFVModel(WillowModel):
     """WILLOW's NetFV model (Miech et al. 2017, Sec. 3.1 and 4.1; "Gated NetFV", 128 Gaussians)."""
 
-    def __init__(self, feature_size: int, num_classes: int, fv_cluster_size: int = 128,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = True,
-                 moe_prob_gating: bool = True, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
-                 modality_sizes: Sequence[int] = ()):
-        super().__init__(feature_size, num_classes, fv_cluster_size, willow_hidden_size, willow_batch_norm,
-                         context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
+    cluster_field = "fv_cluster_size"
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         return NetFv(size, clusters, batch_norm, decay)
@@ -269,15 +256,7 @@ class SoftDbofModel(WillowModel):
     visual clusters and an eighth of that for audio, as published."""
 
     audio_cluster_divisor = 8
-
-    def __init__(self, feature_size: int, num_classes: int, softdbof_cluster_size: int = 8000,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = False,
-                 moe_prob_gating: bool = False, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = 1e-8, pooling_batch_norm_decay: float = SLIM_DECAY,
-                 modality_sizes: Sequence[int] = ()):
-        super().__init__(feature_size, num_classes, softdbof_cluster_size, willow_hidden_size, willow_batch_norm,
-                         context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
+    cluster_field = "softdbof_cluster_size"
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         return SoftBagOfFrames(size, clusters, batch_norm, decay)
@@ -289,15 +268,7 @@ class GatedDbofModel(WillowModel):
     audio one a plain Soft-DBoF of an eighth of the clusters; 4096 visual clusters, as published."""
 
     audio_cluster_divisor = 8
-
-    def __init__(self, feature_size: int, num_classes: int, gateddbof_cluster_size: int = 4096,
-                 willow_hidden_size: int = 1024, willow_batch_norm: bool = True, context_gating: bool = False,
-                 moe_prob_gating: bool = False, video_level_classifier_model: str = "MoeModel",
-                 moe_num_mixtures: int = 2, l2_penalty: float = WILLOW_L2, pooling_batch_norm_decay: float = SLIM_DECAY,
-                 modality_sizes: Sequence[int] = ()):
-        super().__init__(feature_size, num_classes, gateddbof_cluster_size, willow_hidden_size, willow_batch_norm,
-                         context_gating, moe_prob_gating, video_level_classifier_model, moe_num_mixtures,
-                         l2_penalty, pooling_batch_norm_decay, modality_sizes)
+    cluster_field = "gateddbof_cluster_size"
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         kind = GatedBagOfFrames if modality == 0 else SoftBagOfFrames

@@ -9,7 +9,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from yt8m.models.registry import create_model_from_config
+from yt8m.data.spec import FeatureSpec
+from yt8m.models.config import ModelConfig, build_model
 
 BYTES_PER_VALUE = 4  # float32, as checkpoints hold every parameter and buffer
 BYTES_PER_MB = 1024 * 1024
@@ -50,20 +51,20 @@ def model_size(model: nn.Module) -> ModelSize:
                      buffer_values=sum(buffer.numel() for buffer in kept.values()))
 
 
-def config_model_size(config: Any) -> ModelSize:
-    """The size of the model a config describes, built on the meta device: no memory is allocated and no random
-    numbers are drawn, so a model too large to build is measured as cheaply as a small one."""
+def config_model_size(model: ModelConfig, features: FeatureSpec) -> ModelSize:
+    """The size of the model a model section describes on `features`, built on the meta device: no memory is
+    allocated and no random numbers are drawn, so a model too large to build is measured as cheaply as a small one."""
     with torch.device("meta"):
-        return model_size(create_model_from_config(config))
+        return model_size(build_model(model, features))
 
 
-def check_model_size(config: Any, model: Optional[nn.Module] = None) -> ModelSize:
-    """The size of the config's model (of `model` when given: a multi-task model, built once its tasks' data is
-    known); ModelTooLargeError when it exceeds config.max_model_size_mb (0: no limit)."""
-    size = config_model_size(config) if model is None else model_size(model)
-    limit = config.max_model_size_mb
-    if limit and size.megabytes > limit:
+def check_model_size(model: ModelConfig, features: FeatureSpec, limit_mb: float,
+                     network: Optional[nn.Module] = None) -> ModelSize:
+    """The size of the section's model (of `network` when given: a multi-task model, built once its tasks' data is
+    known); ModelTooLargeError when it exceeds `limit_mb` (--max_model_size_mb; 0: no limit)."""
+    size = config_model_size(model, features) if network is None else model_size(network)
+    if limit_mb and size.megabytes > limit_mb:
         raise ModelTooLargeError(
-            f"--model {config.model} has {size.describe()}, over --max_model_size_mb {limit:g}, counting {COUNTED}: "
+            f"--model {model.name} has {size.describe()}, over --max_model_size_mb {limit_mb:g}, counting {COUNTED}: "
             f"choose smaller hyper-parameters or raise the limit")
     return size

@@ -19,8 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.data.spec import FeatureSpec
+from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.base import BaseModel, starter_linear
-from yt8m.models.registry import create_classifier, create_model, hparam_names, model_hparams
+from yt8m.models.config import ModelConfig, build_model
+from yt8m.models.registry import classifier_problem, create_model, hparam_names
 
 
 # The starter kit's --video_level_classifier_model default: the heads of a frame model that has no such flag.
@@ -117,45 +120,51 @@ class Head:
         return cls(*(values[field.name] for field in dataclasses.fields(cls)))
 
 
-def build_multitask_model(config: Any, tasks: Sequence[Any]) -> MultiTaskModel:
-    """The model a train config and its resolved tasks (TaskSpecs or Heads, num_classes known) describe."""
+def build_multitask_model(model: ModelConfig, features: FeatureSpec, tasks: Sequence[Any]) -> MultiTaskModel:
+    """The model a model section, the features and the resolved tasks (TaskSpecs or Heads, num_classes known)
+    describe."""
     heads_of = [Head.of(task) if not isinstance(task, Head) else task for task in tasks]
-    feature_size = sum(config.feature_sizes)
-    chosen = model_hparams(config.model, config)
     base = None
-    if config.frame_features:
-        base = create_model(config.model, feature_size, 1, modality_sizes=config.feature_sizes, **chosen)
+    if features.frame_features:
+        base = build_model(model, dataclasses.replace(features, num_classes=1))
         setattr(base, base.classifier_name, None)  # the heads replace it
-    trunk = Trunk(base, feature_size, config.trunk_hidden_sizes)
-    default_head = chosen.get("video_level_classifier_model", STARTER_CLASSIFIER) if config.frame_features \
-        else config.model
-    heads = {head.name: _head_model(head, config, default_head, trunk.output_size)
+    trunk = Trunk(base, features.feature_size, model.trunk_hidden_sizes)
+    default_head = getattr(model.hparams, "video_level_classifier_model", STARTER_CLASSIFIER) \
+        if features.frame_features else model.name
+    heads = {head.name: _head_model(head, model, default_head, trunk.output_size)
              for head in heads_of if head.head == head.name}
     return MultiTaskModel(trunk, heads, {head.name: head.head for head in heads_of})
 
 
-def _head_model(head: Head, config: Any, default_head: str, feature_size: int) -> BaseModel:
-    """The head's classifier: its model's hyper-parameters from the config where they are the chosen model's too
-    (moe_num_mixtures of a frame model's classifier), its own defaults elsewhere, `head_hparams` over both."""
+def _head_model(head: Head, model: ModelConfig, default_head: str, feature_size: int) -> BaseModel:
+    """The head's classifier: its model's hyper-parameters from the model section where they are the chosen
+    model's too (moe_num_mixtures of a frame model's classifier), its own defaults elsewhere, `head_hparams` over
+    both."""
     head_model = head.head_model or default_head
-    unknown = sorted(set(head.head_hparams) - set(hparam_names(head_model)))
+    names = hparam_names(head_model)
+    unknown = sorted(set(head.head_hparams) - set(names))
     if unknown:
         raise ValueError(f"task {head.name}: head_hparams {', '.join(unknown)} are not hyper-parameters of "
-                         f"{head_model} (it has: {', '.join(hparam_names(head_model))})")
-    hparams = {**model_hparams(head_model, config), **head.head_hparams}
-    return create_classifier(head_model, feature_size, head.num_classes, **hparams)
+                         f"{head_model} (it has: {', '.join(names)})")
+    chosen = dataclasses.asdict(model.hparams) if model.hparams is not None else {}
+    values = {**{name: chosen[name] for name in names if name in chosen}, **head.head_hparams}
+    problem = classifier_problem(head_model)
+    if problem:
+        raise ValueError(f"task {head.name}: head_model {problem}")
+    return create_model(head_model, feature_size, head.num_classes, **values)
 
 
-def task_head_model(payload: dict[str, Any], config: Any, task: str, path: str) -> tuple[HeadView, Any]:
-    """One task's head of a multi-task checkpoint's model (weights loaded), and the config as that task's
-    single-task config (its num_classes and label kind); `task` "" is the first task."""
-    recorded = payload["tasks"]
+def task_head_model(checkpoint: Checkpoint, model: ModelConfig, features: FeatureSpec, task: str, path: str
+                    ) -> tuple[HeadView, FeatureSpec]:
+    """One task's head of a multi-task checkpoint's model (weights loaded), and the features as that task reads
+    them (its num_classes and label kind); `task` "" is the first task."""
+    recorded = checkpoint.tasks
     names = [entry["name"] for entry in recorded]
     name = task or names[0]
     if name not in names:
         raise ValueError(f"--task {name}: {path} has no such task (its tasks: {', '.join(names)})")
-    model = build_multitask_model(config, recorded)
-    model.load_state_dict(payload["model"])  # the model its own tasks describe: the same tensors
+    network = build_multitask_model(model, features, recorded)
+    network.load_state_dict(checkpoint.model)  # the model its own tasks describe: the same tensors
     entry = recorded[names.index(name)]
-    return HeadView(model, name), dataclasses.replace(config, num_classes=entry["num_classes"],
-                                                      segment_labels=entry["label_source"] == "segments")
+    return HeadView(network, name), dataclasses.replace(features, num_classes=entry["num_classes"],
+                                                        segment_labels=entry["label_source"] == "segments")

@@ -33,7 +33,7 @@ from yt8m.models.registry import create_classifier, register_model, video_level_
 DEQUANTIZATION_OFFSET = 4 / 512
 
 
-@dataclass
+@dataclass(frozen=True)
 class NeXtVladHParams(PoolingHParams):
     # Lin et al. (Sec. 3.3, 4.2) and their scripts: a logistic classifier with L2 1e-5 on the pooled features.
     video_level_classifier_model: str = setting("LogisticModel", "Frame models and DeepClassifierModel: the video-level "
@@ -49,7 +49,7 @@ class NeXtVladHParams(PoolingHParams):
     nextvlad_gating_reduction: int = setting(8, "NeXtVLADModel: squeeze-and-excitation reduction of the context "
                                                 "gating.", at_least=1)
     nextvlad_dropout: float = setting(0.5, "NeXtVLADModel: dropout rate on the pooled features in training.",
-                                      at_least=0, at_most=0.99)
+                                      at_least=0, below=1)
     nextvlad_eigenvalues: str = setting("", "NeXtVLADModel: a .npy of the rgb feature's PCA eigenvalues "
                                             "(eigenvals.npy of http://data.yt8m.org/yt8m_pca.tgz) to reverse the "
                                             "whitening of rgb as published (Lin et al. Sec. 3.3; audio unscaled); "
@@ -130,31 +130,26 @@ class NeXtVLADModel(PooledModalitiesModel):
     """NeXtVLAD per modality, dropout, hidden layer + batch norm, SE context gating, video-level classifier
     (Lin et al. 2018, Sec. 3; see the module docstring)."""
 
-    def __init__(self, feature_size: int, num_classes: int, nextvlad_cluster_size: int = 128,
-                 nextvlad_hidden_size: int = 2048, nextvlad_groups: int = 8, nextvlad_expansion: int = 2,
-                 nextvlad_gating_reduction: int = 8, nextvlad_dropout: float = 0.5, nextvlad_eigenvalues: str = "",
-                 video_level_classifier_model: str = "LogisticModel", moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-5, pooling_batch_norm_decay: float = SLIM_DECAY,
+    def __init__(self, feature_size: int, num_classes: int, hparams: NeXtVladHParams = NeXtVladHParams(),
                  modality_sizes: Sequence[int] = ()):
-        super().__init__(feature_size, num_classes, l2_penalty, modality_sizes)
-        if not 0 <= nextvlad_dropout < 1:
-            raise ValueError(f"nextvlad_dropout must be in [0, 1), got {nextvlad_dropout}")
-        decay = pooling_batch_norm_decay
-        whitening = reverse_whitening(nextvlad_eigenvalues, self.modality_sizes) if nextvlad_eigenvalues else None
+        super().__init__(feature_size, num_classes, hparams, modality_sizes)
+        decay, hidden = hparams.pooling_batch_norm_decay, hparams.nextvlad_hidden_size
+        eigenvalues = hparams.nextvlad_eigenvalues
+        whitening = reverse_whitening(eigenvalues, self.modality_sizes) if eigenvalues else None
         self.register_buffer("input_offset", whitening[0] if whitening else None)
         self.register_buffer("input_scale", whitening[1] if whitening else None)
-        clusters = modality_split(self.modality_sizes, nextvlad_cluster_size, max(1, nextvlad_cluster_size // 2))
-        groups = modality_split(self.modality_sizes, nextvlad_groups, max(1, nextvlad_groups // 2))
-        self.poolings = nn.ModuleList(NeXtVlad(size, count, group, nextvlad_expansion, decay)
+        cluster_size, group_count = hparams.nextvlad_cluster_size, hparams.nextvlad_groups
+        clusters = modality_split(self.modality_sizes, cluster_size, max(1, cluster_size // 2))
+        groups = modality_split(self.modality_sizes, group_count, max(1, group_count // 2))
+        self.poolings = nn.ModuleList(NeXtVlad(size, count, group, hparams.nextvlad_expansion, decay)
                                       for size, count, group in zip(self.modality_sizes, clusters, groups))
         pooled = sum(pool.output_size for pool in self.poolings)
-        self.head = nn.Sequential(nn.Dropout(nextvlad_dropout),
-                                  _variance_scaled(nn.Linear(pooled, nextvlad_hidden_size, bias=False)),
-                                  slim_batch_norm(nextvlad_hidden_size, decay),
-                                  SqueezeExcitationGating(nextvlad_hidden_size, nextvlad_gating_reduction, decay))
-        self.head_size = nextvlad_hidden_size
-        self.classifier = create_classifier(video_level_classifier_model, nextvlad_hidden_size, num_classes,
-                                            moe_num_mixtures=moe_num_mixtures, l2_penalty=l2_penalty)
+        self.head = nn.Sequential(nn.Dropout(hparams.nextvlad_dropout),
+                                  _variance_scaled(nn.Linear(pooled, hidden, bias=False)),
+                                  slim_batch_norm(hidden, decay),
+                                  SqueezeExcitationGating(hidden, hparams.nextvlad_gating_reduction, decay))
+        self.head_size = hidden
+        self.classifier = create_classifier(hparams, hidden, num_classes)
 
     def normalize_input(self, features: torch.Tensor) -> torch.Tensor:
         if self.input_scale is None:

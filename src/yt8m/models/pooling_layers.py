@@ -15,7 +15,7 @@ from yt8m.models.frame import FrameClassifierHParams, _frame_counts
 from yt8m.models.gating import gated_logits
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolingHParams(FrameClassifierHParams):
     """What WILLOW's models and NeXtVLADModel share besides their classifier."""
 
@@ -84,8 +84,8 @@ class PooledModalitiesModel(BaseModel):
     splits_modalities = True
     classifier_name = "classifier"
 
-    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float, modality_sizes: Sequence[int]):
-        super().__init__(feature_size, num_classes, l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: PoolingHParams, modality_sizes: Sequence[int]):
+        super().__init__(feature_size, num_classes, hparams)
         self.modality_sizes = [int(size) for size in modality_sizes] or [feature_size]
         if sum(self.modality_sizes) != feature_size or min(self.modality_sizes) < 1:
             raise ValueError(f"{type(self).__name__}: modality sizes {self.modality_sizes} must be positive and add "

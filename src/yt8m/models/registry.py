@@ -1,26 +1,31 @@
 """Models by their class names (`--model MoeModel`), each registered with the dataclass of its hyper-parameters:
-their names, defaults, help and valid values, which are the model's config fields and flags."""
+their names, defaults, help and valid values, which are the model's config fields and flags; `create_model` builds
+one by name."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import typing
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
-from yt8m.config import ConfigError, config_from_dict
+from yt8m.config import config_from_dict
 from yt8m.fields import closest
 from yt8m.models.base import BaseModel
 
 M = TypeVar("M", bound=type[BaseModel])
 _MODELS: dict[str, type[BaseModel]] = {}
 _HPARAMS: dict[str, type] = {}
+# What a model's constructor takes, after self: its hyper-parameters whole, as `GPT(config)` (a model that splits
+# modalities also takes their sizes).
+CONSTRUCTOR = ["feature_size", "num_classes", "hparams"]
 
 
 def register_model(hparams: type) -> Callable[[M], M]:
-    """Class decorator: make the model available by its class name, with `hparams` (a dataclass) as its
-    hyper-parameters; its constructor takes exactly those, with the same defaults, after (feature_size, num_classes).
-    A field another model also has must agree with it in type (they are one flag); its default is the model's own."""
+    """Class decorator: make the model available by its class name, with `hparams` (a frozen dataclass of settings)
+    as its hyper-parameters; its constructor takes (feature_size, num_classes, hparams). A field another model also
+    has must agree with it in type (they are one flag); its default is the model's own."""
     def register(cls: M) -> M:
         if cls.__name__ in _MODELS:
             raise ValueError(f"a model named {cls.__name__} is already registered")
@@ -32,15 +37,25 @@ def register_model(hparams: type) -> Callable[[M], M]:
     return register
 
 
+@contextlib.contextmanager
+def registered_model(cls: type[BaseModel], hparams: type) -> Iterator[type[BaseModel]]:
+    """Within the block, `cls` is a registered model (as `register_model(hparams)(cls)` makes it); after, it is gone
+    again: a model of a test's or a plugin's own, without leaving the registry changed."""
+    register_model(hparams)(cls)
+    try:
+        yield cls
+    finally:
+        del _MODELS[cls.__name__], _HPARAMS[cls.__name__]
+
+
 def _check_constructor(cls: type, hparams: type) -> None:
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self, feature_size, classes
-    if cls.splits_modalities:
-        parameters = [p for p in parameters if p.name != "modality_sizes"]
-    declared = {f.name: f.default for f in dataclasses.fields(hparams)}
-    taken = {p.name: p.default for p in parameters}
-    if taken != declared:
-        raise TypeError(f"{cls.__name__}.__init__ takes {taken} after (feature_size, num_classes), but its "
-                        f"hyper-parameters {hparams.__name__} declare {declared}")
+    if not (dataclasses.is_dataclass(hparams) and hparams.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__}: its hyper-parameters {hparams.__name__} must be a frozen dataclass")
+    names = list(inspect.signature(cls.__init__).parameters)[1:]
+    expected = CONSTRUCTOR + (["modality_sizes"] if cls.splits_modalities else [])
+    if names != expected:
+        raise TypeError(f"{cls.__name__}.__init__ takes ({', '.join(names)}), but a model takes "
+                        f"({', '.join(expected)}): its hyper-parameters {hparams.__name__} whole")
 
 
 def _check_shared_fields(name: str, hparams: type) -> None:
@@ -97,52 +112,29 @@ def _with_shown_default(f: dataclasses.Field, by_model: dict[str, Any]) -> datac
     return field
 
 
-def create_model(name: str, feature_size: int, num_classes: int, modality_sizes: Optional[Sequence[int]] = None,
-                 **hparams: Any) -> BaseModel:
-    """Build a model; hyper-parameters it does not take are ignored, so callers may pass all of them.
+def create_model(name: str, feature_size: int, num_classes: int, hparams: Any = None,
+                 modality_sizes: Optional[Sequence[int]] = None, **values: Any) -> BaseModel:
+    """Build model `name` with its hyper-parameters: `hparams` (its dataclass), or `values` by name, each missing
+    one at the model's default; other models' hyper-parameters among them are ignored, so that callers may pass a
+    set of them for several models (a ValueError lists an invalid value or a name no model has).
     `modality_sizes` (default: one modality of `feature_size`) reaches only the models that split modalities."""
-    accepted = {key: value for key, value in hparams.items() if key in hparam_names(name)}
     cls = model_class(name)
-    if cls.splits_modalities:
-        sizes = tuple(modality_sizes or (feature_size,))
-        if sum(sizes) != feature_size:
-            raise ValueError(f"{name}: modality sizes {list(sizes)} do not add up to feature_size {feature_size}")
-        accepted["modality_sizes"] = sizes
-    return cls(feature_size, num_classes, **accepted)
-
-
-def create_model_from_config(config: Any) -> BaseModel:
-    """The model a config (`model`, `model_hparams`, `feature_sizes`, `num_classes`) describes."""
-    return create_model(config.model, sum(config.feature_sizes), config.num_classes,
-                        modality_sizes=config.feature_sizes, **model_hparams(config.model, config))
+    if hparams is None:
+        others = {f.name for f, _ in hparam_fields()} - set(hparam_names(name))
+        own = {key: value for key, value in values.items() if key not in others}
+        hparams = config_from_dict(hparams_class(name), own, source=f"{name} hyper-parameters")
+    elif values:
+        raise TypeError("give a model's hyper-parameters as `hparams` or by name, not both")
+    if not cls.splits_modalities:
+        return cls(feature_size, num_classes, hparams)
+    sizes = tuple(modality_sizes or (feature_size,))
+    if sum(sizes) != feature_size:
+        raise ValueError(f"{name}: modality sizes {list(sizes)} do not add up to feature_size {feature_size}")
+    return cls(feature_size, num_classes, hparams, sizes)  # type: ignore[call-arg]
 
 
 def is_frame_level(name: str) -> bool:
     return model_class(name).frame_level
-
-
-def model_hparams(name: str, config: Any) -> dict[str, Any]:
-    """The hyper-parameters of model `name` in `config.model_hparams`, each missing one at the model's default."""
-    given = config.model_hparams
-    return {f.name: given.get(f.name, f.default) for f in dataclasses.fields(hparams_class(name))}
-
-
-def resolve_hparams(name: str, given: dict[str, Any], source: str,
-                    known_fields: Sequence[str] = ()) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Model `name`'s hyper-parameters from `given` (text from flags, or values): (all of them typed, at the model's
-    defaults where not given; problems: an ill-typed or invalid value, a name no model has, suggesting among the
-    hyper-parameters and `known_fields`; the given names of other models' hyper-parameters, which `name` ignores)."""
-    everyone = {f.name for f, _ in hparam_fields()}
-    own = set(hparam_names(name))
-    unknown = sorted(set(given) - everyone)
-    problems = [f"{source}: unknown field '{key}'{closest(key, sorted(everyone | set(known_fields)))}"
-                for key in unknown]
-    try:
-        typed = config_from_dict(hparams_class(name), {key: value for key, value in given.items() if key in own},
-                                 source=source)
-    except ConfigError as err:
-        return {}, problems + err.problems, []
-    return dataclasses.asdict(typed), problems, sorted(set(given) & everyone - own)
 
 
 def known_model(name: str) -> Optional[str]:
@@ -159,10 +151,10 @@ CLASSIFIER_HPARAMS = ("moe_num_mixtures", "l2_penalty")
 
 def video_level_model(name: str) -> Optional[str]:
     """The `check` of --video_level_classifier_model."""
-    return known_model(name) or _classifier_problem(name)
+    return known_model(name) or classifier_problem(name)
 
 
-def _classifier_problem(name: str) -> Optional[str]:
+def classifier_problem(name: str) -> Optional[str]:
     if is_frame_level(name):
         return f"{name!r} is a frame-level model: the classifier must be a video-level model"
     own = [field for field in hparam_names(name) if field not in CLASSIFIER_HPARAMS]
@@ -172,10 +164,12 @@ def _classifier_problem(name: str) -> Optional[str]:
     return None
 
 
-def create_classifier(name: str, feature_size: int, num_classes: int, **hparams: Any) -> BaseModel:
-    """The video-level model a frame-level model (or DeepClassifierModel) puts on its features
-    (`--video_level_classifier_model`)."""
-    problem = _classifier_problem(name)
+def create_classifier(hparams: Any, feature_size: int, num_classes: int) -> BaseModel:
+    """The video-level model a frame-level model (or DeepClassifierModel) puts on its features: its
+    `video_level_classifier_model`, given the model's own values of the classifier's hyper-parameters."""
+    name = hparams.video_level_classifier_model
+    problem = classifier_problem(name)
     if problem:
         raise ValueError(f"video_level_classifier_model: {problem}")
-    return create_model(name, feature_size, num_classes, **hparams)
+    values = {field: getattr(hparams, field) for field in hparam_names(name)}
+    return create_model(name, feature_size, num_classes, **values)

@@ -19,8 +19,8 @@ from yt8m.models.registry import register_model
 class LogisticModel(BaseModel):
     """One logistic regression per class, its weights L2-penalized."""
 
-    def __init__(self, feature_size: int, num_classes: int, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
+    def __init__(self, feature_size: int, num_classes: int, hparams: ClassifierHParams = ClassifierHParams()):
+        super().__init__(feature_size, num_classes, hparams)
         self.linear = starter_linear(feature_size, num_classes)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -39,14 +39,11 @@ class MoeModel(BaseModel):
     stay finite and exact where p rounds to 0 or 1 (1 - p = gate_dummy + sum_i gate_i * sigmoid(-expert_i)).
     """
 
-    def __init__(self, feature_size: int, num_classes: int, moe_num_mixtures: int = 2,
-                 l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        if moe_num_mixtures < 1:
-            raise ValueError(f"moe_num_mixtures must be at least 1, got {moe_num_mixtures}")
-        self.num_mixtures = moe_num_mixtures
-        self.gates = starter_linear(feature_size, num_classes * (moe_num_mixtures + 1), bias=False)
-        self.experts = starter_linear(feature_size, num_classes * moe_num_mixtures)
+    def __init__(self, feature_size: int, num_classes: int, hparams: MoeHParams = MoeHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        self.num_mixtures = mixtures = hparams.moe_num_mixtures
+        self.gates = starter_linear(feature_size, num_classes * (mixtures + 1), bias=False)
+        self.experts = starter_linear(feature_size, num_classes * mixtures)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self._fused_mixture_applies(features):

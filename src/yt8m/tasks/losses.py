@@ -6,12 +6,15 @@ per-video sum; label weights (the 2019 segment task: 1 for rated classes) multip
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from yt8m.fields import setting
 
 
 class CrossEntropyLoss(nn.Module):
@@ -106,6 +109,14 @@ class SoftmaxLoss(nn.Module):
 LOSSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (CrossEntropyLoss, HingeLoss, SoftmaxLoss)}
 # The losses whose per-(example, class) terms label weights can multiply (the segment task's losses).
 WEIGHTED_LOSSES = ("CrossEntropyLoss", "HingeLoss")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The `loss` section: the label loss a run's task learns (and eval reports)."""
+
+    name: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.", flag="label_loss",
+                        choices=lambda: list(LOSSES))
 
 
 def create_loss(name: str) -> nn.Module:

@@ -1,19 +1,21 @@
-"""What a run's tasks are: the `tasks:` section of a train config (TaskConfig, one per task) and its shorthands
-(--aux_vertical_weight; --teacher, a teacher on the run's one task), checked whole and resolved against the main
-flags into TaskSpecs: what each task reads, learns, and is judged on. A config without tasks is a run of one task,
-unnamed, whose metrics keep their plain names.
+"""What a run's tasks are: the `tasks` section of a train config (its entries, TaskConfig each, and shorthands:
+--aux_vertical_weight; --teacher, a teacher on the run's one task), checked whole and resolved against the main
+flags (MainTask) into TaskSpecs: what each task reads, learns, and is judged on. A run without tasks is a run of one
+task, unnamed, whose metrics keep their plain names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.config import ConfigError, config_from_dict
+from yt8m.data.spec import FeatureSpec
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
 from yt8m.tasks.losses import LOSSES
-from yt8m.tasks.teacher import DISTILL_LOSSES
+from yt8m.tasks.teacher import DISTILL_LOSSES, DistillationConfig
 from yt8m.tasks.video import task_problems as label_task_problems
 
 LABEL_SOURCES = ("labels", "vocabulary", "segments", "teacher")
@@ -35,7 +37,43 @@ def _metric_names() -> list[str]:
     return list(HIGHER_IS_BETTER)
 
 
-@dataclass
+@dataclass(frozen=True)
+class TasksConfig:
+    """The `tasks` section: a run's tasks beside its main one (README 'Multi-task training'), and how batches of
+    their data sets take turns."""
+
+    entries: list[dict] = setting([], "Multi-task training: a list of tasks (YAML; README 'Multi-task training'), "
+                                      "each with its own labels, data, head, loss and weight.", flag="tasks")
+    aux_vertical_weight: float = setting(0.0, "Add the auxiliary task 'vertical' with this loss weight: the entity "
+                                              "labels mapped to the Vertical1 column of --vocabulary_file (0: none).",
+                                         at_least=0)
+    vocabulary_file: str = setting("", "The label vocabulary CSV (Index plus columns such as Vertical1) that "
+                                       "vocabulary tasks map labels through.")
+    task_sampling: str = setting("proportional", "Multi-task: which task's data the next batch comes from: "
+                                                 "'proportional' (to each data set's size), 'weights' (to its tasks' "
+                                                 "weights) or 'round_robin'; seeded.",
+                                 choices=lambda: ("proportional", "weights", "round_robin"))
+
+    @property
+    def multitask(self) -> bool:
+        """Whether the run asks for tasks (a `tasks:` list or a shorthand); else it is a run of one task."""
+        return bool(self.entries) or self.aux_vertical_weight > 0
+
+
+@dataclass(frozen=True)
+class MainTask:
+    """What a run's tasks default to: the main flags' data, features, loss, best metric and teacher (a run without
+    tasks is this one task)."""
+
+    train_data_pattern: str
+    eval_data_pattern: str
+    features: FeatureSpec
+    loss: str
+    best_metric: str
+    distillation: DistillationConfig = DistillationConfig()
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     """One entry of the `tasks:` list; empty fields take the main flags' values."""
 
@@ -69,7 +107,7 @@ class TaskConfig:
                           choices=_metric_names)
     validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
 
-    def _own_problems(self) -> list[str]:
+    def problems(self) -> list[str]:
         problems = []
         if not isinstance(self.head_hparams, dict):
             problems.append(f"head_hparams must be a mapping of hyper-parameter: value, got {self.head_hparams!r}")
@@ -85,7 +123,7 @@ class TaskConfig:
         return problems
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskSpec:
     """A task resolved against the main flags: every default filled in (num_classes once the data is read). The one
     task of a config without tasks has the name "": its metrics keep their plain names (gap, not main/gap)."""
@@ -110,6 +148,11 @@ class TaskSpec:
     distill_loss: str = "binary"
     distill_weight: float = 1.0  # of the teacher's loss beside the labels' (1 for label_source teacher: its alone)
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TaskSpec":
+        """A spec as a checkpoint records it (dataclasses.asdict)."""
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+
     @property
     def segments(self) -> bool:
         return self.label_source == "segments"
@@ -129,105 +172,102 @@ def key_of(task: str, metric: str) -> str:
     return f"{task}/{metric}" if task else metric
 
 
-def is_multitask(config: Any) -> bool:
-    """Whether a train config asks for tasks (a `tasks:` section or a shorthand); else it is today's single task."""
-    return bool(config.tasks) or config.aux_vertical_weight > 0
-
-
-def task_entries(config: Any) -> list[dict[str, Any]]:
+def task_entries(tasks: TasksConfig) -> list[dict[str, Any]]:
     """The `tasks:` entries with the shorthands' tasks added (an implicit first task where the section is empty)."""
-    entries = [dict(entry) if isinstance(entry, dict) else entry for entry in config.tasks]
-    if config.aux_vertical_weight > 0:
+    entries = [dict(entry) if isinstance(entry, dict) else entry for entry in tasks.entries]
+    if tasks.aux_vertical_weight > 0:
         if not entries:
             entries.append({"name": MAIN_TASK})
-        entries.append({"name": VERTICAL_TASK, "label_source": "vocabulary", "weight": config.aux_vertical_weight,
-                        "vocabulary_file": config.vocabulary_file})
+        entries.append({"name": VERTICAL_TASK, "label_source": "vocabulary", "weight": tasks.aux_vertical_weight,
+                        "vocabulary_file": tasks.vocabulary_file})
     return entries
 
 
-def parse_task_configs(config: Any) -> tuple[list[TaskConfig], list[str]]:
+def parse_task_configs(tasks: TasksConfig) -> tuple[list[TaskConfig], list[str]]:
     """Each entry as a TaskConfig, and every problem of every entry (named by its position and name)."""
-    tasks, problems = [], []
-    for index, entry in enumerate(task_entries(config)):
+    parsed, problems = [], []
+    for index, entry in enumerate(task_entries(tasks)):
         if not isinstance(entry, dict):
             problems.append(f"tasks[{index}]: expected a mapping of field: value, got {entry!r}")
             continue
         source = f"tasks[{index}] ({entry.get('name') or 'unnamed'})"
         try:
-            tasks.append(config_from_dict(TaskConfig, entry, source=source))
+            parsed.append(config_from_dict(TaskConfig, entry, source=source))
         except ConfigError as err:
             problems += [problem if problem.startswith(source) else f"{source}: {problem.removeprefix('--')}"
                          for problem in err.problems]
-    return tasks, problems
+    return parsed, problems
 
 
-def resolve_tasks(config: Any) -> list[TaskSpec]:
-    """The config's tasks with the main flags filled in (a config without tasks: its one task); a ValueError lists
-    every problem of the entries (see task_problems for the rest)."""
-    if not is_multitask(config):
-        return [the_one_task(config)]
-    tasks, problems = parse_task_configs(config)
+def resolve_tasks(tasks: TasksConfig, main: MainTask) -> list[TaskSpec]:
+    """The run's tasks with the main flags filled in (a run without tasks: its one task); a ValueError lists every
+    problem of the entries (see task_problems for the rest)."""
+    if not tasks.multitask:
+        return [the_one_task(main)]
+    parsed, problems = parse_task_configs(tasks)
     if problems:
         raise ValueError("invalid tasks:\n  " + "\n  ".join(problems))
-    return [_resolve(task, config, tasks[0].name) for task in tasks]
+    return [_resolve(task, tasks, main, parsed[0].name) for task in parsed]
 
 
-def the_one_task(config: Any) -> TaskSpec:
-    """The task of a config without tasks: the main data's labels (or segment ratings), the main flags' loss and
+def the_one_task(main: MainTask) -> TaskSpec:
+    """The task of a run without tasks: the main data's labels (or segment ratings), the main flags' loss and
     classes, --best_metric its metric, and --teacher's distillation when given."""
+    distillation = main.distillation
     return TaskSpec(
-        name="", train_data_pattern=config.train_data_pattern, eval_data_pattern=config.eval_data_pattern,
-        label_source="segments" if config.segment_labels else "labels", vocabulary_file="", vocabulary_column="",
-        num_classes=config.num_classes, head="", head_model="", head_hparams={}, loss=config.label_loss, weight=1.0,
-        metric=config.best_metric, validate=True, teacher=config.teacher,
-        distill_temperature=config.distill_temperature, distill_loss=config.distill_loss,
-        distill_weight=config.distill_weight)
+        name="", train_data_pattern=main.train_data_pattern, eval_data_pattern=main.eval_data_pattern,
+        label_source="segments" if main.features.segment_labels else "labels", vocabulary_file="",
+        vocabulary_column="", num_classes=main.features.num_classes, head="", head_model="", head_hparams={},
+        loss=main.loss, weight=1.0, metric=main.best_metric, validate=True, teacher=distillation.teacher,
+        distill_temperature=distillation.distill_temperature, distill_loss=distillation.distill_loss,
+        distill_weight=distillation.distill_weight)
 
 
-def reads_segments(label_source: str, train_data_pattern: str, config: Any) -> bool:
+def reads_segments(label_source: str, train_data_pattern: str, main_pattern: str, segment_labels: bool) -> bool:
     """Whether a task learns 2019 segment ratings: its label source says so, or it reads the main data's labels
-    and --segment_labels makes those the ratings."""
-    on_main_data = train_data_pattern in ("", config.train_data_pattern)
-    return label_source == "segments" or (label_source == "labels" and on_main_data and config.segment_labels)
+    (`main_pattern`'s) and --segment_labels makes those the ratings."""
+    on_main_data = train_data_pattern in ("", main_pattern)
+    return label_source == "segments" or (label_source == "labels" and on_main_data and segment_labels)
 
 
-def _resolve(task: TaskConfig, config: Any, first: str) -> TaskSpec:
-    on_main_data = task.train_data_pattern in ("", config.train_data_pattern)
-    segments = reads_segments(task.label_source, task.train_data_pattern, config)
+def _resolve(task: TaskConfig, tasks: TasksConfig, main: MainTask, first: str) -> TaskSpec:
+    on_main_data = task.train_data_pattern in ("", main.train_data_pattern)
+    segments = reads_segments(task.label_source, task.train_data_pattern, main.train_data_pattern,
+                              main.features.segment_labels)
     label_source = "segments" if segments else task.label_source
     num_classes = task.num_classes
     if num_classes is None and on_main_data and label_source != "vocabulary":
-        num_classes = config.num_classes
+        num_classes = main.features.num_classes
     return TaskSpec(
-        name=task.name, train_data_pattern=task.train_data_pattern or config.train_data_pattern,
-        eval_data_pattern=task.eval_data_pattern or (config.eval_data_pattern if on_main_data else ""),
-        label_source=label_source, vocabulary_file=task.vocabulary_file or config.vocabulary_file,
+        name=task.name, train_data_pattern=task.train_data_pattern or main.train_data_pattern,
+        eval_data_pattern=task.eval_data_pattern or (main.eval_data_pattern if on_main_data else ""),
+        label_source=label_source, vocabulary_file=task.vocabulary_file or tasks.vocabulary_file,
         vocabulary_column=task.vocabulary_column, num_classes=num_classes,
         head=first if task.head == "shared" else task.name, head_model=task.head_model,
-        head_hparams=dict(task.head_hparams), loss=task.loss or config.label_loss, weight=task.weight,
+        head_hparams=dict(task.head_hparams), loss=task.loss or main.loss, weight=task.weight,
         metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate, teacher=task.teacher,
         distill_temperature=task.distill_temperature, distill_loss=task.distill_loss, distill_weight=1.0)
 
 
-def task_problems(config: Any) -> list[str]:
-    """Every problem of a train config's tasks that needs no data read: the entries' fields, names used twice, a
-    shared head of another size, a loss or metric a task lacks, --best_metric naming no task (the teacher's fit is
+def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
+    """Every problem of a run's tasks that needs no data read: the entries' fields, names used twice, a shared head
+    of another size, a loss or metric a task lacks, --best_metric naming no task (the teacher's fit is
     yt8m.inference.teachers')."""
-    if not is_multitask(config):
-        spec = the_one_task(config)
+    if not tasks.multitask:
+        spec = the_one_task(main)
         return label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
                                    spec.field("metric"))
-    tasks, problems = parse_task_configs(config)
-    if not tasks:
+    parsed, problems = parse_task_configs(tasks)
+    if not parsed:
         return problems or ["tasks: the list is empty"]
-    specs = [_resolve(task, config, tasks[0].name) for task in tasks]
-    names = [entry.get("name") for entry in task_entries(config) if isinstance(entry, dict) and entry.get("name")]
+    specs = [_resolve(task, tasks, main, parsed[0].name) for task in parsed]
+    names = [entry.get("name") for entry in task_entries(tasks) if isinstance(entry, dict) and entry.get("name")]
     problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
     for spec in specs:
-        problems += _spec_problems(spec, specs[0], config)
+        problems += _spec_problems(spec, specs[0], main)
     if not any(spec.weight for spec in specs):
         problems.append("tasks: every task's weight is 0: the loss would be 0 and nothing would be learned")
-    return problems + best_metric_problems(config.best_metric, specs)
+    return problems + best_metric_problems(main.best_metric, specs)
 
 
 def _known(loss: str) -> Optional[str]:
@@ -235,15 +275,15 @@ def _known(loss: str) -> Optional[str]:
     return loss if loss in LOSSES else None
 
 
-def _spec_problems(spec: TaskSpec, first: TaskSpec, config: Any) -> list[str]:
+def _spec_problems(spec: TaskSpec, first: TaskSpec, main: MainTask) -> list[str]:
     where = f"task {spec.name}"
     problems = label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
                                    spec.field("metric"))
     if spec.label_source == "vocabulary" and not spec.vocabulary_file:
         problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
-    if spec.segments and not config.frame_features:
+    if spec.segments and not main.features.frame_features:
         problems.append(f"{where}: segment ratings are read from frame-level data: set --frame_features")
-    if spec.validate and config.eval_data_pattern and not spec.eval_data_pattern:
+    if spec.validate and main.eval_data_pattern and not spec.eval_data_pattern:
         problems.append(f"{where}: validate needs eval_data_pattern (it trains on data of its own); or set "
                         f"validate: false")
     if spec.head != spec.name and spec.num_classes != first.num_classes:

@@ -22,9 +22,10 @@ from yt8m.models.multihead import HeadView
 from yt8m.tasks.base import Output, Task
 from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
 from yt8m.tasks.losses import create_loss
-from yt8m.tasks.spec import TaskSpec, key_of, resolve_tasks, the_one_task, best_metric_key as spec_best_metric_key
+from yt8m.tasks.spec import MainTask, TasksConfig, TaskSpec, key_of, resolve_tasks, the_one_task
+from yt8m.tasks.spec import best_metric_key as spec_best_metric_key
 from yt8m.tasks.teacher import DistillationTask, Teacher
-from yt8m.tasks.video import DEFAULT_TOP_K, label_task, task_from_config
+from yt8m.tasks.video import DEFAULT_TOP_K, label_task
 
 log = logging.getLogger("yt8m.tasks.teacher")
 # Opens the teacher of a task that has one: (spec, the task's training shards) -> its Teacher (closed by the caller).
@@ -53,7 +54,6 @@ class TaskSet:
         self.named = bool(specs[0].name)
         self.weights = {spec.name: spec.weight for spec in specs}
         self.heads = {spec.name: spec.head for spec in specs}
-        self._losses: dict[str, list] = {}
 
     @property
     def names(self) -> list[str]:
@@ -72,29 +72,23 @@ class TaskSet:
         heads = list(dict.fromkeys(self.heads[name] for name in self.sources[batch.source].tasks))
         return forward(model, batch, heads if self.named else None)
 
-    def loss(self, output: Any, batch: Batch) -> torch.Tensor:
-        total = None
+    def loss(self, output: Any, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The batch's loss, the weighted sum of its tasks' losses, and each named task's own (detached), by
+        TASK/loss (none for the one task of a run without tasks, whose loss is the total)."""
+        total, parts = None, {}
         for name in self.sources[batch.source].tasks:
             loss = self.tasks[name].loss(self.head_output(output, name), batch)
             if self.named:
-                sums = self._losses.setdefault(name, [torch.zeros((), dtype=torch.float64, device=loss.device), 0])
-                sums[0] += loss.detach().double() * len(batch)
-                sums[1] += len(batch)
+                parts[f"{name}/loss"] = loss.detach()
             weighted = loss * self.weights[name]
             total = weighted if total is None else total + weighted
-        return total
+        return total, parts
 
     def head_output(self, output: Any, task: str) -> Output:
         """What task `task` reads of the model's output."""
         if not self.named:
             return output
         return {key: values[self.heads[task]] for key, values in output.items()}
-
-    def pop_losses(self) -> dict[str, float]:
-        """TASK/loss: each named task's mean loss over the examples of its batches since the last call."""
-        losses = {f"{name}/loss": (total / count).item() for name, (total, count) in self._losses.items()}
-        self._losses = {}
-        return losses
 
     def batch_metrics(self, output: Any, batch: Batch) -> dict[str, float]:
         """The step log's metrics of a batch, by each task of its source."""
@@ -106,9 +100,10 @@ class TaskSet:
         """Task `task`'s part of the model as a single-task model, for evaluation, prediction and export."""
         return HeadView(model, task) if self.named else model
 
-    def checkpoint_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the tasks: the named tasks' specs, which a resume must match."""
-        return {"tasks": [dataclasses.asdict(spec) for spec in self.specs]} if self.named else {}
+    def checkpoint_state(self) -> list[dict[str, Any]]:
+        """What a checkpoint records of the tasks (Checkpoint.tasks): the named tasks' specs, which a resume must
+        match; none for the one task of a run without tasks."""
+        return [dataclasses.asdict(spec) for spec in self.specs] if self.named else []
 
     def validation_sources(self) -> list[TaskSource]:
         """The validated tasks grouped by what they read (one pass over each set serves all its tasks)."""
@@ -121,9 +116,11 @@ class TaskSet:
 
     @contextlib.contextmanager
     def teachers(self, open_teacher: OpenTeacher) -> Iterator["TaskSet"]:
-        """Within the block, each task with a teacher learns its soft targets (a DistillationTask of its weight
-        around the label task, which validation keeps judging): one door for --teacher and label_source teacher."""
+        """Within the block, a task set in which each task with a teacher learns its soft targets (a
+        DistillationTask of its weight around the label task, which validation keeps judging): one door for
+        --teacher and label_source teacher. This task set is left as it is."""
         with contextlib.ExitStack() as opened:
+            tasks = dict(self.tasks)
             for spec in self.specs:
                 if spec.teacher:
                     teacher = open_teacher(spec, expand_pattern(spec.train_data_pattern))
@@ -132,31 +129,36 @@ class TaskSet:
                              teacher.mode, "run on each batch" if teacher.mode == "streamed"
                              else "read once into a store keyed by video id", spec.distill_weight,
                              spec.distill_temperature, spec.distill_loss)
-                    self.tasks[spec.name] = DistillationTask(self.tasks[spec.name], teacher, spec.distill_weight,
-                                                             spec.distill_temperature, spec.distill_loss)
-            yield self
+                    tasks[spec.name] = DistillationTask(tasks[spec.name], teacher, spec.distill_weight,
+                                                        spec.distill_temperature, spec.distill_loss)
+            yield TaskSet(self.specs, tasks, self.sources, self.record_classes)
 
 
-def one_task_set(config: Any, loss_fn: Optional[nn.Module] = None) -> TaskSet:
-    """The task set of a config without tasks, with `loss_fn` as its task's loss (default: --label_loss's)."""
-    spec = the_one_task(config)
-    return TaskSet([spec], {"": task_from_config(config, loss_fn)},
-                   [TaskSource(spec.train_data_pattern, spec.segments, config.num_classes, [""])],
-                   {"": config.num_classes})
+def one_task_set(main: MainTask, top_n: int, loss_fn: Optional[nn.Module] = None) -> TaskSet:
+    """The task set of a run without tasks, with `loss_fn` as its task's loss (default: the main loss's)."""
+    spec = the_one_task(main)
+    classes = main.features.num_classes
+    task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(spec.loss), classes,
+                      top_n=top_n)
+    return TaskSet([spec], {"": task}, [TaskSource(spec.train_data_pattern, spec.segments, classes, [""])],
+                   {"": classes})
 
 
-def plan_tasks(config: Any, top_k: int = DEFAULT_TOP_K,
+def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int = DEFAULT_TOP_K,
                check: Callable[[TaskSpec], list[str]] = lambda spec: []) -> TaskSet:
-    """Resolve the config's tasks against their data (num_classes from the records' id key where not given,
+    """Resolve a run's tasks against their data (num_classes from the records' id key where not given,
     vocabulary mappings read); a ValueError names the task and field of what does not fit, first what `check` finds
     of each task once its classes are known (its teacher's fit: yt8m.training.checks)."""
-    specs = resolve_tasks(config)
+    specs = []
     tasks, record_classes, sources = {}, {}, {}
-    for spec in specs:
+    for spec in resolve_tasks(tasks_config, main):
         if spec.name:
-            spec.id_key = first_id_key(spec.train_data_pattern, config.frame_features)
-        records = record_classes[spec.name] = _record_classes(spec, config)
-        tasks[spec.name] = _label_task(spec, config, records, top_k)
+            spec = dataclasses.replace(spec, id_key=first_id_key(spec.train_data_pattern,
+                                                                 main.features.frame_features))
+        records = record_classes[spec.name] = _record_classes(spec, main)
+        tasks[spec.name], num_classes = _label_task(spec, records, top_k, top_n)
+        spec = dataclasses.replace(spec, num_classes=num_classes)
+        specs.append(spec)
         problems = check(spec)
         if problems:
             raise ValueError("; ".join(problems))
@@ -174,28 +176,28 @@ def plan_tasks(config: Any, top_k: int = DEFAULT_TOP_K,
     return TaskSet(specs, tasks, list(sources.values()), record_classes)
 
 
-def _label_task(spec: TaskSpec, config: Any, records: int, top_k: int) -> Task:
-    """The task of the spec's labels (its num_classes set): the record's, or mapped through a vocabulary column."""
+def _label_task(spec: TaskSpec, records: int, top_k: int, top_n: int) -> tuple[Task, int]:
+    """The task of the spec's labels and its number of classes: the record's, or mapped through a vocabulary
+    column."""
     loss = create_loss(spec.loss)
     if spec.label_source != "vocabulary":
-        spec.num_classes = records
-        return label_task(spec.segments, loss, records, top_k, config.top_n)
+        return label_task(spec.segments, loss, records, top_k, top_n), records
     where = f"task {spec.name}"
     mapping = read_vocabulary_mapping(spec.vocabulary_file, spec.vocabulary_column, records, where)
-    if spec.num_classes not in (None, len(mapping.class_names)):
+    classes = len(mapping.class_names)
+    if spec.num_classes not in (None, classes):
         raise ValueError(f"{where}: num_classes is {spec.num_classes}, but {spec.vocabulary_column} of "
-                         f"{spec.vocabulary_file} has {len(mapping.class_names)} values")
-    spec.num_classes = len(mapping.class_names)
-    return LabelMappedTask(label_task(False, loss, spec.num_classes, top_k), mapping)
+                         f"{spec.vocabulary_file} has {classes} values")
+    return LabelMappedTask(label_task(False, loss, classes, top_k), mapping), classes
 
 
-def _record_classes(spec: TaskSpec, config: Any) -> int:
+def _record_classes(spec: TaskSpec, main: MainTask) -> int:
     """The label space of the task's records: num_classes where it names it (the main flag on the main data),
     else 4716 for 2017 shards (id key video_id) and 3862 for later ones, from the first record."""
     if spec.num_classes is not None and spec.label_source != "vocabulary":
         return spec.num_classes
-    if spec.train_data_pattern == config.train_data_pattern:
-        return config.num_classes
+    if spec.train_data_pattern == main.train_data_pattern:
+        return main.features.num_classes
     return CLASSES_2017 if spec.id_key == "video_id" else CLASSES_2018
 
 

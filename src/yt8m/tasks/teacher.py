@@ -3,6 +3,8 @@ and the Teacher protocol it reads them from (the teachers themselves: yt8m.infer
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, ContextManager, Optional, Protocol
 
 import numpy as np
@@ -10,11 +12,35 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.data.batch import Batch
+from yt8m.fields import setting
 from yt8m.tasks.base import Output, Task
 
 DISTILL_LOSSES = ("binary", "softmax")
 # The settings that define what a distilled run learns: resuming it with other values is refused.
 DISTILLATION_FIELDS = ("teacher", "distill_weight", "distill_temperature", "distill_loss")
+
+
+@dataclass(frozen=True)
+class DistillationConfig:
+    """The `distillation` section: --teacher and how the student learns its soft targets."""
+
+    teacher: str = setting("", "Distillation: the student also learns this teacher's soft targets: a train dir (its "
+                               "best export, else newest checkpoint), an ONNX export, or a predictions file (.jsonl, "
+                               ".csv).")
+    distill_weight: float = setting(0.5, "With --teacher: the loss is (1 - W) x label loss + W x distillation loss.",
+                                    at_least=0, at_most=1)
+    distill_temperature: float = setting(1.0, "With --teacher: T dividing teacher and student logits (the "
+                                              "distillation loss is scaled by T^2).", above=0)
+    distill_loss: str = setting("binary", "With --teacher: 'binary' (sigmoid cross-entropy per class) or 'softmax' "
+                                          "(KL divergence of softmaxes over the classes, NeXtVLAD's).",
+                                choices=lambda: DISTILL_LOSSES)
+
+    def problems(self) -> list[str]:
+        if self.teacher:
+            return []
+        given = [f"--{name}" for name, default in ((f.name, f.default) for f in dataclasses.fields(self))
+                 if name != "teacher" and getattr(self, name) != default]
+        return [f"{' and '.join(given)} without --teacher: distillation needs a teacher"] if given else []
 # Probabilities are capped below 1 so that every teacher logit but that of a class left out (probability 0,
 # logit -inf: a softmax or sigmoid at any temperature keeps it 0) is finite.
 _MAX_PROBABILITY = 1.0 - 1e-7

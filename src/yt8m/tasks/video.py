@@ -1,5 +1,5 @@
-"""The video task (YouTube-8M's labels of each video: GAP@20, mAP, Hit@1, PERR), and the task a single-task config
-asks for, video labels or 2019 segment ratings (yt8m.tasks.segment), with the checks of what it asks."""
+"""The video task (YouTube-8M's labels of each video: GAP@20, mAP, Hit@1, PERR), and the task a run's features ask
+for, video labels or 2019 segment ratings (yt8m.tasks.segment), with the checks of what it asks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from yt8m.data.batch import Batch
+from yt8m.data.spec import FeatureSpec
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.tasks.base import Output, Task
@@ -63,11 +64,10 @@ def label_task(segments: bool, loss_fn: nn.Module, num_classes: int, top_k: int 
     return SegmentTask(loss_fn, num_classes, top_n) if segments else VideoTask(loss_fn, num_classes, top_k)
 
 
-def task_from_config(config: Any, loss_fn: Optional[nn.Module] = None, top_k: int = DEFAULT_TOP_K) -> Task:
-    """The task a train or eval config asks for, with `loss_fn` (default: --label_loss's); `top_k`: the video
-    task's GAP depth (eval's --top_k)."""
-    loss_fn = loss_fn if loss_fn is not None else create_loss(config.label_loss)
-    return label_task(config.segment_labels, loss_fn, config.num_classes, top_k, config.top_n)
+def features_task(features: FeatureSpec, loss: str, top_k: int = DEFAULT_TOP_K, top_n: int = DEFAULT_TOP_N) -> Task:
+    """The task of what a run's features say it reads (its classes, video labels or segment ratings), learning
+    `loss` (--label_loss); `top_k`: the video task's GAP depth (eval's --top_k), `top_n` the segment task's K."""
+    return label_task(features.segment_labels, create_loss(loss), features.num_classes, top_k, top_n)
 
 
 def metric_names(segments: bool) -> tuple[str, ...]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Iterable, Iterator, Optional
+import dataclasses
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 
 from yt8m.data.batch import Batch
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.data.tfrecord import read_records
 from yt8m.distributed.ranks import rank_and_world_size
 from yt8m.io import storage
@@ -23,11 +25,12 @@ class TrainingData:
     """The training sources' datasets, read in turn: which source gives the next batch is drawn per batch
     (--task_sampling), seeded by the run's seed and the epoch; an epoch ends when every source is read through."""
 
-    def __init__(self, config: Any, tasks: TaskSet):
-        self.config, self.tasks = config, tasks
-        self.datasets = [YT8MDataset(source.pattern, source_spec(config, source), config.batch_size, shuffle=True,
-                                     seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                                     skip_corrupt=config.skip_corrupt, cache_in_memory=config.cache_in_memory,
+    def __init__(self, data: DataConfig, features: FeatureSpec, batch_size: int, seed: int, task_sampling: str,
+                 tasks: TaskSet):
+        self.data, self.seed, self.task_sampling, self.tasks = data, seed, task_sampling, tasks
+        self.datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size,
+                                     shuffle=True, seed=seed, shuffle_buffer=data.shuffle_buffer,
+                                     skip_corrupt=data.skip_corrupt, cache_in_memory=data.cache_in_memory,
                                      record_bytes=True)
                          for source in tasks.sources]
         self.loaders: list[Iterable[Batch]] = []
@@ -47,7 +50,7 @@ class TrainingData:
 
     def open(self, device: torch.device) -> None:
         """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here."""
-        self.loaders = [make_loader(dataset, reader_workers(self.config.num_readers, dataset.spec.frame_features),
+        self.loaders = [make_loader(dataset, reader_workers(self.data.num_readers, dataset.spec.frame_features),
                                     pin_memory=device.type == "cuda") for dataset in self.datasets]
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
@@ -59,8 +62,8 @@ class TrainingData:
                    in enumerate(zip(self.loaders, self.tasks.sources))]
         if len(streams) == 1:
             return streams[0]
-        rng = np.random.default_rng([self.config.seed, epoch, len(self.datasets)])
-        return interleave(streams, self.config.task_sampling, self.source_weights(), rng)
+        rng = np.random.default_rng([self.seed, epoch, len(self.datasets)])
+        return interleave(streams, self.task_sampling, self.source_weights(), rng)
 
     def _counted(self, batches: Iterable[Batch], index: int) -> Iterator[Batch]:
         for batch in batches:
@@ -72,7 +75,7 @@ class TrainingData:
         read against its share of the shards' bytes, or for a RAM cache the examples served against its size."""
         if not self._examples:
             return None
-        if self.config.cache_in_memory:
+        if self.data.cache_in_memory:
             cached = sum(len(dataset.cache) for dataset in self.datasets if dataset.cache is not None)
             return sum(self._examples) / cached if cached else None
         if self._bytes_per_process is None:
@@ -82,7 +85,7 @@ class TrainingData:
         return read / self._bytes_per_process if self._bytes_per_process else None
 
     def source_weights(self) -> list[float]:
-        if self.config.task_sampling == "weights":
+        if self.task_sampling == "weights":
             weights = dict(zip(self.tasks.names, (spec.weight for spec in self.tasks.specs)))
             return [sum(weights[name] for name in source.tasks) for source in self.tasks.sources]
         return [float(sum(os.path.getsize(path) for path in dataset.paths)) for dataset in self.datasets]
@@ -96,10 +99,9 @@ class TrainingData:
         return sum(dataset.skipped_records for dataset in self.datasets)
 
 
-def source_spec(config: Any, source: TaskSource) -> FeatureSpec:
+def source_spec(features: FeatureSpec, source: TaskSource) -> FeatureSpec:
     """How a source's records are read: the run's features, the source's label space and kind of labels."""
-    return FeatureSpec(list(config.feature_names), list(config.feature_sizes), config.frame_features,
-                       config.max_frames, source.record_classes, source.segments, config.segment_size)
+    return dataclasses.replace(features, num_classes=source.record_classes, segment_labels=source.segments)
 
 
 def tagged(batches: Iterable[Batch], index: int, source: TaskSource) -> Iterator[Batch]:

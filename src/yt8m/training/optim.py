@@ -7,10 +7,13 @@ The L2 penalties' gradient (coefficient x weight) is added here, not through aut
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
+
+from yt8m.fields import setting
 
 # TensorFlow optimizer class names from starter-kit command lines, with the TF defaults torch lacks.
 TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -24,6 +27,43 @@ TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
 L2Terms = Sequence[tuple[nn.Parameter, float]]
 # The key of an optimizer_state's parameter names, in the order of torch's positions.
 PARAM_NAMES = "param_names"
+
+
+def optimizer_problem(name: str) -> Optional[str]:
+    """The check of --optimizer."""
+    try:
+        optimizer_class(name)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The `optimizer` section: the optimizer, its learning rate and schedule, gradient clipping, the L2 penalties'
+    weight, and the moving average of the weights that is evaluated."""
+
+    name: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).",
+                        flag="optimizer", check=optimizer_problem)
+    base_learning_rate: float = setting(0.01, "Initial learning rate.", above=0)
+    learning_rate_decay: float = setting(0.95, "Learning rate multiplier per --learning_rate_decay_examples.", above=0,
+                                         at_most=1)
+    learning_rate_decay_examples: int = setting(4000000, "Examples between learning-rate decays (staircase).",
+                                                at_least=1)
+    clip_gradient_norm: float = setting(1.0, "Clip each parameter's gradient to this norm, as the starter kit's "
+                                             "per-variable clip_by_norm (0 disables).", at_least=0)
+    clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
+                                              "disables); --clip_gradient_norm 0 leaves value clipping alone.",
+                                         at_least=0)
+    regularization_penalty: float = setting(1.0, "Weight of the models' L2 penalties in the loss.", at_least=0)
+    ema_decay: float = setting(0.0, "Evaluate, checkpoint, export and predict with an exponential moving average of "
+                                    "the weights, updated after every step with this decay (e.g. 0.998; warmed up as "
+                                    "min(decay, (1 + step) / (10 + step))); 0 uses the trained weights as they are.",
+                               at_least=0, at_most=0.99999)
+
+    def learning_rate(self, examples: int) -> float:
+        """Staircase decay over global examples seen, as the starter kit's exponential_decay(staircase=True)."""
+        return self.base_learning_rate * self.learning_rate_decay ** (examples // self.learning_rate_decay_examples)
 
 
 def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
@@ -41,9 +81,11 @@ def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict[str, A
     return classes[class_name.lower()], defaults
 
 
-def build_optimizer(name: str, parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Any torch.optim class by name (case-insensitive), or a TensorFlow optimizer name."""
-    cls, defaults = optimizer_class(name)
+def build_optimizer(config: OptimizerConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The section's optimizer (any torch.optim class by name, case-insensitive, or a TensorFlow optimizer name) at
+    its base learning rate."""
+    cls, defaults = optimizer_class(config.name)
+    lr = config.base_learning_rate
     parameters = list(parameters)
     if "fused" in inspect.signature(cls).parameters:
         # One fused kernel per step instead of a dozen passes over the weights: several times faster.

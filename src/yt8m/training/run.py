@@ -4,6 +4,7 @@ checkpoint it resumes), decided once, before the train dir is touched, so that a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Optional
@@ -11,18 +12,19 @@ from typing import Optional
 import torch
 from torch import nn
 
-from yt8m.config import MODEL_IDENTITY_FIELDS, TrainConfig, checkpoint_config, differing_fields, shown
+from yt8m.config import config_from_dict, config_values, differing, shown
 from yt8m.data.inspection import find_video
 from yt8m.inference.teachers import open_teacher
-from yt8m.io.checkpoints import latest_checkpoint, load_latest_checkpoint
+from yt8m.io.checkpoints import Checkpoint, latest_checkpoint, load_latest_checkpoint
 from yt8m.models.checkpoints import init_from_checkpoint, tensor_mismatches
+from yt8m.models.config import MODEL_IDENTITY_FIELDS, build_model
 from yt8m.models.model_size import ModelSize, check_model_size
 from yt8m.models.multihead import build_multitask_model
-from yt8m.models.registry import create_model_from_config, model_hparams
 from yt8m.tasks.spec import TaskSpec
 from yt8m.tasks.taskset import TaskSet, plan_tasks, task_set_problem
 from yt8m.tasks.teacher import DISTILLATION_FIELDS, Teacher
 from yt8m.training.checks import teacher_fit
+from yt8m.training.config import TrainConfig
 from yt8m.training.data import TrainingData
 from yt8m.training.optim import build_optimizer, resumable_optimizer_state
 from yt8m.training.validation import EvaluateFn, TrainEvaluator, validation_evaluator
@@ -42,34 +44,42 @@ class Run:
     evaluator: Optional[TrainEvaluator]
     size: ModelSize
     newest: Optional[str]
-    resume: Optional[dict]
+    resume: Optional[Checkpoint]
 
 
 def build_run(config: TrainConfig, device: torch.device, resources: contextlib.ExitStack, chief: bool,
               evaluate: Optional[EvaluateFn] = None) -> Run:
     """The run `config` describes on `device` (its teachers opened in `resources`); the chief process (rank 0)
     evaluates, with `evaluate(model, step)` when given, else on --eval_data_pattern. Reads the train dir only."""
-    check_model_size(config)  # on the meta device: a model too large to build is refused before it is built
+    limit = config.runtime.max_model_size_mb
+    # On the meta device: a model too large to build is refused before it is built.
+    check_model_size(config.model, config.features, limit)
     # A teacher task's classes are known once its data is read: its fit is checked then (--teacher's with the config).
-    tasks = plan_tasks(config, check=lambda spec: teacher_fit(spec, config) if spec.name and spec.teacher else [])
+    tasks = plan_tasks(config.tasks, config.main_task(), config.validation.top_n,
+                       check=lambda spec: teacher_fit(spec, config.features) if spec.name and spec.teacher else [])
     model = model_of(config, tasks)
-    size = check_model_size(config, model)
+    size = check_model_size(config.model, config.features, limit, model)
     model = model.to(device)
-    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    data = TrainingData(config, tasks)
+    optimizer = build_optimizer(config.optimizer, model.parameters())
+    data = TrainingData(config.data, config.features, config.schedule.batch_size, config.schedule.seed,
+                        config.tasks.task_sampling, tasks)
     data.check_first_records()
-    resources.enter_context(tasks.teachers(lambda spec, paths: _teacher(spec, paths, device)))
+    tasks = resources.enter_context(tasks.teachers(lambda spec, paths: _teacher(spec, paths, device)))
     evaluator = None
-    if chief and (config.eval_data_pattern or evaluate is not None):
-        evaluator = TrainEvaluator(config, evaluate or validation_evaluator(config, tasks, device), tasks)
-    newest = latest_checkpoint(config.train_dir)
+    if chief and (config.validation.eval_data_pattern or evaluate is not None):
+        evaluate = evaluate or validation_evaluator(config.validation, config.data, config.features,
+                                                    config.schedule.batch_size, tasks, device)
+        evaluator = TrainEvaluator(config.validation, config.checkpoints.train_dir, evaluate, tasks)
+    newest = latest_checkpoint(config.checkpoints.train_dir)
     return Run(model, optimizer, tasks, data, evaluator, size, newest,
                checkpoint_to_resume(config, model, optimizer, tasks))
 
 
 def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
     """The config's model: with named tasks a shared trunk and a head per task, else the model itself."""
-    return build_multitask_model(config, tasks.specs) if tasks.named else create_model_from_config(config)
+    if tasks.named:
+        return build_multitask_model(config.model, config.features, tasks.specs)
+    return build_model(config.model, config.features)
 
 
 def _teacher(spec: TaskSpec, paths: list[str], device: torch.device) -> Teacher:
@@ -81,26 +91,32 @@ def checkpoint_to_resume(config: TrainConfig, model: nn.Module, optimizer: torch
     """The payload of the train dir's newest readable checkpoint, checked to match the config, the model's tensors and
     the optimizer's parameters by name and shape (read only: a mismatch leaves the train dir as it was); without one
     (or with --start_new_model), `model` starts from --init_from when given."""
-    found = None if config.start_new_model else load_latest_checkpoint(config.train_dir, map_location="cpu")
+    checkpoints = config.checkpoints
+    found = None if checkpoints.start_new_model else load_latest_checkpoint(checkpoints.train_dir, map_location="cpu")
     resume_path, resume = found or (None, None)
     if resume is not None:
-        refuse_model_change(checkpoint_config(resume, resume_path), config, resume_path)
+        refuse_model_change(stored_train_config(resume, resume_path), config, resume_path)
         refuse_task_change(resume, tasks, resume_path)
         refuse_other_tensors(resume, model, optimizer, resume_path)
         log.info("resuming from %s", resume_path)
-        if config.init_from:
-            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", config.init_from)
-    elif config.init_from:
-        init_from_checkpoint(model, config.init_from).log(log)
+        if checkpoints.init_from:
+            log.info("--init_from %s is ignored: the run resumes from its own checkpoint", checkpoints.init_from)
+    elif checkpoints.init_from:
+        init_from_checkpoint(model, checkpoints.init_from).log(log)
     return resume
+
+
+def stored_train_config(checkpoint: Checkpoint, path: str) -> TrainConfig:
+    """The training config a checkpoint stores (flat, as written before configs had sections, or by section)."""
+    return config_from_dict(TrainConfig, checkpoint.config, source=f"{path} (config)", check_values=False)
 
 
 def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
     """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
     distilling from another teacher, or with other distillation settings)."""
-    fields = list(MODEL_IDENTITY_FIELDS)
-    differing = differing_fields(saved, requested, fields) + _differing_hparams(saved, requested)
-    for found, what in ((differing, "model"), (differing_fields(saved, requested, DISTILLATION_FIELDS), "distillation")):
+    old, new = config_values(saved), config_values(requested)
+    model_differs = differing(old, new, MODEL_IDENTITY_FIELDS) + _differing_hparams(saved, requested)
+    for found, what in ((model_differs, "model"), (differing(old, new, DISTILLATION_FIELDS), "distillation")):
         if found:
             lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
                               for name, old, new in found)
@@ -113,28 +129,30 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
 def _differing_hparams(saved: TrainConfig, requested: TrainConfig) -> list[tuple[str, object, object]]:
     """The hyper-parameters of either run's model whose values differ (a model saved before a default changed
     keeps the value it was trained with)."""
-    if saved.model != requested.model:
+    if saved.model.name != requested.model.name or saved.model.hparams is None:
         return []
-    old, new = model_hparams(saved.model, saved), model_hparams(requested.model, requested)
+    old, new = dataclasses.asdict(saved.model.hparams), dataclasses.asdict(requested.model.hparams)
     return [(name, old[name], new[name]) for name in old if old[name] != new[name]]
 
 
-def refuse_other_tensors(payload: dict, model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: str) -> None:
+def refuse_other_tensors(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,
+                         path: str) -> None:
     """A checkpoint whose tensors or optimizer state differ from this run's model in names or shapes is refused,
     naming them, before anything loads (a model's code changed since, a run edited by hand)."""
-    problems = [f"{key}: {problem}" for key in ("model", "trained_weights") if key in payload
-                for problem in tensor_mismatches(model.state_dict(), payload[key])]
+    weights = {"model": checkpoint.model, "trained_weights": checkpoint.trained_weights}
+    problems = [f"{key}: {problem}" for key, saved in weights.items() if saved is not None
+                for problem in tensor_mismatches(model.state_dict(), saved)]
     if problems:
-        raise ValueError(f"{checkpoint} holds other tensors than this run's model ({len(problems)}): "
+        raise ValueError(f"{path} holds other tensors than this run's model ({len(problems)}): "
                          + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
                          + ". Pass --start_new_model to delete its checkpoints and start over, or choose a new "
                            "--train_dir.")
-    resumable_optimizer_state(optimizer, model, payload["optimizer"], checkpoint)
+    resumable_optimizer_state(optimizer, model, checkpoint.optimizer, path)
 
 
-def refuse_task_change(payload: dict, tasks: TaskSet, checkpoint: str) -> None:
+def refuse_task_change(resume: Checkpoint, tasks: TaskSet, checkpoint: str) -> None:
     """Resuming trains the checkpoint's heads on the checkpoint's tasks: another task set is refused, named."""
-    saved = [TaskSpec(**spec) for spec in payload.get("tasks", [])]
+    saved = [TaskSpec.from_dict(spec) for spec in resume.tasks]
     differs = task_set_problem(saved, tasks.specs)
     if differs:
         raise ValueError(f"{checkpoint} was trained on other tasks: {differs}. Resume with the checkpoint's tasks, "

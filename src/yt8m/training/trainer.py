@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any, ContextManager, Iterator, Optional, Sequence
 
-from yt8m.config import STARTER_TRAIN_DIR, TrainConfig, save_config
+from yt8m.config import STARTER_TRAIN_DIR, save_config
 from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.io import storage
 from yt8m.io.checkpoints import (CONFIG_FILE, EXPORT_DIR, MODEL_SIZE_FILE, RUN_FILES, checkpoint_dir, clear_final_marker,
@@ -22,6 +22,7 @@ from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import TrainDirLock
 from yt8m.models.model_size import ModelSize
 from yt8m.training.checks import check_train_config
+from yt8m.training.config import TrainConfig
 from yt8m.training.loop import TrainHook, fit
 from yt8m.training.randomness import seed_everything
 from yt8m.training.run import build_run
@@ -41,28 +42,28 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     it trains and evaluates.
     """
     if not checked:
-        check_train_config(config, evaluating=bool(config.eval_data_pattern) or evaluate is not None)
-    if config.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
+        check_train_config(config, evaluating=bool(config.validation.eval_data_pattern) or evaluate is not None)
+    train_dir = config.checkpoints.train_dir
+    if train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
         log.warning("--train_dir is %s, the starter kit's default: a reboot or the next run there may wipe it; "
-                    "give each run a --train_dir of its own", config.train_dir)
-    device = training_device(config.device)
+                    "give each run a --train_dir of its own", train_dir)
+    device = training_device(config.runtime.device)
     with process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
-        seed_everything(config.seed)
+        seed_everything(config.schedule.seed)
         run = build_run(config, device, resources, rank == 0, evaluate)
-        existed = storage.exists(config.train_dir)
-        with train_dir_lock(config.train_dir, rank), removed_unless_checkpointed(config.train_dir, rank, run.newest,
-                                                                                 existed):
+        existed = storage.exists(train_dir)
+        with train_dir_lock(train_dir, rank), removed_unless_checkpointed(train_dir, rank, run.newest, existed):
             prepare_train_dir(config, rank, run.newest, run.size)
             run.data.open(device)
             log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
-                     config.model, run.size.describe(), device, world_size,
-                     config.batch_size * world_size * config.numbatches_to_aggregate)
+                     config.model.name, run.size.describe(), device, world_size,
+                     config.schedule.global_batch(world_size))
             log_train_dir(config, rank)
-            summary = fit(run.model, run.optimizer, None, run.data.epoch_batches, config, hooks=hooks,
-                          resume=run.resume, device=device, evaluator=run.evaluator, task=run.tasks,
+            summary = fit(run.model, run.optimizer, run.tasks, run.data.epoch_batches, config, hooks=hooks,
+                          resume=run.resume, device=device, evaluator=run.evaluator,
                           epoch_fraction=run.data.epoch_fraction)
-            if config.skip_corrupt:
+            if config.data.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(run.data.skipped_files, device),
                                skipped_records=all_reduce_sum(run.data.skipped_records, device))
             return summary
@@ -72,12 +73,16 @@ def log_train_dir(config: TrainConfig, rank: int) -> None:
     """Say where the run writes what."""
     if rank != 0:
         return
-    every = f"every {config.export_model_steps} steps" + (", at each epoch's end" if config.checkpoint_every_epoch
-                                                          else "")
+    checkpoints = config.checkpoints
+    train_dir = checkpoints.train_dir
+    every = f"every {checkpoints.export_model_steps} steps" + (", at each epoch's end"
+                                                               if checkpoints.checkpoint_every_epoch else "")
+    evaluations = (f"; evaluations in {os.path.join(train_dir, 'eval')}, exports in "
+                   f"{os.path.join(train_dir, EXPORT_DIR)}/(best|latest|final)"
+                   if config.validation.eval_data_pattern else "")
     log.info("train dir %s: checkpoints %s/ckpt-<step>.pt (%s and at the end; the newest %d kept), config.yaml, "
-             "model_size.json, TensorBoard events%s", config.train_dir, checkpoint_dir(config.train_dir), every,
-             config.keep_checkpoints, f"; evaluations in {os.path.join(config.train_dir, 'eval')}, exports in "
-             f"{os.path.join(config.train_dir, EXPORT_DIR)}/(best|latest|final)" if config.eval_data_pattern else "")
+             "model_size.json, TensorBoard events%s", train_dir, checkpoint_dir(train_dir), every,
+             checkpoints.keep_checkpoints, evaluations)
 
 
 @contextlib.contextmanager
@@ -120,15 +125,16 @@ def prepare_train_dir(config: TrainConfig, rank: int, newest: Optional[str], siz
     barrier()
     if rank != 0:
         return
-    if latest_checkpoint(config.train_dir) != newest:
-        raise ValueError(f"another run wrote {latest_checkpoint(config.train_dir)} while this one started in "
-                         f"{config.train_dir}: start this run again")
-    if config.start_new_model:
-        remove_previous_run(config.train_dir)
-    save_config(config, os.path.join(config.train_dir, CONFIG_FILE))
-    write_file_atomically(os.path.join(config.train_dir, MODEL_SIZE_FILE),
-                          lambda out: json.dump({"model": config.model, **size.as_dict()}, out, indent=1))
-    clear_final_marker(config.train_dir)
+    train_dir = config.checkpoints.train_dir
+    if latest_checkpoint(train_dir) != newest:
+        raise ValueError(f"another run wrote {latest_checkpoint(train_dir)} while this one started in "
+                         f"{train_dir}: start this run again")
+    if config.checkpoints.start_new_model:
+        remove_previous_run(train_dir)
+    save_config(config, os.path.join(train_dir, CONFIG_FILE))
+    write_file_atomically(os.path.join(train_dir, MODEL_SIZE_FILE),
+                          lambda out: json.dump({"model": config.model.name, **size.as_dict()}, out, indent=1))
+    clear_final_marker(train_dir)
 
 
 def train_dir_lock(train_dir: str, rank: int) -> ContextManager:

@@ -15,13 +15,15 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from yt8m.config import TrainConfig
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
+from yt8m.eval.segment_metrics import DEFAULT_TOP_N
+from yt8m.fields import setting
 from yt8m.io.checkpoints import exported_checkpoint
 from yt8m.io.summaries import summary_writer
 from yt8m.runtime import reader_workers
+from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.best_models import Exporters
 from yt8m.training.data import source_spec
@@ -30,6 +32,59 @@ log = logging.getLogger("yt8m.train_eval")
 
 # evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
 EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
+TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
+
+
+def best_metric_problem(name: str) -> Optional[str]:
+    """The check of --best_metric: a metric of the tasks (its task's own are checked with the tasks)."""
+    if name.rpartition("/")[2] in HIGHER_IS_BETTER:
+        return None
+    form = "TASK/METRIC with METRIC" if "/" in name else ""
+    return f"must be {form} one of {', '.join(HIGHER_IS_BETTER)}, got {name!r}".replace("  ", " ")
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """The `validation` section: train and evaluate: which shards validate, when, which metric picks the best
+    model, the exports kept, and what a run without improvement does."""
+
+    eval_data_pattern: str = setting("", "Train and evaluate: evaluate on these shards after each checkpoint, export "
+                                         "the best, latest and final models to <train_dir>/export.")
+    eval_steps: Optional[int] = setting(None, "Evaluate on the first N batches of --eval_data_pattern (None: all).",
+                                        at_least=1)
+    eval_throttle_secs: float = setting(0.0, "Skip a checkpoint's evaluation when the previous one started less "
+                                             "than this many seconds ago (the final checkpoint is always evaluated).",
+                                        at_least=0)
+    eval_start_delay_secs: float = setting(0.0, "Evaluate no checkpoint in the first N seconds of training (the "
+                                                "final one is always evaluated).", at_least=0)
+    best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
+                                      "hit_at_one, perr, segment_map (--segment_labels; higher is better) or loss "
+                                      "(lower is better); with tasks TASK/METRIC (METRIC: the first task's).",
+                               check=best_metric_problem)
+    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
+    keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).",
+                                     at_least=0)
+    keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)
+    early_stopping_patience: int = setting(0, "Stop after this many evaluations in a row without improving "
+                                              "--best_metric (0: never).", at_least=0)
+    lr_halving_patience: int = setting(0, "Halve the learning rate after this many evaluations in a row without "
+                                          "improvement (0: never); the factor is kept in checkpoints.", at_least=0)
+    revert_to_best: bool = setting(False, "With --lr_halving_patience: each halving also reloads the best export's "
+                                          "weights and optimizer state.")
+
+    def problems(self) -> list[str]:
+        problems = []
+        if self.revert_to_best and not self.lr_halving_patience:
+            problems.append("--revert_to_best acts when the learning rate is halved: set --lr_halving_patience")
+        if self.revert_to_best and self.keep_best_exports < 1:
+            problems.append("--revert_to_best reloads the best export: --keep_best_exports must be at least 1")
+        return problems
+
+    def without_evaluation_problems(self) -> list[str]:
+        """What asks for evaluations that a run without them cannot give."""
+        needs_eval = [name for name in ("early_stopping_patience", "lr_halving_patience", "revert_to_best")
+                      if getattr(self, name)]
+        return [f"--{name} needs --eval_data_pattern" for name in needs_eval]
 
 
 @dataclass
@@ -57,22 +112,25 @@ class ValidationState:
     task_best: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def validation_evaluator(config: TrainConfig, tasks: TaskSet, device: torch.device) -> EvaluateFn:
+def validation_evaluator(validation: ValidationConfig, data: DataConfig, features: FeatureSpec, batch_size: int,
+                         tasks: TaskSet, device: torch.device) -> EvaluateFn:
     """evaluate(model, step) -> metrics: every validated task's metrics on its own validation data, read by the
-    task's head (all of it, or --eval_steps batches per data set), keyed as the task set names them."""
+    task's head (all of it, or --eval_steps batches per data set), keyed as the task set names them; read as the
+    training data is (`data`'s readers, damage and RAM cache)."""
     sources = tasks.validation_sources()
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
-    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(config, source), config.batch_size,
-                                       skip_corrupt=config.skip_corrupt, rank=0, world_size=1,
-                                       cache_in_memory=config.cache_in_memory),
-                           reader_workers(config.num_readers, config.frame_features), pin_memory=device.type == "cuda")
+    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(features, source), batch_size,
+                                       skip_corrupt=data.skip_corrupt, rank=0, world_size=1,
+                                       cache_in_memory=data.cache_in_memory),
+                           reader_workers(data.num_readers, features.frame_features), pin_memory=device.type == "cuda")
                for source in sources]
+    steps = validation.eval_steps
 
     def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
         results = {}
         for source, loader in zip(sources, loaders):
             for name in source.tasks:
-                batches = loader if config.eval_steps is None else itertools.islice(loader, config.eval_steps)
+                batches = loader if steps is None else itertools.islice(loader, steps)
                 task = tasks.tasks[name].judged()
                 with naming_tasks(TaskSource(source.pattern, source.segments, source.record_classes, [name])):
                     metrics = evaluate_model(tasks.view(model, name), batches, task, device=device)
@@ -85,13 +143,13 @@ def validation_evaluator(config: TrainConfig, tasks: TaskSet, device: torch.devi
 class TrainEvaluator:
     """Evaluates checkpoints of the live model, exports them, and judges progress on --best_metric."""
 
-    def __init__(self, config: TrainConfig, evaluate: EvaluateFn, tasks: TaskSet):
+    def __init__(self, config: ValidationConfig, train_dir: str, evaluate: EvaluateFn, tasks: TaskSet):
         """`evaluate` returns the metrics keyed as `tasks` names them (TASK/METRIC for named tasks)."""
-        self.config = config
+        self.config, self.train_dir = config, train_dir
         self.evaluate = evaluate
         self.tasks = tasks
         self.best_metric = tasks.best_metric_key(config.best_metric)
-        self.exporters = Exporters(config.train_dir, config.keep_best_exports, config.keep_latest_exports)
+        self.exporters = Exporters(train_dir, config.keep_best_exports, config.keep_latest_exports)
         self.state = ValidationState()
         self.started = time.monotonic()
         self.last_started: Optional[float] = None
@@ -176,7 +234,7 @@ class TrainEvaluator:
         with torch.random.fork_rng(devices=devices):
             metrics = self.evaluate(model, step)
         result = {"global_step": step, **metrics}
-        write_metrics(self.config.train_dir, result, self._summary_writer(), list(metrics))
+        write_metrics(self.train_dir, result, self._summary_writer(), list(metrics))
         return result
 
     def _improves(self, value: float) -> bool:
@@ -199,7 +257,7 @@ class TrainEvaluator:
 
     def _summary_writer(self):
         if self._writer is None:
-            self._writer = summary_writer(os.path.join(self.config.train_dir, "eval"))
+            self._writer = summary_writer(os.path.join(self.train_dir, "eval"))
         return self._writer
 
 

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
 
-from yt8m.config import TrainConfig
 from yt8m.io.checkpoints import checkpoint_dir, EXPORT_DIR
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
-from yt8m.training import train
+from yt8m.training import TrainConfig, train
 from yt8m.tune.limits import RunLimits, StudyDeadline, TrialTimeLimit
 from yt8m.tune.space import TuneSpec, objective_key, report_schedule
 from yt8m.tune.study import (
@@ -70,7 +69,7 @@ class ValidationReporter:
 
     @property
     def key(self) -> str:
-        return objective_key(self.spec.metric, self.config)
+        return objective_key(self.spec.metric, self.config.tasks)
 
     def __call__(self, event: "TrainEvent") -> bool:
         self.epochs, self.examples = event.epoch, event.examples
@@ -102,9 +101,9 @@ class ValidationReporter:
         return None
 
     def _is_last(self, event: "TrainEvent") -> bool:
-        max_steps = self.config.max_steps
-        return event.final or event.epoch >= self.config.num_epochs or (
-            max_steps is not None and event.step >= max_steps)
+        schedule = self.config.schedule
+        return event.final or event.epoch >= schedule.num_epochs or (
+            schedule.max_steps is not None and event.step >= schedule.max_steps)
 
 
 @dataclass

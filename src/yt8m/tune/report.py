@@ -15,8 +15,8 @@ from typing import Any, Optional, TextIO
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from yt8m.config import TrainConfig, load_config, save_config
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.config import load_config, save_config, with_values
+from yt8m.data.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
@@ -24,8 +24,8 @@ from yt8m.io.checkpoints import load_latest_checkpoint, checkpoint_dir
 from yt8m.io.files import write_file_atomically
 from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.optional import available
-from yt8m.tasks.video import task_from_config
-from yt8m.training import train
+from yt8m.tasks.video import features_task
+from yt8m.training import TrainConfig, train
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir
 from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
@@ -245,22 +245,25 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
         raise ValueError(f"study '{spec.settings.study_name}' has no complete trial to retrain")
     config = load_config(TrainConfig, os.path.join(spec.settings.study_dir, BEST_CONFIG))
     if train_on_validate:
-        config.train_data_pattern = f"{config.train_data_pattern},{spec.eval_data_pattern}"
-        config.train_dir = os.path.join(os.path.abspath(spec.settings.study_dir), "best_train_validate")
-        config.eval_data_pattern, config.checkpoint_every_epoch = "", False  # no held-out data is left
-    log.info("retraining trial %d's config in %s", best.number, config.train_dir)
-    result: dict[str, Any] = {"train_dir": config.train_dir, **train(config)}
+        config = with_values(  # no held-out data is left to evaluate on
+            config, train_data_pattern=f"{config.data.train_data_pattern},{spec.eval_data_pattern}",
+            train_dir=os.path.join(os.path.abspath(spec.settings.study_dir), "best_train_validate"),
+            eval_data_pattern="", checkpoint_every_epoch=False)
+    train_dir = config.checkpoints.train_dir
+    log.info("retraining trial %d's config in %s", best.number, train_dir)
+    result: dict[str, Any] = {"train_dir": train_dir, **train(config)}
     if not train_on_validate:
-        result["validation"] = evaluate_train_dir(config.train_dir, spec.eval_data_pattern)
+        result["validation"] = evaluate_train_dir(train_dir, spec.eval_data_pattern, config)
     return result
 
 
-def evaluate_train_dir(train_dir: str, pattern: str) -> dict[str, Any]:
-    """Metrics of a train dir's latest checkpoint on `pattern`."""
-    path, payload = load_latest_checkpoint(train_dir)
-    model, config, _ = build_model_from_payload(payload, path)
-    batches = YT8MDataset(pattern, FeatureSpec.from_config(config), config.batch_size)
-    return evaluate_model(model, batches, task_from_config(config))
+def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dict[str, Any]:
+    """Metrics of a train dir's latest checkpoint on `pattern`, read and scored as `config` trained it."""
+    path, checkpoint = load_latest_checkpoint(train_dir)
+    trained = build_model_from_payload(checkpoint, path)
+    batches = YT8MDataset(pattern, trained.features, config.schedule.batch_size)
+    return evaluate_model(trained.network, batches, features_task(trained.features, config.loss.name,
+                                                                  top_n=config.validation.top_n))
 
 
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
@@ -278,7 +281,7 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[st
         if not os.path.isdir(checkpoint_dir(train_dir)):
             raise ValueError(f"--ensemble_top {count}: trial {trial.number} kept no checkpoints in {train_dir} "
                              f"(tune.keep_best is {spec.settings.keep_best}: only the best trials keep theirs)")
-    num_classes = spec.trial_config(best[0].params, train_dirs[0]).num_classes
+    num_classes = spec.trial_config(best[0].params, train_dirs[0]).features.num_classes
     with opened_inputs(train_dirs, num_classes) as inputs:
         fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)
     single = fitted["inputs"][0]

@@ -12,18 +12,18 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Optional
 
 import optuna
 
-from yt8m.config import HPARAMS_FIELD, ConfigError, TrainConfig, config_from_dict, field_names, field_type, load_yaml
+from yt8m.config import ConfigError, config_from_dict, field_type, flag_type, flattened, load_yaml
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
 from yt8m.models.registry import hparam_fields
-from yt8m.tasks.spec import TaskConfig, is_multitask, reads_segments, task_entries
+from yt8m.tasks.spec import TaskConfig, TasksConfig, reads_segments, task_entries
 from yt8m.tasks.video import metric_names
 from yt8m.training.checks import train_config_problems
+from yt8m.training.config import TrainConfig
 
 SECTIONS = ("train", "search", "objective", "tune")
 # Validation metrics `evaluate_model` returns, with the direction that makes a model better.
@@ -34,8 +34,10 @@ SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "successive_halving", "hyperband", "none")
 # Set by `yt8m tune` for every trial, so a value in the file would silently lose.
 TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
-# The validation set is not a training field; the file names it in `train:` beside the training set.
+# The validation set; the file names it in `train:` beside the training set.
 EVAL_PATTERN = "eval_data_pattern"
+# A mapping of the model's hyper-parameters is not searched whole: each is searched by its own name.
+HPARAMS_FLAG = "model_hparams"
 # What trial configs are checked with before the study starts, in place of each trial's own directory.
 PLACEHOLDER_TRAIN_DIR = "<study_dir>/trials/trial-<number>"
 # A searched field of one task of `train.tasks`: tasks.TASK.FIELD, or tasks.TASK.head_hparams.HPARAM.
@@ -184,7 +186,7 @@ def _collect(problems: list[str], build, *args: Any) -> Any:
 
 
 def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str, Any], str]:
-    values = dict(section)
+    values = flattened(TrainConfig, section)
     eval_pattern = str(values.pop(EVAL_PATTERN, "") or "")
     for name in TUNE_OWNED_FIELDS:
         if name in values:
@@ -244,9 +246,7 @@ def searched_field_type(name: str) -> Optional[type]:
 def train_field_type(name: str) -> Optional[type]:
     """The type of a `yt8m train` field or of a model hyper-parameter (a field and flag of its own name); None if
     neither."""
-    if name in field_names(TrainConfig) and name != HPARAMS_FIELD:
-        return field_type(TrainConfig, name)
-    return _hparam_type(name)
+    return None if name == HPARAMS_FLAG else flag_type(TrainConfig, name)
 
 
 def _hparam_type(name: str) -> Optional[type]:
@@ -470,10 +470,9 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
                         f"{', '.join(str(entry.get('name')) for entry in entries)})")
         return
     chosen = next((entry for entry in entries if entry.get("name") == task), entries[0] if entries else None)
-    main = SimpleNamespace(train_data_pattern=train.get("train_data_pattern", ""),
-                           segment_labels=bool(train.get("segment_labels")))
-    segments = reads_segments(chosen.get("label_source", "labels"), chosen.get("train_data_pattern", ""), main) \
-        if chosen else main.segment_labels
+    main_pattern, segment_labels = train.get("train_data_pattern", ""), bool(train.get("segment_labels"))
+    segments = reads_segments(chosen.get("label_source", "labels"), chosen.get("train_data_pattern", ""),
+                              main_pattern, segment_labels) if chosen else segment_labels
     names = metric_names(segments)
     if plain not in names:
         source = f"task {chosen.get('name')} reads segment ratings" if chosen else "train: segment_labels"
@@ -486,15 +485,15 @@ def _objective_task_entries(train: dict[str, Any], search: list[Param]) -> list[
     """The tasks trials train, as `tasks:` entries (the --aux_vertical_weight shorthand's too, fixed or searched)."""
     aux = train.get("aux_vertical_weight") or (1.0 if any(p.name == "aux_vertical_weight" for p in search) else 0)
     tasks = [entry for entry in train.get("tasks") or [] if isinstance(entry, dict)]
-    return task_entries(SimpleNamespace(tasks=tasks, aux_vertical_weight=aux, vocabulary_file=""))
+    return task_entries(TasksConfig(entries=tasks, aux_vertical_weight=aux))
 
 
-def objective_key(metric: str, config: TrainConfig) -> str:
+def objective_key(metric: str, tasks: TasksConfig) -> str:
     """The objective's key in a trial's validation metrics: with tasks TASK/METRIC, a plain METRIC the first
     task's."""
-    if not is_multitask(config) or "/" in metric:
+    if not tasks.multitask or "/" in metric:
         return metric
-    return f"{task_entries(config)[0]['name']}/{metric}"
+    return f"{task_entries(tasks)[0]['name']}/{metric}"
 
 
 def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> TuneSettings:

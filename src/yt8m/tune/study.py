@@ -21,7 +21,7 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from yt8m.config import TrainConfig
+from yt8m.training.config import ScheduleConfig
 from yt8m.tune.space import TuneSettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -225,7 +225,7 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
     """Create the study or resume it; refuses to resume one made with another space, objective or train set."""
     settings = spec.settings
     searched = {param.name for param in spec.search}
-    num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", TrainConfig.num_epochs)
+    num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", ScheduleConfig.num_epochs)
     study = optuna.create_study(storage=storage, study_name=settings.study_name, direction=spec.direction,
                                 sampler=create_sampler(settings),
                                 pruner=create_pruner(settings, num_epochs), load_if_exists=True)

@@ -1,0 +1,71 @@
+"""`EvalConfig`, everything `yt8m eval` needs, in sections: the shards it reads, the run's features, model and loss
+(the train dir's where not given), which checkpoints it evaluates, and what it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from yt8m.config import STARTER_TRAIN_DIR
+from yt8m.data.spec import FeatureSpec, num_readers_setting, skip_corrupt_setting
+from yt8m.eval.segment_metrics import DEFAULT_TOP_N
+from yt8m.fields import setting
+from yt8m.models.config import ModelConfig
+from yt8m.runtime import DEVICE_HELP, device_problem
+from yt8m.tasks.losses import LossConfig
+
+TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
+
+
+@dataclass(frozen=True)
+class EvalDataConfig:
+    """The `data` section of eval: the shards evaluated on, and how they are read."""
+
+    eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.",
+                                     required=True)
+    batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
+    num_readers: str = num_readers_setting()
+    skip_corrupt: bool = skip_corrupt_setting()
+    device: str = setting("auto", DEVICE_HELP, check=device_problem)
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """The `checkpoints` section of eval: whose checkpoints, the latest once or each new one as it comes."""
+
+    train_dir: str = setting(STARTER_TRAIN_DIR, "The train dir whose checkpoints are evaluated.", required=True)
+    run_once: bool = setting(False, "Evaluate the latest checkpoint and exit, instead of watching for new ones.")
+    poll_interval_secs: float = setting(10.0, "Watch mode: seconds between looks for a new checkpoint.", above=0)
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """The `report` section of eval: the metrics' depths and the per-class report."""
+
+    top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
+    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
+    per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
+                                 "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
+                                 "it: AP against training frequency, AP by vertical.")
+    vocabulary_file: str = setting("", "With --per_class: the label vocabulary CSV (the 2018 vocabulary.csv: Index, "
+                                       "Name, Vertical1, TrainVideoCount) naming the classes; default: the train "
+                                       "dir's. Its TrainVideoCount, where present, is the training frequency; else "
+                                       "the train dir's training shards are counted.")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything `yt8m eval` needs; the features, model and loss not given are the train dir's (its checks are
+    yt8m.eval.evaluate's)."""
+
+    data: EvalDataConfig = dataclasses.field(default_factory=EvalDataConfig)
+    features: FeatureSpec = dataclasses.field(default_factory=FeatureSpec)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+    checkpoints: WatchConfig = dataclasses.field(default_factory=WatchConfig)
+    report: ReportConfig = dataclasses.field(default_factory=ReportConfig)
+
+    def problems(self) -> list[str]:
+        if self.report.per_class and self.features.segment_labels:
+            return ["--per_class reports the classes of video labels: it does not take --segment_labels"]
+        return []
