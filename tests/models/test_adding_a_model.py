@@ -34,17 +34,17 @@ from yt8m.models.base import ClassifierHParams, BaseModel, starter_linear
 from yt8m.models.registry import register_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExampleHParams(ClassifierHParams):
     example_width: int = setting(8, "ExampleModel: units of the hidden layer.", at_least=1)
 
 
 @register_model(ExampleHParams)
 class ExampleModel(BaseModel):
-    def __init__(self, feature_size: int, num_classes: int, example_width: int = 8, l2_penalty: float = 1e-8):
-        super().__init__(feature_size, num_classes, l2_penalty)
-        self.hidden = starter_linear(feature_size, example_width)
-        self.out = starter_linear(example_width, num_classes)
+    def __init__(self, feature_size: int, num_classes: int, hparams: ExampleHParams = ExampleHParams()):
+        super().__init__(feature_size, num_classes, hparams)
+        self.hidden = starter_linear(feature_size, hparams.example_width)
+        self.out = starter_linear(hparams.example_width, num_classes)
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self.out(torch.relu(self.hidden(features)))
@@ -69,7 +69,7 @@ def test_a_new_model_file_is_all_it_takes(tiny_data, tmp_path):
         capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["global_step"] == 4
-    assert yaml.safe_load((train_dir / "config.yaml").read_text())["example_width"] == 5
+    assert yaml.safe_load((train_dir / "config.yaml").read_text())["model"]["hparams"]["example_width"] == 5
     refused = subprocess.run([sys.executable, "-m", "yt8m", "train", "--model", "ExampleModel", "--example_width", "0",
                               "--train_data_pattern", "x"], capture_output=True, text=True, env=env, timeout=300)
     assert "--example_width must be at least 1, got 0" in refused.stderr

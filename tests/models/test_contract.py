@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from workflow_fixtures import train_config
 from yt8m.training.checks import train_config_problems
-from yt8m.config import TrainConfig
 from yt8m.models import is_frame_level, list_models
 from yt8m.models.model_size import config_model_size, model_size
+from yt8m.training import TrainConfig
 
 from model_helpers import TINY, random_input, tiny_model
 
@@ -59,9 +60,10 @@ def test_regularization_loss_is_half_the_penalized_squared_weights():
 @pytest.mark.parametrize("name", [name for name in list_models() if is_frame_level(name)])
 def test_a_frame_models_trunk_is_all_but_its_classifier(name):
     """Multi-task training shares `shared_features` and puts one head per task in place of the classifier."""
-    from yt8m.config import TrainConfig, config_from_dict
+    from yt8m.config import config_from_dict
     from yt8m.models.multihead import build_multitask_model
     from yt8m.tasks.spec import resolve_tasks
+    from yt8m.training import TrainConfig
 
     torch.manual_seed(0)
     model = tiny_model(name, feature_size=12, num_classes=7).eval()
@@ -74,7 +76,8 @@ def test_a_frame_models_trunk_is_all_but_its_classifier(name):
     config = config_from_dict(TrainConfig, dict(
         hparams, train_data_pattern="unused", model=name, frame_features=True, feature_names="rgb,audio",
         feature_sizes="8,4", tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3}]), checks=train_config_problems)
-    trunk_and_heads = build_multitask_model(config, resolve_tasks(config))
+    trunk_and_heads = build_multitask_model(config.model, config.features,
+                                            resolve_tasks(config.tasks, config.main_task()))
     output = trunk_and_heads(features, num_frames)
     assert output["logits"]["a"].shape == (3, 5) and output["predictions"]["b"].shape == (3, 3)
 
@@ -86,5 +89,5 @@ def test_the_meta_device_measures_the_model_as_built_drawing_no_random_numbers(n
     expected = model_size(tiny_model(name, feature_size=12, num_classes=7))
     config = train_config(**{**TINY, "model": name}, feature_sizes="12", num_classes=7, train_data_pattern="unused")
     state = torch.random.get_rng_state()
-    assert config_model_size(config) == expected
+    assert config_model_size(config.model, config.features) == expected
     assert torch.equal(torch.random.get_rng_state(), state)

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from yt8m.training.checks import train_config_problems
-from yt8m.config import ConfigError, TrainConfig, config_from_dict
+from yt8m.config import ConfigError, config_from_dict
 from yt8m.models import create_model
 from yt8m.models.video import MoeModel
+from yt8m.training import TrainConfig
 
 from model_helpers import random_input
 
@@ -58,12 +59,12 @@ def test_a_classifier_the_flags_could_not_configure_is_refused(model, classifier
     with pytest.raises(ConfigError, match=f"--video_level_classifier_model '{classifier}' (has hyper-parameters a "
                                           f"classifier is not given|is a frame-level model)"):
         config_from_dict(TrainConfig, values, checks=train_config_problems)
-    with pytest.raises(ValueError, match="video_level_classifier_model: "):
+    with pytest.raises(ValueError, match=f"--video_level_classifier_model '{classifier}' "):
         create_model(model, 12, 5, video_level_classifier_model=classifier)
 
 
 def test_bad_sizes_are_refused():
-    with pytest.raises(ValueError, match=r"deep_hidden_layers \(-1\) must be at least 0"):
+    with pytest.raises(ValueError, match=r"--deep_hidden_layers must be at least 0, got -1"):
         create_model("DeepClassifierModel", 12, 5, deep_hidden_layers=-1)
-    with pytest.raises(ConfigError, match="--deep_dropout must be at most 0.99"):
+    with pytest.raises(ConfigError, match="--deep_dropout must be below 1, got 1.0"):
         config_from_dict(TrainConfig, {"model": "DeepClassifierModel", "deep_dropout": 1.0, "train_data_pattern": "x"}, checks=train_config_problems)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import torch
 
-from yt8m.models import create_model, create_model_from_config, model_class, register_model, registry
+from yt8m.data.spec import FeatureSpec
+from yt8m.models import create_model, model_class, registered_model
+from yt8m.models.config import ModelConfig, build_model
 from yt8m.models.base import BaseModel, ClassifierHParams
 from yt8m.models.gating import ContextGating, gated_logits
 from yt8m.models.nextvlad import SqueezeExcitationGating
@@ -45,16 +46,13 @@ def test_models_that_split_modalities_get_the_feature_sizes():
     class SplitProbe(BaseModel):
         splits_modalities = True
 
-        def __init__(self, feature_size, num_classes, l2_penalty=1e-8, modality_sizes=(1,)):
-            super().__init__(feature_size, num_classes, l2_penalty)
+        def __init__(self, feature_size, num_classes, hparams=ClassifierHParams(), modality_sizes=(1,)):
+            super().__init__(feature_size, num_classes, hparams)
             self.modality_sizes = modality_sizes
 
-    register_model(ClassifierHParams)(SplitProbe)
-    try:
-        config = SimpleNamespace(model="SplitProbe", feature_sizes=[5, 3], num_classes=2, model_hparams={"l2_penalty": 1e-8})
-        assert create_model_from_config(config).modality_sizes == (5, 3)
+    with registered_model(SplitProbe, ClassifierHParams):
+        features = FeatureSpec(["rgb", "audio"], [5, 3], num_classes=2)
+        assert build_model(ModelConfig("SplitProbe"), features).modality_sizes == (5, 3)
         assert create_model("SplitProbe", 8, 2).modality_sizes == (8,)
         assert not hasattr(create_model("MoeModel", 8, 2), "modality_sizes")
-    finally:
-        del registry._MODELS["SplitProbe"], registry._HPARAMS["SplitProbe"]
     assert model_class("GatedMoeModel").splits_modalities is False

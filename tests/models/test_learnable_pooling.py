@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.train import parse_args
-from yt8m.models import create_model, create_model_from_config
+from yt8m.models import create_model
+from yt8m.models.config import build_model
 from yt8m.models.learnable_pooling import NetFv, NetVlad, SoftBagOfFrames
 from yt8m.models.nextvlad import NeXtVlad
 from yt8m.models.pooling_layers import FrameBatchNorm
@@ -166,9 +167,10 @@ def test_published_recipes_parse_and_build(recipe, tmp_path, monkeypatch):
     (tmp_path / "data" / "yt8m_pca").mkdir(parents=True)
     np.save(tmp_path / "data" / "yt8m_pca" / "eigenvals.npy", np.linspace(15, 0.001, 2048)[:, None])  # its shape
     config = parse_args(["--config", str(path)])
-    assert config.frame_features and config.feature_sizes == [1024, 128] and config.num_classes == 3862
+    features = config.features
+    assert features.frame_features and features.feature_sizes == [1024, 128] and features.num_classes == 3862
     with torch.device("meta"):
-        model = create_model_from_config(config)
+        model = build_model(config.model, features)
     assert type(model).__name__.lower().startswith(recipe)
     assert sum(p.numel() for p in model.parameters()) > 30_000_000
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_copy,  # noqa: F401
-                               trained_dir)
+from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, train_config,  # noqa: F401
+                               trained_copy, trained_dir)
 from yt8m.cli import main as cli_main
-from yt8m.config import TrainConfig, config_values
+from yt8m.config import config_values
 from yt8m.models import create_model
 from yt8m.models.model_size import (BYTES_PER_MB, ModelSize, ModelTooLargeError, check_model_size,
                                     config_model_size, model_size)
+from yt8m.training import TrainConfig
 
 
 def test_parameters_and_buffers_count_four_bytes_each_and_shared_tensors_once():
@@ -34,13 +35,21 @@ def config_for(name: str, **overrides) -> TrainConfig:
                           "train_data_pattern": "unused", **overrides})
 
 
+def size_of(config: TrainConfig):
+    return config_model_size(config.model, config.features)
+
+
+def checked_size(config: TrainConfig):
+    return check_model_size(config.model, config.features, config.runtime.max_model_size_mb)
+
+
 def test_the_limit_is_inclusive_and_zero_means_none():
-    size = config_model_size(config_for("MoeModel"))
-    assert check_model_size(config_for("MoeModel", max_model_size_mb=size.megabytes)) == size
-    assert check_model_size(config_for("MoeModel", max_model_size_mb=0)) == size
+    size = size_of(config_for("MoeModel"))
+    assert checked_size(config_for("MoeModel", max_model_size_mb=size.megabytes)) == size
+    assert checked_size(config_for("MoeModel", max_model_size_mb=0)) == size
     with pytest.raises(ModelTooLargeError, match=r"--model MoeModel has [\d,]+ parameters, [\d.]+ MB, over "
                                                  r"--max_model_size_mb 1e-05"):
-        check_model_size(config_for("MoeModel", max_model_size_mb=1e-5))
+        checked_size(config_for("MoeModel", max_model_size_mb=1e-5))
 
 
 def test_a_huge_model_is_refused_without_being_built():
@@ -48,8 +57,8 @@ def test_a_huge_model_is_refused_without_being_built():
     config = config_for("MoeModel", num_classes=3862, feature_sizes="1024,128", moe_num_mixtures=200_000,
                         max_model_size_mb=1024)
     with pytest.raises(ModelTooLargeError, match=r"over --max_model_size_mb 1024"):
-        check_model_size(config)
-    assert config_model_size(config).megabytes > 3.5e6
+        checked_size(config)
+    assert size_of(config).megabytes > 3.5e6
 
 
 def test_train_logs_and_records_the_size_and_the_exports_carry_it(tiny_data, tmp_path, caplog, capsys):
@@ -58,7 +67,7 @@ def test_train_logs_and_records_the_size_and_the_exports_carry_it(tiny_data, tmp
                                max_model_size_mb=1)
     with caplog.at_level(logging.INFO, logger="yt8m.train"):
         assert cli_main(["train", *as_flags(config_values(config))]) == 0
-    size = config_model_size(config)
+    size = size_of(config)
     assert f"training MoeModel ({size.describe()})" in caplog.text
     recorded = json.loads((train_dir / "model_size.json").read_text())
     assert recorded == {"model": "MoeModel", **size.as_dict()}
@@ -89,7 +98,7 @@ def test_a_model_over_the_limit_is_refused_before_the_train_dir_is_touched(tiny_
     config = tiny_train_config(tiny_data, train_dir, max_model_size_mb=0.001, start_new_model=True)
     assert cli_main(["train", *as_flags(config_values(config))]) == 1
     error = capsys.readouterr().err
-    size = config_model_size(config)
+    size = size_of(config)
     assert (f"--model MoeModel has {size.describe()}, over --max_model_size_mb 0.001" in error
             and "Traceback" not in error)
     assert size.megabytes > 0.001
@@ -100,7 +109,7 @@ def test_a_model_over_the_limit_is_refused_before_the_train_dir_is_touched(tiny_
 
 
 def test_the_limit_is_off_by_default_and_a_negative_one_is_a_flag_error(capsys):
-    assert train_config().max_model_size_mb == 0
+    assert train_config().runtime.max_model_size_mb == 0
     assert BYTES_PER_MB == 2 ** 20
     assert cli_main(["train", "--train_data_pattern", "x", "--max_model_size_mb", "-1"]) == 1
     assert "--max_model_size_mb must be at least 0, got -1.0" in capsys.readouterr().err

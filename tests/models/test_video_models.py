@@ -18,7 +18,8 @@ from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_confi
 from yt8m.config import config_values
 from yt8m.cli import main as cli_main
 from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.models import create_model_from_config
+from yt8m.models.config import build_model
+from yt8m.tasks.taskset import one_task_set
 from yt8m.training import fit
 from yt8m.training.checks import check_train_config
 from yt8m.training.optim import OptimizerConfig, build_optimizer
@@ -71,13 +72,14 @@ def linear_output_dtypes(data: dict, train_dir, mixed_precision: bool) -> set:
     config = tiny_train_config(data, train_dir, max_steps=1, mixed_precision=mixed_precision, start_new_model=True,
                                **MODEL)
     check_train_config(config)
-    model = create_model_from_config(config)
+    model = build_model(config.model, config.features)
     seen = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
-    dataset = YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)
-    fit(model, build_optimizer(OptimizerConfig(name="Adam", base_learning_rate=0.01), model.parameters()), None, lambda epoch: dataset, config)
+    dataset = YT8MDataset(config.data.train_data_pattern, config.features, config.schedule.batch_size)
+    tasks = one_task_set(config.main_task(), config.validation.top_n)
+    fit(model, build_optimizer(config.optimizer, model.parameters()), tasks, lambda epoch: dataset, config)
     return seen
 
 

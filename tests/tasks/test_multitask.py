@@ -17,13 +17,13 @@ from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny
 from yt8m.training.checks import train_config_problems
 from yt8m.data.batch import Batch
 from yt8m.cli import main
-from yt8m.config import TrainConfig, config_from_dict, config_values
+from yt8m.config import config_from_dict, config_values
 from yt8m.data.synthetic import write_synthetic
 from yt8m.models.multihead import HeadView, build_multitask_model
 from yt8m.tasks.spec import resolve_tasks
 from yt8m.training.data import interleave
 from yt8m.tasks.taskset import plan_tasks
-from yt8m.training import train
+from yt8m.training import TrainConfig, train
 
 @pytest.fixture(scope="module")
 def other_release(tmp_path_factory) -> dict:
@@ -42,7 +42,7 @@ def metrics_files(train_dir) -> list[dict]:
 
 def test_the_vertical_shorthand_trains_two_heads_and_reports_each_tasks_metrics(tiny_data, vocabulary, tmp_path,
                                                                                caplog, capsys):
-    values = {**vars(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=2)),
+    values = {**config_values(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=2)),
               "eval_data_pattern": tiny_data["validate_pattern"]}
     flags = as_flags({name: values[name] for name in (
         "train_data_pattern", "eval_data_pattern", "train_dir", "model", "feature_names", "feature_sizes",
@@ -60,21 +60,19 @@ def test_the_vertical_shorthand_trains_two_heads_and_reports_each_tasks_metrics(
     last = metrics_files(tmp_path / "run")[-1]
     assert {"main/gap", "main/map", "main/hit_at_one", "main/perr", "vertical/gap", "vertical/num_videos"} <= set(last)
     assert last["vertical/gap"] == summary["best_value"] or summary["best_step"] != last["global_step"]
-    payload = torch.load(tmp_path / "run" / "checkpoints" / "ckpt-00000008.pt", weights_only=True)
+    payload = torch.load(tmp_path / "run" / "checkpoints" / "ckpt-00000008.pt", weights_only=True)  # as written
     assert payload["model"]["heads.vertical.experts.bias"].shape[0] == VERTICALS * 2
     assert [task["name"] for task in payload["tasks"]] == ["main", "vertical"]
 
 
 def test_the_combined_loss_is_the_weighted_sum_of_the_task_losses(tiny_data, vocabulary, tmp_path):
     config = tiny_train_config(tiny_data, tmp_path / "run", aux_vertical_weight=0.25, vocabulary_file=vocabulary)
-    plan = plan_tasks(config)
-    model = build_multitask_model(config, plan.specs)
+    plan = plan_tasks(config.tasks, config.main_task(), config.validation.top_n)
+    model = build_multitask_model(config.model, config.features, plan.specs)
     batch = Batch(features=torch.randn(5, 24), labels=torch.rand(5, NUM_CLASSES) > 0.7,
                   video_ids=list("abcde"), source=0)
-    task = plan
-    total = task.loss(model(batch.features), batch)
-    losses = task.pop_losses()
-    assert total.item() == pytest.approx(losses["main/loss"] + 0.25 * losses["vertical/loss"], rel=1e-6)
+    total, losses = plan.loss(model(batch.features), batch)
+    assert total.item() == pytest.approx((losses["main/loss"] + 0.25 * losses["vertical/loss"]).item(), rel=1e-6)
     vertical_labels = plan.tasks["vertical"].mapped(batch).labels
     for row in range(5):
         expected = {index % VERTICALS for index in batch.labels[row].nonzero().flatten().tolist()}
@@ -113,8 +111,8 @@ def test_the_trunk_of_a_frame_model_is_all_but_its_classifier(tiny_data, tmp_pat
         feature_sizes="16,8", dbof_cluster_size=8, dbof_hidden_size=6, iterations=4,
         tasks=[{"name": "a", "num_classes": 5}, {"name": "b", "num_classes": 3, "head_model": "LogisticModel"},
                {"name": "c", "num_classes": 5, "head": "shared"}]), checks=train_config_problems)
-    specs = resolve_tasks(config)
-    model = build_multitask_model(config, specs)
+    specs = resolve_tasks(config.tasks, config.main_task())
+    model = build_multitask_model(config.model, config.features, specs)
     assert model.trunk.base.classifier is None and set(model.heads) == {"a", "b"}
     output = model(torch.rand(2, 7, 24), torch.tensor([7, 3]))
     assert output["logits"]["a"].shape == (2, 5) and output["predictions"]["b"].shape == (2, 3)
@@ -158,7 +156,8 @@ def test_labels_beyond_a_tasks_num_classes_are_refused_naming_the_task(tiny_data
 
 def test_the_num_classes_of_a_release_of_its_own_comes_from_its_id_key(tiny_data, other_release, tmp_path):
     tasks = [{"name": "main"}, {"name": "old", "train_data_pattern": other_release["train"], "validate": False}]
-    plan = plan_tasks(tiny_train_config(tiny_data, tmp_path / "run", tasks=tasks))
+    config = tiny_train_config(tiny_data, tmp_path / "run", tasks=tasks)
+    plan = plan_tasks(config.tasks, config.main_task(), config.validation.top_n)
     assert [spec.num_classes for spec in plan.specs] == [NUM_CLASSES, 4716]
 
 
@@ -225,7 +224,7 @@ def test_two_processes_train_tasks_whose_batches_reach_different_heads(tiny_data
 
     import yaml
 
-    values = {**vars(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1, batch_size=32)),
+    values = {**config_values(tiny_train_config(tiny_data, tmp_path / "run", num_epochs=1, batch_size=32)),
               "task_sampling": "round_robin", "trunk_hidden_sizes": [16],
               "tasks": [{"name": "main"}, {"name": "other", "train_data_pattern": other_release["train"],
                                            "num_classes": 10, "validate": False}]}

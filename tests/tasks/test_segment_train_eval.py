@@ -15,16 +15,17 @@ import pytest
 import torch
 import yaml
 
-from workflow_fixtures import as_flags
+from workflow_fixtures import train_config, as_flags
 from yt8m.training.checks import train_config_problems
 from yt8m.cli import main
-from yt8m.config import ConfigError, TrainConfig, config_from_dict
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.config import ConfigError, config_from_dict
+from yt8m.data.dataset import YT8MDataset
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.synthetic import write_synthetic
-from yt8m.models import create_model_from_config
+from yt8m.models.config import build_model
 from yt8m.tasks.segment import SEGMENT_METRICS, SegmentTask
-from yt8m.tasks.video import task_from_config
-from yt8m.training import train
+from yt8m.tasks.video import features_task
+from yt8m.training import TrainConfig, train
 from yt8m.io.checkpoints import list_exports, read_export_metrics
 from yt8m.tune.space import load_tune_spec
 
@@ -148,11 +149,11 @@ def test_a_metric_the_task_lacks_is_a_one_line_cli_error(segment_data, tmp_path)
 ])
 def test_every_frame_model_trains_and_evaluates_on_five_frame_segments(segment_data, tmp_path, model, hparams):
     config = train_config(**frame_values(segment_data, tmp_path, segment_labels=True, model=model, **hparams))
-    batch = next(iter(YT8MDataset(segment_data["train"], FeatureSpec.from_config(config), 16)))
+    batch = next(iter(YT8MDataset(segment_data["train"], config.features, 16)))
     assert batch.features.shape == (16, 5, sum(FEATURE_SIZES))
     torch.manual_seed(0)
-    network = create_model_from_config(config)
-    task = task_from_config(config)
+    network = build_model(config.model, config.features)
+    task = features_task(config.features, config.loss.name)
     assert isinstance(task, SegmentTask)
     loss = task.loss(network(batch.features, batch.num_frames), batch)
     loss.backward()
