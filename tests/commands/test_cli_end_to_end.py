@@ -89,8 +89,7 @@ def test_frame_level_model_trains_evaluates_and_predicts(tmp_path):
         num_readers=0, iterations=4, dbof_cluster_size=32, dbof_hidden_size=16, metrics_every_steps=2))
     assert summary["global_step"] == 6
     metrics = next(evaluate_run(dict(eval_data_pattern=pattern.format("validate"),
-                                                   train_dir=train_dir, run_once=True, num_readers=0),
-                                        given={"num_readers"}))
+                                     train_dir=train_dir, run_once=True, num_readers=0)))
     assert metrics["global_step"] == 6 and metrics["num_videos"] == 16
     result = run_predict(predict_config(input_data_pattern=pattern.format("test"), train_dir=train_dir,
                                        output_file=str(tmp_path / "p.csv"), num_readers=0))

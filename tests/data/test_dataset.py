@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import as_float32, load_sidecar
-from yt8m.config import DataConfig
+from yt8m.config import config_from_dict
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader, reader_shares
 from yt8m.data.encode import encode_frame_example, encode_video_example
 from yt8m.data.decode import RecordError
@@ -56,14 +56,15 @@ def write_small_shards(folder: Path, shard_sizes: list[int], prefix: str = "part
     return ids
 
 
-def test_feature_spec_from_config():
-    config = DataConfig(feature_names="rgb, audio", feature_sizes="1024,128", frame_features=True,
-                        max_frames=120, num_classes=4716)
-    spec = FeatureSpec.from_config(config)
+def test_feature_spec_from_flag_values():
+    spec = config_from_dict(FeatureSpec, {"feature_names": "rgb, audio", "feature_sizes": "1024,128",
+                                          "frame_features": True, "max_frames": 120, "num_classes": 4716})
     assert spec == FeatureSpec(["rgb", "audio"], [1024, 128], True, 120, 4716)
     assert spec.feature_size == 1152
     with pytest.raises(ValueError, match="feature_sizes"):
-        FeatureSpec.from_config(DataConfig(feature_names="rgb,audio", feature_sizes="1024"))
+        config_from_dict(FeatureSpec, {"feature_names": "rgb,audio", "feature_sizes": "1024"})
+    with pytest.raises(ValueError, match="feature_sizes"):
+        FeatureSpec(["rgb", "audio"], [1024]).checked()
 
 
 def test_video_batches_match_sidecars(fixtures_dir):

@@ -126,10 +126,10 @@ def test_resuming_mid_epoch_under_another_world_size_restarts_that_epoch(uneven_
     values = config_values(uneven_data, tmp_path / "run", num_epochs=1, max_steps=5)
     train(train_config(**values))
     path = final_checkpoint(values["train_dir"])
-    payload = load_checkpoint(path)
-    assert payload["progress"]["batches_in_epoch"] == 5
-    payload["progress"]["world_size"] = 2  # as if 2 processes had written it
-    save_checkpoint(values["train_dir"], payload, step=5, keep=5)
+    checkpoint = load_checkpoint(path)
+    assert checkpoint.progress["batches_in_epoch"] == 5
+    checkpoint.progress["world_size"] = 2  # as if 2 processes had written it
+    save_checkpoint(values["train_dir"], checkpoint, keep=5)
     ids_dir = tmp_path / "ids"
     ids_dir.mkdir()
     monkeypatch.setenv(TRAINED_IDS_ENV, str(ids_dir))

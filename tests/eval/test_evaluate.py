@@ -20,7 +20,7 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.eval import main
 from yt8m.eval.evaluate import evaluate_run, evaluate_model
 import yt8m.eval.metrics as metrics_module
-from yt8m.tasks.video import VIDEO_METRICS, task_from_config
+from yt8m.tasks.video import VIDEO_METRICS, features_task
 from yt8m.training import train
 
 
@@ -44,10 +44,10 @@ def test_run_once_prints_json_and_writes_metrics(tiny_data, trained_copy, capsys
 def test_metrics_are_those_of_the_checkpoint(tiny_data, trained_copy):
     result = next(evaluate_run(dict(eval_data_pattern=tiny_data["validate_pattern"],
                                                   train_dir=str(trained_copy), run_once=True, batch_size=16)))
-    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_copy)))
-    model.train()
-    dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 64)
-    expected = evaluate_model(model, dataset, task_from_config(config))
+    trained = build_model_from_checkpoint(final_checkpoint(str(trained_copy)))
+    model = trained.network.train()
+    dataset = YT8MDataset(tiny_data["validate_pattern"], trained.features, 64)
+    expected = evaluate_model(model, dataset, features_task(trained.features, "CrossEntropyLoss"))
     assert model.training  # evaluate_model gives the model back in the mode it found it
     for name in VIDEO_METRICS:
         assert result[name] == pytest.approx(expected[name], rel=1e-5), name
@@ -148,9 +148,9 @@ def test_eval_on_shards_without_labels_or_videos_is_an_error_through_the_cli(tin
 
 
 def model_and_data(tiny_data, trained_dir):
-    model, config, _ = build_model_from_checkpoint(final_checkpoint(str(trained_dir)))
-    dataset = YT8MDataset(tiny_data["validate_pattern"], FeatureSpec.from_config(config), 8)
-    return model, dataset, task_from_config(config)
+    trained = build_model_from_checkpoint(final_checkpoint(str(trained_dir)))
+    dataset = YT8MDataset(tiny_data["validate_pattern"], trained.features, 8)
+    return trained.network, dataset, features_task(trained.features, "CrossEntropyLoss")
 
 
 def test_a_spilled_pool_gives_the_same_metrics(tiny_data, trained_dir, monkeypatch, tmp_path):

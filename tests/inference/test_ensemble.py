@@ -175,7 +175,7 @@ def weighted_gap(data: dict, train_dirs: list[str], weights: list[float]) -> flo
     labels = torch.cat([batch.labels for batch in YT8MDataset(data["validate_pattern"], SPEC, 64)]).numpy()
     mixed = 0
     for train_dir, weight in zip(train_dirs, weights):
-        model, _, _ = build_model_from_checkpoint(latest_checkpoint(train_dir))
+        model = build_model_from_checkpoint(latest_checkpoint(train_dir)).network
         with torch.no_grad():
             mixed = mixed + weight * torch.cat([model(batch.features)["predictions"]
                                                 for batch in YT8MDataset(data["validate_pattern"], SPEC, 64)]).numpy()

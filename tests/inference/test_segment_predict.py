@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from workflow_fixtures import train_config
 from yt8m.models.checkpoints import build_model_from_checkpoint
 from yt8m.io.checkpoints import latest_checkpoint
 from yt8m.cli import main as cli_main
@@ -72,7 +73,7 @@ def read_rows(path) -> tuple[list[str], dict[int, list[str]]]:
 
 def brute_force_scores(pattern: str, train_dir) -> dict[str, np.ndarray]:
     """Segment id -> the checkpoint's probabilities, one segment at a time: its frames zero-padded to SEGMENT."""
-    model, _, _ = build_model_from_checkpoint(latest_checkpoint(str(train_dir)))
+    model = build_model_from_checkpoint(latest_checkpoint(str(train_dir))).network
     scores = {}
     for path in expand_pattern(pattern):
         for _, payload in read_records(path):

@@ -21,6 +21,8 @@ import yaml
 
 from tune_fixtures import FEATURE_SIZES, NUM_CLASSES, SEARCH, shards, tune_file  # noqa: F401  (a fixture)
 from yt8m import cli
+from yt8m.config import config_values, load_config
+from yt8m.training import TrainConfig
 from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tune.objective import TrialObjective
 from yt8m.tune.study import (
@@ -39,6 +41,11 @@ from yt8m.tune.study import (
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+def saved_values(path) -> dict:
+    """A stored train config (a trial's config.yaml, best.yaml) by flag: the flat view, whatever its form."""
+    return config_values(load_config(TrainConfig, str(path)))
+
 def tune_in_process(capsys, *argv: str) -> dict:
     assert cli.main(["tune", *argv]) == 0, capsys.readouterr().err[-3000:]
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -115,15 +122,15 @@ def test_task_weights_and_head_hyperparameters_are_searched(tmp_path, shards, ca
     assert summary["n_trials"]["complete"] == 2 and summary["metric"] == "copy/gap"
     for trial in load_study(tmp_path / "study").trials:
         assert trial.value == trial.user_attrs["metrics"]["copy/gap"] != trial.user_attrs["metrics"]["main/gap"]
-        saved = yaml.safe_load((Path(trial.user_attrs["train_dir"]) / "config.yaml").read_text())
+        saved = saved_values(Path(trial.user_attrs["train_dir"]) / "config.yaml")
         main_task, copy_task = saved["tasks"]
         assert copy_task["weight"] == trial.params["tasks.copy.weight"]
         assert copy_task["loss"] == trial.params["tasks.copy.loss"] and copy_task["head_model"] == "LogisticModel"
         assert main_task["head_hparams"] == {"moe_num_mixtures": trial.params["tasks.main.head_hparams.moe_num_mixtures"]}
         assert not any(name.startswith("tasks.") for name in saved)
-    first = yaml.safe_load((tmp_path / "study" / "trials" / "trial-0" / "config.yaml").read_text())
+    first = saved_values(tmp_path / "study" / "trials" / "trial-0" / "config.yaml")
     assert first["tasks"][1]["weight"] == 1.5 and first["tasks"][0]["head_hparams"] == {"moe_num_mixtures": 3}
-    best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())
+    best = saved_values(tmp_path / "study" / "best.yaml")
     assert [task["name"] for task in best["tasks"]] == ["main", "copy"] and "tasks.copy.weight" not in best
 
 
@@ -168,8 +175,9 @@ def test_when_makes_a_field_conditional(tmp_path, shards):
     assert logistic == {"model": "LogisticModel", "base_learning_rate": 0.01}
     assert moe["moe_num_mixtures"] == 3
     config = spec.trial_config(moe, str(tmp_path / "trial"))
-    assert (config.model, config.model_hparams["moe_num_mixtures"], config.num_classes) == ("MoeModel", 3, NUM_CLASSES)
-    assert config.start_new_model and config.train_dir == str(tmp_path / "trial")
+    assert (config.model.name, config.model.hparams.moe_num_mixtures, config.features.num_classes) == \
+        ("MoeModel", 3, NUM_CLASSES)
+    assert config.checkpoints.start_new_model and config.checkpoints.train_dir == str(tmp_path / "trial")
 
 
 # `l2_penalty` sorts before `model`, which its `when` names: an alphabetical dump puts it above the field it needs.
@@ -279,7 +287,7 @@ def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys
     assert "trial  state     gap" in err and "COMPLETE" in err and "gap: GAP@20: every video's 20 best" in err
     for name in ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances"):
         assert Path(report["plots"][name]).stat().st_size > 0
-    best = yaml.safe_load((study_dir / "best.yaml").read_text())
+    best = saved_values(study_dir / "best.yaml")
     assert {k: best[k] for k in more["best_params"]} == more["best_params"]
 
     # Retraining the best config (same seed, same data) reproduces its validation score.
@@ -626,7 +634,7 @@ def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shar
                 break
             time.sleep(0.1)
         assert process.poll() is None and trials[2].state == optuna.trial.TrialState.RUNNING
-        best = yaml.safe_load((study_dir / "best.yaml").read_text())
+        best = saved_values(study_dir / "best.yaml")
         assert (best["base_learning_rate"], best["num_epochs"]) == (0.1, 1)
         assert best["train_dir"] == str(study_dir / "best")
         board = (study_dir / "leaderboard.txt").read_text().splitlines()

@@ -565,9 +565,13 @@ def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], 
     base = {**fixed, **{param.name: param.checked_values()[0] for param in search if not param.when}}
     from_search = set()
     for param in search:
-        # The other fields as in `base`, this one at its default, the fields its `when` names set to make it active.
+        # The other fields as in `base`, this one at its default, the fields its `when` names set to make it active,
+        # and the fields that are active with those at their first values, as a trial sampling these would have them.
         reference = {name: value for name, value in base.items() if name != param.name}
         reference.update({name: accepted[0] for name, accepted in param.when})
+        for other in search:
+            if other is not param and other.name not in reference and other.is_active(reference):
+                reference[other.name] = other.checked_values()[0]
         known = set(_config_problems(reference, source))
         for value in param.checked_values():
             for line in _config_problems({**reference, param.name: value}, source):
