@@ -16,7 +16,7 @@ import sys
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Optional, Protocol, Sequence, TypeVar
 
 import yaml
 
@@ -25,6 +25,15 @@ from yt8m.io import storage
 from yt8m.io.files import write_file_atomically
 
 T = TypeVar("T")
+
+
+class DataclassInstance(Protocol):
+    """Any config: a dataclass instance (its sections and settings are its fields)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+C = TypeVar("C", bound=DataclassInstance)
 # The starter kit's --train_dir default: a run that keeps it is warned that /tmp may not keep it.
 STARTER_TRAIN_DIR = "/tmp/yt8m_model/"
 log = logging.getLogger("yt8m.config")
@@ -318,7 +327,7 @@ def shown(value: Any) -> str:
     return repr(",".join(map(str, value)) if isinstance(value, list) else value)
 
 
-def config_problems(config: Any, skip: Iterable[str] = frozenset()) -> list[str]:
+def config_problems(config: DataclassInstance, skip: Iterable[str] = frozenset()) -> list[str]:
     """Every invalid value of `config` by its settings' rules, and every invalid combination each of its sections
     (and component hyper-parameters) finds in its own `problems()`, as lines naming the flag; flags in `skip` are
     left out."""
@@ -355,7 +364,7 @@ def _value_problem(rules: Any, value: Any) -> Optional[str]:
     return None
 
 
-def config_document(config: Any) -> dict[str, Any]:
+def config_document(config: DataclassInstance) -> dict[str, Any]:
     """A config as nested YAML holds it: each section under its name, keyed by its fields (a component's
     hyper-parameters as a mapping); what config.yaml and checkpoints store, and `config_from_dict` reads back."""
     return {f.name: _document_value(getattr(config, f.name)) for f in dataclasses.fields(config)}
@@ -371,7 +380,7 @@ def _document_value(value: Any) -> Any:
     return value
 
 
-def config_values(config: Any) -> dict[str, Any]:
+def config_values(config: DataclassInstance) -> dict[str, Any]:
     """A config's settings by flag, its components' hyper-parameters under their own names: the flat form."""
     values: dict[str, Any] = {}
     for setting in config_settings(type(config)).values():
@@ -384,7 +393,7 @@ def config_values(config: Any) -> dict[str, Any]:
     return values
 
 
-def with_values(config: T, **changes: Any) -> T:
+def with_values(config: C, **changes: Any) -> C:
     """`config` with the settings named by flag replaced by typed values (frozen configs change only so)."""
     settings = config_settings(type(config))
     top: dict[str, Any] = {}
@@ -443,7 +452,7 @@ def _one_line(err: yaml.YAMLError) -> str:
     return where + " ".join(str(problem).split())
 
 
-def save_config(config: Any, path: str) -> None:
+def save_config(config: DataclassInstance, path: str) -> None:
     """config.yaml: the config nested by section (`config_document`)."""
     write_file_atomically(path, lambda out: yaml.safe_dump(config_document(config), out, sort_keys=False))
 

@@ -35,6 +35,9 @@ class Progress:
     lr_factor: float = 1.0  # multiplies the staircase schedule; --lr_halving_patience halves it
     world_size: int = 1  # processes that trained; the epoch position holds only for the same number
 
+    def steps_in_epoch(self, batches_per_step: int) -> int:
+        return self.batches_in_epoch // batches_per_step
+
 
 class Checkpointer:
     """Writes the run's checkpoints (its config document in each, the newest --keep_checkpoints kept) and reads one

@@ -159,15 +159,12 @@ class TrainingLoop:
             skipped = " (--skip_corrupt skipped every record)" if data.skip_corrupt else ""
             raise ValueError(f"epoch {progress.epoch + 1} has no training examples: {data.train_data_pattern} holds "
                              f"no records{skipped}; nothing was trained")
-        self.log.estimate.epoch_ended(self._steps_in_epoch())
+        self.log.estimate.epoch_ended(self.progress.steps_in_epoch(self.schedule.numbatches_to_aggregate))
         progress.epoch += 1
         progress.batches_in_epoch = 0
         self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
         if self.config.checkpoints.checkpoint_every_epoch and self.hooked_step != progress.step:
             self._checkpoint()
-
-    def _steps_in_epoch(self) -> int:
-        return self.progress.batches_in_epoch // self.schedule.numbatches_to_aggregate
 
     def _fast_forward(self, batches: Iterator[Batch]) -> None:
         """After a resume: skip the batches the checkpoint had taken, then continue its random streams."""
@@ -217,8 +214,8 @@ class TrainingLoop:
         if self.log.wants_metrics(step) and result.output is not None:
             batch_scores = self.stepper.tasks.batch_metrics(result.output, group[-1])
         scalars.update(batch_scores, **result.task_losses)
-        self.log.record(step, self.progress.epoch, self._steps_in_epoch(), scalars,
-                        [*result.task_losses, *batch_scores])
+        steps_in_epoch = self.progress.steps_in_epoch(self.schedule.numbatches_to_aggregate)
+        self.log.record(step, self.progress.epoch, steps_in_epoch, scalars, [*result.task_losses, *batch_scores])
 
     def _checkpoint(self) -> None:
         """Rank 0 saves, evaluates and calls the hooks; every process then applies the verdict."""
