@@ -16,20 +16,26 @@ from yt8m.fields import nearest
 from yt8m.process_settings import configure_streaming_process, configure_training_process
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "download": ("yt8m.commands.download:main", "Download YouTube-8M shards (official plan, mirrors, --shard I,N): resumable, MD5-verified."),
+    "download": ("yt8m.commands.download:main",
+                 "Download YouTube-8M shards (official plan, mirrors, --shard I,N): resumable, MD5-verified."),
     "synth": ("yt8m.commands.synth:main", "Write learnable synthetic YT8M data (video, frame, segment)."),
     "inspect": ("yt8m.commands.inspect:main", "Summarize TFRecord shards, or dump them as JSON lines."),
     "bench": ("yt8m.commands.bench:main", "Measure your input pipeline: `yt8m bench read PATTERN`."),
     "score": ("yt8m.commands.score:main", "Score a Kaggle-format predictions CSV against a labels CSV."),
     "train": ("yt8m.commands.train:main", "Train a model (starter-kit train.py flags)."),
     "eval": ("yt8m.commands.eval:main", "Evaluate checkpoints of a train dir (starter-kit eval.py flags)."),
-    "predict": ("yt8m.commands.predict:main", "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
+    "predict": ("yt8m.commands.predict:main",
+                "Write a Kaggle CSV (or JSON lines) of top-k predictions, from a checkpoint or ONNX."),
     "export": ("yt8m.commands.export:main", "Export a checkpoint as an ONNX model with a metadata JSON, for serving."),
-    "ensemble": ("yt8m.commands.ensemble:main", "Combine runs, exports or prediction files by a weighted average (weights given or fitted)."),
-    "convert-predictions": ("yt8m.commands.convert_predictions:main", "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
+    "ensemble": ("yt8m.commands.ensemble:main",
+                 "Combine runs, exports or prediction files by a weighted average (weights given or fitted)."),
+    "convert-predictions": ("yt8m.commands.convert_predictions:main",
+                            "Turn `predict --output_format jsonl` output into the Kaggle CSV."),
     "demo": ("yt8m.commands.demo:main", "Synthesize data, train, evaluate, predict and score, end to end."),
-    "tune": ("yt8m.commands.tune:main", "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
-    "tune-report": ("yt8m.commands.tune_report:main", "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
+    "tune": ("yt8m.commands.tune:main",
+             "Search hyperparameters with Optuna: resumable, pruned, parallel (`--config tune.yaml`)."),
+    "tune-report": ("yt8m.commands.tune_report:main",
+                    "Leaderboard, best.yaml and plots of a tuning study; --retrain_best."),
 }
 # Commands whose work is training get the process settings that speed it up, those that stream inputs of any size
 # the one that keeps their memory flat (yt8m.process_settings); none changes the values a command prints.

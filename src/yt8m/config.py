@@ -58,6 +58,7 @@ class ComponentSection:
 
     NAME: ClassVar[str] = "name"
     HPARAMS: ClassVar[str] = "hparams"
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a component section is a dataclass
 
     @classmethod
     def hparams_class(cls, name: str) -> Optional[type]:
@@ -104,7 +105,7 @@ def config_settings(cls: type) -> dict[str, Setting]:
     return found
 
 
-def component_sections(cls: type) -> dict[str, type]:
+def component_sections(cls: type) -> dict[str, type[ComponentSection]]:
     """The config's sections that name a component, by field name."""
     return {f.name: kind for f in dataclasses.fields(cls)
             if isinstance(kind := field_type(cls, f.name), type) and issubclass(kind, ComponentSection)}
@@ -164,8 +165,8 @@ class _Reading:
     problems: list[str] = dataclasses.field(default_factory=list)
 
 
-def config_from_dict(cls: type[T], values: dict[str, Any], source: str = "config", check_values: bool = True,
-                     checks: Optional[Checks] = None) -> T:
+def config_from_dict(cls: type[C], values: dict[str, Any], source: str = "config", check_values: bool = True,
+                     checks: Optional[Checks] = None) -> C:
     """Build config class `cls` from a mapping of flat names (the flags') or of sections (nested YAML: a mapping
     under a section's name, keyed by its fields), naming in one ConfigError every unknown or ill-typed name and (with
     `check_values`) every invalid value and what `checks` finds. Configs a run stored (config.yaml, checkpoints) load
@@ -234,7 +235,8 @@ def _build_section(section: type, name: str, reading: _Reading) -> Any:
     return section(**values)
 
 
-def _component_hparams(section: type, values: dict[str, Any], given: dict[str, Any], reading: _Reading) -> Any:
+def _component_hparams(section: type[ComponentSection], values: dict[str, Any], given: dict[str, Any],
+                       reading: _Reading) -> Any:
     """The chosen component's hyper-parameters: the `hparams` mapping (or YAML text) given, with its own names given
     loose over it, typed; None where no component has the chosen name (the section's checks say so)."""
     fields = {f.name: f for f in dataclasses.fields(section)}
@@ -288,8 +290,8 @@ def coerce(kind: Any, value: Any) -> Any:
             return float(value)
         if kind is str:
             return str(value)
-        if kind == list[dict] or kind is dict:
-            return _yaml_value(value, list if kind != dict else dict)
+        if kind is dict or _is_list_of_mappings(kind):
+            return _yaml_value(value, dict if kind is dict else list)
         if typing.get_origin(kind) is list:
             return parse_list(value, typing.get_args(kind)[0])
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
@@ -312,10 +314,14 @@ def _yaml_value(value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def _is_list_of_mappings(kind: Any) -> bool:
+    return typing.get_origin(kind) is list and typing.get_args(kind) == (dict,)
+
+
 def _type_name(kind: Any) -> str:
     if kind is dict:
         return "a mapping (YAML)"
-    if kind == list[dict]:
+    if _is_list_of_mappings(kind):
         return "a list of mappings (YAML)"
     if typing.get_origin(kind) is list:
         return f"a comma-separated list of {typing.get_args(kind)[0].__name__}"
@@ -405,10 +411,10 @@ def with_values(config: C, **changes: Any) -> C:
         else:
             by_section.setdefault(setting.section, {})[setting.field.name] = value
     replaced = {name: dataclasses.replace(getattr(config, name), **values) for name, values in by_section.items()}
-    return dataclasses.replace(config, **top, **replaced)  # type: ignore[type-var]
+    return dataclasses.replace(config, **top, **replaced)
 
 
-def read_section(document: dict[str, Any], name: str, section: type[T], source: str) -> T:
+def read_section(document: dict[str, Any], name: str, section: type[C], source: str) -> C:
     """One section of a stored config (a run's config.yaml or checkpoint), whichever form it has: the mapping under
     `name` (nested), or its settings' flat names. For the layers that read what a run stored without the command's
     whole config (a checkpoint's model, a teacher's features); its values are not checked again."""
@@ -416,11 +422,12 @@ def read_section(document: dict[str, Any], name: str, section: type[T], source: 
     names = set(flag_names(holder))
     values = {key: value for key, value in document.items()
               if key in names or key == name and isinstance(value, dict)}
-    return getattr(config_from_dict(holder, values, source, check_values=False), name)
+    stored: C = getattr(config_from_dict(holder, values, source, check_values=False), name)
+    return stored
 
 
 @functools.cache
-def _holder(name: str, section: type) -> type:
+def _holder(name: str, section: type) -> type[Any]:
     """A config of one section, `name`."""
     return dataclasses.make_dataclass(f"Stored_{name}", [(name, section, dataclasses.field(default_factory=section))],
                                       frozen=True)
@@ -457,7 +464,7 @@ def save_config(config: DataclassInstance, path: str) -> None:
     write_file_atomically(path, lambda out: yaml.safe_dump(config_document(config), out, sort_keys=False))
 
 
-def load_config(cls: type[T], path: str) -> T:
+def load_config(cls: type[C], path: str) -> C:
     """A config a run stored (its values were checked when it was made)."""
     return config_from_dict(cls, load_yaml(path), source=path, check_values=False)
 
@@ -562,8 +569,8 @@ def given_values(cls: type, args: argparse.Namespace) -> tuple[dict[str, Any], s
     return values, " and ".join(part for part in (file_path, "flags" if flags else "") if part) or "defaults"
 
 
-def parse_config(cls: type[T], args: argparse.Namespace, check_values: bool = True, checks: Optional[Checks] = None
-                 ) -> tuple[T, set[str]]:
+def parse_config(cls: type[C], args: argparse.Namespace, check_values: bool = True, checks: Optional[Checks] = None
+                 ) -> tuple[C, set[str]]:
     """Resolve a config from `--config FILE.yaml` and the flags given; flags win. `checks` adds the config's own
     (see config_from_dict). Returns the config and the flags given explicitly (by file or flag), by their flat
     names."""

@@ -88,7 +88,8 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     pattern = os.path.join(data_dir, "segment", "{}-*.tfrecord")
     frame_dir = os.path.join(output_dir, "frame_dir")
     # Fine-tuning takes the starter kit's smaller step: at 0.05 it undid more than it learnt (segment mAP 0.98 -> 0.94).
-    runs = [("video_labels", frame_dir, {"base_learning_rate": 0.05}),
+    runs: list[tuple[str, str, dict[str, Any]]] = [
+            ("video_labels", frame_dir, {"base_learning_rate": 0.05}),
             ("fine_tuned", os.path.join(output_dir, "segment_dir"),
              {"base_learning_rate": 0.01, "segment_labels": True, "init_from": frame_dir})]
     scores = {}
@@ -194,7 +195,8 @@ def main(argv: Sequence[str]) -> int:
     parser = FlagParser(prog="yt8m demo", description=__doc__)
     parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
     parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
-    parser.add_argument("--train_videos", type=int, default=8000, help="Training videos (validate/test: a quarter each).")
+    parser.add_argument("--train_videos", type=int, default=8000,
+                        help="Training videos (validate/test: a quarter each).")
     parser.add_argument("--num_epochs", type=int, default=5, help="Training epochs.")
     parser.add_argument("--tune_trials", type=int, default=6, help="Trials of the short tuning study (0: skip).")
     parser.add_argument("--segment_videos", type=int, default=1000,

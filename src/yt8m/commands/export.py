@@ -36,8 +36,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--train_dir", default="", help="Export this train dir's latest checkpoint.")
     parser.add_argument("--checkpoint", default="", help="Export this checkpoint file instead of the latest.")
     parser.add_argument("--output", required=True,
-                        help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, DIR/metadata.json); local "
-                             "or a URL (s3://, gs://).")
+                        help="FILE.onnx (metadata in FILE.onnx.json), or a directory (DIR/model.onnx, "
+                             "DIR/metadata.json); local or a URL (s3://, gs://).")
     parser.add_argument("--task", default="", help="A multi-task run: export this task's head (default: the first).")
     args = parser.parse_args(argv)
     setup_logging()

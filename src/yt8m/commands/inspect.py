@@ -9,7 +9,7 @@ import contextlib
 import json
 import logging
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO, cast
 
 from yt8m.config import FlagParser
 from yt8m.data.inspection import LabelsCsv, RecordSource, Summary, record_json, summary_lines
@@ -69,4 +69,5 @@ def _labels_csv(stack: contextlib.ExitStack, path: str, paths: Sequence[str]) ->
     """The --write_labels_csv writer, its file written atomically as the stack closes (none left on an error)."""
     if not path:
         return None
-    return LabelsCsv(stack.enter_context(atomic_writer(path)), stack.enter_context(TemporaryDatabase()), paths)
+    out = cast(TextIO, stack.enter_context(atomic_writer(path)))  # a writer in text mode
+    return LabelsCsv(out, stack.enter_context(TemporaryDatabase()), paths)

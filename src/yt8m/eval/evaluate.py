@@ -16,18 +16,40 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from yt8m.config import (STARTER_TRAIN_DIR, config_from_dict, config_problems, config_values, differing, given_flags,
-                         load_yaml, read_section, shown)
+from yt8m.config import (
+    STARTER_TRAIN_DIR,
+    config_from_dict,
+    config_problems,
+    config_values,
+    differing,
+    given_flags,
+    load_yaml,
+    read_section,
+    shown,
+)
+from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.spec import DataConfig, FeatureSpec
-from yt8m.distributed.across_ranks import merge_metrics_at_rank0, together, this_rank_shards
-from yt8m.distributed.ranks import (all_reduce_sum, decided_by_rank0, launched_by_torchrun, process_group,
-                               rank_and_world_size, training_device)
+from yt8m.distributed.across_ranks import merge_metrics_at_rank0, this_rank_shards, together
+from yt8m.distributed.ranks import (
+    all_reduce_sum,
+    decided_by_rank0,
+    launched_by_torchrun,
+    process_group,
+    rank_and_world_size,
+    training_device,
+)
 from yt8m.eval.config import EvalConfig, WatchConfig
 from yt8m.eval.per_class import write_per_class
 from yt8m.io import storage
-from yt8m.io.checkpoints import (CONFIG_FILE, Checkpoint, final_checkpoint, latest_checkpoint, load_checkpoint,
-                                 load_latest_checkpoint)
+from yt8m.io.checkpoints import (
+    CONFIG_FILE,
+    Checkpoint,
+    final_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    load_latest_checkpoint,
+)
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import describe_holder, train_dir_holder
 from yt8m.io.summaries import summary_writer, write_scalars
@@ -44,7 +66,7 @@ log = logging.getLogger("yt8m.eval")
 CPU = torch.device("cpu")
 
 
-def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[dict], task: Task,
+def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[Batch], task: Task,
                    device: str | torch.device = "cpu", across_ranks: bool = False,
                    source: Optional[str] = None, per_class: bool = False) -> dict[str, Any]:
     """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
@@ -159,8 +181,8 @@ def evaluate_run(values: dict[str, Any], source: str = "arguments") -> Iterator[
 def evaluate_checkpoints(config: EvalConfig) -> Iterator[dict[str, Any]]:
     """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final.
 
-    Under torchrun each process evaluates its block of the shards (yt8m.distributed.across_ranks) and all yield the merged
-    metrics; rank 0 picks each checkpoint and alone writes the metrics files.
+    Under torchrun each process evaluates its block of the shards (yt8m.distributed.across_ranks) and all yield the
+    merged metrics; rank 0 picks each checkpoint and alone writes the metrics files.
     """
     if not launched_by_torchrun():
         yield from _evaluate_checkpoints(config, resolve_device(config.data.device))
@@ -176,8 +198,8 @@ def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[
     dataset = YT8MDataset(data.eval_data_pattern, config.features, data.batch_size,
                           skip_corrupt=data.skip_corrupt, rank=0, world_size=1)
     dataset.paths = this_rank_shards(dataset.paths)
-    loader = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
-                         pin_memory=device.type == "cuda") if dataset.paths else []
+    loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
+                                          pin_memory=device.type == "cuda") if dataset.paths else []
     task = features_task(config.features, config.loss.name, config.report.top_k, config.report.top_n)
     writer = summary_writer(os.path.join(watch.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
@@ -229,7 +251,7 @@ def load_agreed_checkpoint(train_dir: str, device: torch.device) -> Optional[tup
     return None if path is None else (path, load_checkpoint(path, map_location=device))
 
 
-def evaluate_payload(path: str, checkpoint: Checkpoint, loader: Iterable[dict], task: Task,
+def evaluate_payload(path: str, checkpoint: Checkpoint, loader: Iterable[Batch], task: Task,
                      config: EvalConfig, device: torch.device, across_ranks: bool = False) -> dict[str, Any]:
     """The task's metrics of a loaded checkpoint (from `path`); `across_ranks`: see evaluate_model."""
     trained = build_model_from_payload(checkpoint, path, device)

@@ -214,10 +214,19 @@ class _PairwiseSum:
 
     def __init__(self, count: int):
         self._plan = _pairwise_plan(count)
-        self._step = next(self._plan)
         self._sums: list[np.float64] = []
+        self._step = self._next_block()
         self._waiting = np.empty(0)
         self.add(self._waiting)  # a sum of nothing is a block of length 0
+
+    def _next_block(self) -> int:
+        """The next block's length (or _END), adding up the sums the plan merges on the way (its Nones)."""
+        step = next(self._plan, self._END)
+        while step is None:
+            right = self._sums.pop()
+            self._sums[-1] = self._sums[-1] + right
+            step = next(self._plan, self._END)
+        return step
 
     def add(self, values: np.ndarray) -> None:
         values = np.concatenate([self._waiting, values]) if len(self._waiting) else values
@@ -225,11 +234,7 @@ class _PairwiseSum:
         while self._step != self._END and len(values) - start >= self._step:
             self._sums.append(np.add.reduce(values[start:start + self._step]))
             start += self._step
-            self._step = next(self._plan, self._END)
-            while self._step is None:
-                right = self._sums.pop()
-                self._sums[-1] = self._sums[-1] + right
-                self._step = next(self._plan, self._END)
+            self._step = self._next_block()
         self._waiting = values[start:]
 
     def total(self) -> float:
@@ -284,8 +289,8 @@ class _RankedPool:
 class EvaluationMetrics:
     """Streams batches of predictions and labels; `get()` returns the starter kit's metrics.
 
-    The pooled top-k entries beyond `pool_budget` (default POOL_BUDGET) go to temporary files, removed by `close()` or `clear()` (or when
-    the object is garbage collected); `with EvaluationMetrics(...) as metrics:` closes it.
+    The pooled top-k entries beyond `pool_budget` (default POOL_BUDGET) go to temporary files, removed by `close()`
+    or `clear()` (or when the object is garbage collected); `with EvaluationMetrics(...) as metrics:` closes it.
     """
 
     def __init__(self, num_classes: int, top_k: int = 20, pool_budget: Optional[int] = None):

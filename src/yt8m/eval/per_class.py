@@ -60,8 +60,8 @@ def _train_videos(vocabulary: dict[int, dict[str, str]], vocabulary_file: str, t
     """Each class's training videos: the vocabulary's TrainVideoCount where it has one, else counted in the run's
     training shards (labels only, features not read)."""
     if any(TRAIN_COUNT_COLUMN in row for row in vocabulary.values()):
-        counts = [int(vocabulary.get(index, {}).get(TRAIN_COUNT_COLUMN) or 0) for index in range(num_classes)]
-        return np.array(counts, np.int64), f"{vocabulary_file} ({TRAIN_COUNT_COLUMN})"
+        listed = [int(vocabulary.get(index, {}).get(TRAIN_COUNT_COLUMN) or 0) for index in range(num_classes)]
+        return np.array(listed, np.int64), f"{vocabulary_file} ({TRAIN_COUNT_COLUMN})"
     counts = np.zeros(num_classes, np.int64)
     for _, labels in shard_labels(train_pattern, num_classes):
         counts[np.unique(labels)] += 1

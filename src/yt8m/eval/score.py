@@ -115,7 +115,7 @@ def _prediction_pairs(where: str, field: str, num_classes: int) -> tuple[list[in
     return classes, confidences
 
 
-def _read_dict(path: str, header: str, parse: Callable[[str, str], T]) -> dict[str, T]:
+def _read_dict(path: str, header: str, parse: Callable[[str, str, str], T]) -> dict[str, T]:
     rows = {}
     with TemporaryDatabase() as database:
         for _, video_id, parsed in _checked(KeyedTable(database, "videos"), path, header, parse):

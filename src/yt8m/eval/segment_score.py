@@ -1,5 +1,6 @@
 """Scoring a 2019 segment submission (`Class,Segments`) against the rated segments of TFRecord shards or of a
-label CSV (`segment_id,class,score`) with the competition's mAP@K (`score_segment_files`, `yt8m score --segment_labels`).
+label CSV (`segment_id,class,score`) with the competition's mAP@K (`score_segment_files`, `yt8m score
+--segment_labels`).
 
 Per submitted class, its segment list is cut to the first K ids, ids without a rating for that class are dropped,
 and the rated ones keep their order as the ranking; AP and the mean over classes are yt8m.eval.segment_metrics'. The
@@ -173,7 +174,8 @@ def _regular_csv(path: str, body: bytes, num_classes: int) -> Optional[RatedSegm
         line_ends = np.append(line_ends, len(chars))
     line_starts = np.concatenate(([0], line_ends[:-1] + 1))
     commas = np.flatnonzero(chars == _COMMA)
-    if len(commas) != 2 * len(line_ends) or (np.searchsorted(commas, line_ends) != 2 * np.arange(1, len(line_ends) + 1)).any():
+    two_per_line = 2 * np.arange(1, len(line_ends) + 1)
+    if len(commas) != 2 * len(line_ends) or (np.searchsorted(commas, line_ends) != two_per_line).any():
         return None
     first, second = commas[0::2], commas[1::2]
     if (first <= line_starts).any() or (second <= first + 1).any():
@@ -235,7 +237,8 @@ def _csv_line_by_line(path: str, lines: list[str], num_classes: int) -> RatedSeg
         segment_ids.append(fields[0])
         ratings.append(_RATINGS[fields[2]])
         line_numbers.append(number)
-    videos, _, starts = zip(*(segment_id.rpartition(":") for segment_id in segment_ids)) if segment_ids else ((), (), ())
+    parts = [segment_id.rpartition(":") for segment_id in segment_ids]
+    videos, _, starts = zip(*parts) if parts else ((), (), ())
     classes_array, ratings_array = np.array(classes, np.int64), np.array(ratings, bool)
 
     def conflict(earlier: int, later: int) -> ValueError:
@@ -255,6 +258,11 @@ def read_rated_segments_tfrecords(pattern: str, num_classes: int) -> RatedSegmen
         for chunk in read_record_chunks(path, RECORDS_PER_CALL):
             records.add(path, chunk)
     return records.rated()
+
+
+def _no_conflict(earlier: int, later: int) -> Exception:
+    """The conflict of a set of no pairs, which has none."""
+    return AssertionError(f"pairs {earlier} and {later} of an empty set")
 
 
 class _RatingRecords:
@@ -290,7 +298,7 @@ class _RatingRecords:
     def rated(self) -> RatedSegments:
         if not self.pairs:
             return RatedSegments.from_pairs(self.num_classes, np.zeros(0, "S1"), *(np.zeros(0, np.int64),) * 2,
-                                            np.zeros(0, bool), None)
+                                            np.zeros(0, bool), _no_conflict)
         records, starts, classes, ratings = (np.concatenate(column) for column in zip(*self.pairs))
         videos = np.concatenate(self.videos)
 
@@ -414,7 +422,8 @@ def _submission_rows(path: str, num_classes: int, top_n: int) -> Iterator[_Row]:
             first = next(chunks)
             if first is None:
                 return
-            row = _read_row(itertools.chain([first], chunks), f"{path}:{number}", num_classes, top_n)
+            rest = (chunk for chunk in chunks if chunk is not None)  # a None ends the file, never a line
+            row = _read_row(itertools.chain([first], rest), f"{path}:{number}", num_classes, top_n)
             if row is None:
                 continue  # a blank line
             if row.class_id in seen:

@@ -16,7 +16,7 @@ videos x candidates numbers, where candidates <= inputs x fit_top_k + the video'
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -32,6 +32,7 @@ from yt8m.config import ConfigError, config_problems
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.decode import RecordError, decode_id_and_labels
 from yt8m.data.inspection import find_video
+from yt8m.data.spec import FeatureSpec
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import check_probabilities, load_predictions_csv, unmatched
@@ -79,7 +80,7 @@ class ModelInput:
     source: str
     kind: str
     predict: Predictor
-    spec: Any  # the FeatureSpec its batches are read with
+    spec: FeatureSpec  # how its batches are read
     about: dict[str, Any]
 
 
@@ -236,6 +237,7 @@ def aligned_batches(inputs: Sequence[Input], pattern: str, num_classes: int, bat
     """The videos of `pattern`, or without one the first prediction file's, in their order, each batch predicted by
     every input."""
     files = {index: item for index, item in enumerate(inputs) if isinstance(item, FileInput)}
+    batches: Iterator[tuple[list[str], Optional[torch.Tensor], dict[int, torch.Tensor]]]
     if any(isinstance(item, ModelInput) for item in inputs):
         batches = _model_batches(inputs, pattern, batch_size, num_readers)
     elif pattern:
@@ -250,15 +252,15 @@ def aligned_batches(inputs: Sequence[Input], pattern: str, num_classes: int, bat
 
 
 def _model_batches(inputs: Sequence[Input], pattern: str, batch_size: int,
-                   num_readers: str) -> Iterator[tuple[list[str], torch.Tensor, dict[int, torch.Tensor]]]:
+                   num_readers: str) -> Iterator[tuple[list[str], Optional[torch.Tensor], dict[int, torch.Tensor]]]:
     """The shards read once per distinct feature spec of the model inputs, each model predicting its spec's batch."""
+    models = {index: item for index, item in enumerate(inputs) if isinstance(item, ModelInput)}
     groups: dict[str, list[int]] = {}
-    for index, item in enumerate(inputs):
-        if isinstance(item, ModelInput):
-            groups.setdefault(repr(item.spec), []).append(index)
+    for index, item in models.items():
+        groups.setdefault(repr(item.spec), []).append(index)
     loaders = []
     for members in groups.values():
-        spec = inputs[members[0]].spec
+        spec = models[members[0]].spec
         loaders.append(make_loader(YT8MDataset(pattern, spec, batch_size),
                                    reader_workers(num_readers, spec.frame_features)))
     for batches in itertools.zip_longest(*loaders):
@@ -268,7 +270,7 @@ def _model_batches(inputs: Sequence[Input], pattern: str, batch_size: int,
         probabilities = {}
         for batch, members in zip(batches, groups.values()):
             for index in members:
-                predicted = inputs[index].predict(batch).float()
+                predicted = models[index].predict(batch).float()
                 if predicted.shape != batch.labels.shape:
                     raise ValueError(f"ensemble input {inputs[index].source} predicted a {list(predicted.shape)} "
                                      f"batch, expected {list(batch.labels.shape)}")
@@ -290,7 +292,8 @@ def _listed_batches(videos: Iterator[tuple[str, Optional[list[int]]]], batch_siz
 def combine(probabilities: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """The weighted average (weights normalized to sum 1)."""
     total = float(sum(weights))
-    return sum(probability * (weight / total) for probability, weight in zip(probabilities, weights))
+    return functools.reduce(torch.add, (probability * (weight / total)
+                                        for probability, weight in zip(probabilities, weights)))
 
 
 # Fitting -----------------------------------------------------------------------------------------------------------
@@ -392,8 +395,9 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
     ignored = check_pattern_coverage([item for item in inputs if isinstance(item, FileInput)], pattern, num_classes,
                                      "fit_videos")
     started = time.perf_counter()
-    pieces = [Candidates.of_batch(batch.probabilities, batch.labels, fit_top_k)
-              for batch in aligned_batches(inputs, pattern, num_classes, batch_size, num_readers)]
+    pieces = [Candidates.of_batch(batch.probabilities, labels, fit_top_k)
+              for batch in aligned_batches(inputs, pattern, num_classes, batch_size, num_readers)
+              if (labels := batch.labels) is not None]  # shards give every batch its labels
     if not pieces or not any(bool(piece.labels.any()) for piece in pieces):
         raise ValueError(f"{pattern}: the shards hold no labels to fit the weights on")
     candidates = Candidates.concat(pieces)

@@ -76,7 +76,10 @@ def _extract(tar: tarfile.TarFile, tgz_path: str, folder: str) -> set[str]:
     for name, member in members.items():
         target = os.path.join(folder, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with tar.extractfile(member) as source, open(target, "wb") as out:
+        source = tar.extractfile(member)
+        if source is None:  # only plain files are taken: each has its data
+            raise ValueError(f"--input_model_tgz {tgz_path}: {name} holds no data")
+        with source, open(target, "wb") as out:
             shutil.copyfileobj(source, out)
     return set(members)
 

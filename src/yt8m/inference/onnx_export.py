@@ -17,14 +17,15 @@ from torch import nn
 
 from yt8m import __version__
 from yt8m.config import config_values
-from yt8m.data.spec import FeatureSpec
 from yt8m.data.decode import dequantize
+from yt8m.data.spec import FeatureSpec
 from yt8m.io import storage
 from yt8m.io.checkpoints import load_checkpoint
 from yt8m.io.files import copy_file_atomically, write_file_atomically
 from yt8m.models.checkpoints import TrainedModel, build_model_from_payload
 from yt8m.models.frame import LstmModel, _frame_counts
 from yt8m.models.model_size import ModelSize, model_size
+from yt8m.models.multihead import Network
 from yt8m.optional import require
 
 log = logging.getLogger("yt8m.export")
@@ -32,8 +33,9 @@ log = logging.getLogger("yt8m.export")
 GRAPH_NOTES = """\
 The graph is the model's eval forward: L2 normalization, frame masking and sampling, sigmoid. Its batch
 axis, and the frame axis of frame-level models, are dynamic. Frame-level models take uint8 frames as
-stored in the shards (dequantized in the graph, after any sampling), zero-padded after num_frames. DbofModel exports its eval-mode sampling
-(evenly spaced frames, or the middle run), so it predicts as `yt8m predict` does, never at random.
+stored in the shards (dequantized in the graph, after any sampling), zero-padded after num_frames. DbofModel
+exports its eval-mode sampling (evenly spaced frames, or the middle run), so it predicts as `yt8m predict`
+does, never at random.
 LstmModel exports as an unpacked LSTM read at each video's last real frame: the same outputs as the
 packed sequences it trains with, which torch.export cannot trace."""
 
@@ -55,11 +57,12 @@ class ExportError(ValueError):
 class OnnxGraph(nn.Module):
     """What is exported: the model's forward as a (logits, predictions) tuple, named by OUTPUT_NAMES."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: Network):
         super().__init__()
         self.model = model
 
-    def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, features: torch.Tensor,
+                num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         output = self.model(features, num_frames)
         return output["logits"], output["predictions"]
 
@@ -69,18 +72,24 @@ class LstmLastStepGraph(OnnxGraph):
     read at its last real frame. An LSTM is causal, so padding after that frame cannot reach it: this is
     the final state of the packed run, hidden[-1], which LstmModel classifies."""
 
-    def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        steps, _ = self.model.lstm(self.model.prepare_input(features, num_frames))  # as BaseModel.forward
+    def __init__(self, model: LstmModel):
+        super().__init__(model)
+        self.lstm_model = model
+
+    def forward(self, features: torch.Tensor,
+                num_frames: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        model = self.lstm_model
+        steps, _ = model.lstm(model.prepare_input(features, num_frames))  # as BaseModel.forward
         last = (_frame_counts(features, num_frames) - 1).view(-1, 1, 1).expand(-1, 1, steps.shape[-1])
-        logits = self.model.classifier.compute_logits(steps.gather(1, last).squeeze(1), None)
+        logits = model.classifier.compute_logits(steps.gather(1, last).squeeze(1), None)
         return logits, torch.sigmoid(logits)
 
 
-def graph_for(model: nn.Module) -> OnnxGraph:
+def graph_for(model: Network) -> OnnxGraph:
     return LstmLastStepGraph(model) if isinstance(model, LstmModel) else OnnxGraph(model)
 
 
-def example_inputs(model: nn.Module) -> tuple[torch.Tensor, ...]:
+def example_inputs(model: Network) -> tuple[torch.Tensor, ...]:
     """A small seeded batch to trace and verify with: for frame-level models zero-padded videos of
     different lengths, so that the masking and the last-frame reads are exercised."""
     generator = torch.Generator().manual_seed(0)
@@ -94,11 +103,11 @@ def example_inputs(model: nn.Module) -> tuple[torch.Tensor, ...]:
     return frames * real.unsqueeze(-1), num_frames
 
 
-def input_names(model: nn.Module) -> list[str]:
+def input_names(model: Network) -> list[str]:
     return ["features", "num_frames"] if model.frame_level else ["features"]
 
 
-def export_onnx(model: nn.Module, path: str) -> dict[str, Any]:
+def export_onnx(model: Network, path: str) -> dict[str, Any]:
     """Write `model` (switched to eval mode) as an ONNX file at `path` (see GRAPH_NOTES), checked by
     onnx.checker and verified against torch with onnxruntime; returns the opset and the max difference."""
     import onnx  # the onnx extra
@@ -111,6 +120,8 @@ def export_onnx(model: nn.Module, path: str) -> dict[str, Any]:
         program = torch.onnx.export(graph, inputs, dynamo=True, dynamic_shapes=dynamic_shapes,
                                     input_names=input_names(model), output_names=list(OUTPUT_NAMES), verbose=False)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if program is None:
+        raise ExportError(f"{path}: torch.onnx.export made no program")
     program.save(path)  # weights go to a side file only past protobuf's 2 GB limit
     onnx.checker.check_model(path, full_check=True)
     difference = max_abs_difference(model, create_session(path, "cpu"), inputs)
@@ -122,7 +133,7 @@ def export_onnx(model: nn.Module, path: str) -> dict[str, Any]:
     return {"opset": opset, "verified_max_abs_diff": difference}
 
 
-def max_abs_difference(model: nn.Module, session: Any, inputs: Sequence[torch.Tensor]) -> float:
+def max_abs_difference(model: Network, session: Any, inputs: Sequence[torch.Tensor]) -> float:
     """Largest |onnxruntime - torch| over the predictions of one batch."""
     with torch.no_grad():
         expected = model(*inputs)["predictions"].numpy()
@@ -152,7 +163,8 @@ def build_metadata(trained: TrainedModel, checkpoint: str, model_path: str, opse
         "model": model.name, "model_config": config_values(model), "feature_names": features.feature_names,
         "feature_sizes": features.feature_sizes, "frame_features": features.frame_features,
         "max_frames": features.max_frames, "num_classes": features.num_classes, "global_step": trained.step,
-        "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint, "opset": opset,
+        "source_checkpoint": os.path.abspath(checkpoint) if storage.is_local(checkpoint) else checkpoint,
+        "opset": opset,
         "model_size": size.as_dict(),
         "inputs": [_describe(value) for value in graph.input], "outputs": [_describe(value) for value in graph.output],
     }
@@ -209,7 +221,8 @@ def _export_to_local(checkpoint: str, output: str, task: str) -> dict[str, Any]:
     write_file_atomically(metadata_path, lambda out: json.dump(metadata, out, indent=1))
     return {"model_file": model_path, "metadata_file": metadata_path, "model": trained.model.name,
             "global_step": trained.step,
-            "source_checkpoint": checkpoint, "bytes": _exported_bytes(model_path), "seconds": round(time.perf_counter() - started, 3),
+            "source_checkpoint": checkpoint, "bytes": _exported_bytes(model_path),
+            "seconds": round(time.perf_counter() - started, 3),
             **exported}
 
 
@@ -242,6 +255,8 @@ class ExportedModel:
             raise ExportError(f"{self.model_file}: the model takes uint8 frames as stored in the shards, got "
                               f"{features.dtype}")
         if features.dtype == np.uint8 and not takes_uint8:
+            if num_frames is None:
+                raise ExportError(f"{self.model_file}: uint8 frames come with their frame counts")
             features = _dequantized(features, num_frames)
         feeds = {"features": np.ascontiguousarray(features, dtype=np.uint8 if takes_uint8 else np.float32)}
         if self.metadata["frame_features"]:

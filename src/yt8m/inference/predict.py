@@ -22,8 +22,7 @@ from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.inspection import find_video
 from yt8m.distributed.across_ranks import SpilledPieces, from_every_rank, this_rank_shards, together
-from yt8m.distributed.ranks import (all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size,
-                                    send_stream)
+from yt8m.distributed.ranks import all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream
 from yt8m.inference.config import OutputConfig, PredictConfig
 from yt8m.inference.model_tgz import pack_model, unpack_model
 from yt8m.inference.predictions import Locator, Predictor, load_predictor, predicted_rows, write_predictions, write_rows
@@ -36,7 +35,8 @@ log = logging.getLogger("yt8m.inference.predict")
 def run_predict(config: PredictConfig) -> dict[str, Any]:
     """Predict with an ONNX export or the train dir's latest checkpoint; returns a summary of what was written.
     With --segment_labels: the 2019 segment CSV (yt8m.inference.segment_predict). Under torchrun the processes split the
-    shards (yt8m.distributed.across_ranks) and rank 0 writes every process's rows, in shard order, to the one output file."""
+    shards (yt8m.distributed.across_ranks) and rank 0 writes every process's rows, in shard order, to the one output
+    file."""
     problems = config_problems(config)
     if problems:
         raise ConfigError("invalid predict config", problems)
@@ -72,8 +72,8 @@ def _run_predict(config: PredictConfig) -> dict[str, Any]:
                           rank=0, world_size=1)
     all_paths, dataset.paths = dataset.paths, this_rank_shards(dataset.paths)
     pin_memory = not model_source.model and resolve_device(data.device).type == "cuda"
-    loader = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
-                         pin_memory=pin_memory) if dataset.paths else []
+    loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
+                                          pin_memory=pin_memory) if dataset.paths else []
     log.info("predicting %s with %s", data.input_data_pattern, source)
     started = time.perf_counter()
     locate = functools.partial(find_video, all_paths)

@@ -9,17 +9,17 @@ import logging
 import math
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequence, TextIO, TypeVar
 
 import torch
 from torch import nn
 
 from yt8m.data.batch import Batch
 from yt8m.data.spec import FeatureSpec
-from yt8m.inference.config import ModelSourceConfig
 from yt8m.distributed.ranks import training_device
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
+from yt8m.inference.config import ModelSourceConfig
 from yt8m.inference.onnx_export import load_exported
 from yt8m.io.checkpoints import load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
@@ -33,6 +33,16 @@ CSV_HEADER = "VideoId,LabelConfidencePairs\n"
 
 # A Batch of YT8MDataset (its features and num_frames) -> probabilities [batch, classes] on the CPU.
 Predictor = Callable[[Batch], torch.Tensor]
+
+
+class Predicted(Protocol):
+    """What predictions are written for: a batch of videos (a Batch, or an ensemble's aligned batch)."""
+
+    @property
+    def video_ids(self) -> Sequence[str]: ...
+
+
+P = TypeVar("P", bound=Predicted)
 # A video id -> where the input holds it ("FILE (record at byte N)", each place), for error messages.
 Locator = Callable[[str], list[str]]
 # What a CSV field written unquoted cannot hold (`yt8m score` and Kaggle split lines at commas and strip spaces).
@@ -61,7 +71,7 @@ def format_rows(video_ids: Sequence[str], predictions: torch.Tensor, top_k: int,
                    for video_id, classes, confidences in zip(video_ids, indices.tolist(), values.tolist()))
 
 
-def write_predictions(predict: Predictor, batches: Iterable[Batch], out: TextIO, top_k: int,
+def write_predictions(predict: Callable[[P], torch.Tensor], batches: Iterable[P], out: TextIO, top_k: int,
                       output_format: str = "csv", output_file: str = "the output",
                       locate: Optional[Locator] = None) -> int:
     """Write (for CSV, the header and) one row per video of `batches` to `out`; returns the number of videos.
@@ -78,7 +88,8 @@ def write_predictions(predict: Predictor, batches: Iterable[Batch], out: TextIO,
 Rows = tuple[list[str], str]
 
 
-def predicted_rows(predict: Predictor, batches: Iterable[Batch], top_k: int, output_format: str, output_file: str,
+def predicted_rows(predict: Callable[[P], torch.Tensor], batches: Iterable[P], top_k: int, output_format: str,
+                   output_file: str,
                    locate: Optional[Locator] = None) -> Iterator[Rows]:
     """Each batch's video ids and rows, checked (see write_predictions) but for duplicates: write_rows finds those."""
     videos, started = 0, time.perf_counter()

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from yt8m.config import ConfigError
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.spec import FeatureSpec
 from yt8m.data.inspection import find_video
+from yt8m.data.spec import FeatureSpec
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
 from yt8m.inference.config import PredictConfig
@@ -298,7 +298,7 @@ class SegmentScorer:
         self.top = TopSegments(len(classes), max_pred, self.videos.id_order)
         self.scored = 0
 
-    def run(self, batches: Iterable[dict]) -> None:
+    def run(self, batches: Iterable[Batch]) -> None:
         started = time.perf_counter()
         with TemporaryDatabase() as database:
             seen = KeyedTable(database, "videos")
@@ -307,11 +307,13 @@ class SegmentScorer:
                 log.info("scored %d segments of %d videos, %.0f segments/s", self.scored, self.videos.count,
                          self.scored / max(time.perf_counter() - started, 1e-9))
 
-    def _segments(self, batches: Iterable[dict], seen: KeyedTable) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _segments(self, batches: Iterable[Batch], seen: KeyedTable) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Each batch's segments, its videos entered in the table (ids checked) before they are scored."""
         for batch in batches:
             video_ids = batch.video_ids
             self._check_ids(video_ids, seen)
+            if batch.num_frames is None:
+                raise ValueError("segments are cut from frame-level batches, which carry their frame counts")
             segments, real_frames, per_video = split_segments(batch.features, batch.num_frames,
                                                               self.segment_size)
             self.videos.add(video_ids, per_video.numpy())
@@ -369,7 +371,7 @@ def _rebatched(pieces: Iterable[tuple[torch.Tensor, torch.Tensor]],
             if filled == size:
                 yield buffer
                 filled = 0
-    if filled:
+    if filled and buffer is not None:
         yield buffer[0][:filled], buffer[1][:filled]
 
 

@@ -22,7 +22,7 @@ from yt8m.data.spec import FeatureSpec
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
 from yt8m.inference.predictions import read_jsonl_predictions
-from yt8m.io.checkpoints import CONFIG_FILE, checkpoint_dir, latest_checkpoint, load_checkpoint, list_exports
+from yt8m.io.checkpoints import CONFIG_FILE, checkpoint_dir, latest_checkpoint, list_exports, load_checkpoint
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_checkpoint

@@ -111,8 +111,9 @@ def save_checkpoint(train_dir: str, checkpoint: Checkpoint, keep: int, final: bo
     """Write ckpt-<step>.pt atomically and durably, mark it final when asked, then keep the newest `keep`.
 
     Readers (a watching `yt8m eval`) never see a half-written file: it is written under a temporary name
-    in the same directory, fsynced and renamed into place (on object storage: uploaded whole). A failure (a full disk) raises WriteError naming
-    the checkpoint, removes the temporary file and leaves every earlier checkpoint as it was.
+    in the same directory, fsynced and renamed into place (on object storage: uploaded whole). A failure (a full
+    disk) raises WriteError naming the checkpoint, removes the temporary file and leaves every earlier checkpoint as
+    it was.
     """
     path = checkpoint_path(train_dir, checkpoint.step)
     with atomic_writer(path, binary=True) as out:

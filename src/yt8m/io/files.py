@@ -16,7 +16,7 @@ import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import IO, Callable, Iterator, Optional, TextIO, TypeVar
+from typing import IO, Callable, Iterator, Optional, TextIO, TypeVar, cast
 
 from yt8m.io import storage
 
@@ -181,7 +181,7 @@ def _file_writer(path: str, reported_path: str, binary: bool, durable: bool) -> 
 def write_file_atomically(path: str, write: Callable[[TextIO], T]) -> T:
     """Run `write(out)` into `path` through `atomic_writer` (text, UTF-8); returns its result."""
     with atomic_writer(path) as out:
-        return write(out)
+        return write(cast(TextIO, out))  # a writer in text mode
 
 
 def copy_file_atomically(source: str, destination: str) -> None:

@@ -15,7 +15,7 @@ import time
 from datetime import datetime
 from typing import Any, Optional
 
-from yt8m.io.checkpoints import checkpoint_dir, EXPORT_DIR
+from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir
 from yt8m.io.files import remove_temporaries
 
 LOCK_FILE = ".yt8m-train.lock"

@@ -32,7 +32,8 @@ def filesystem(path: str) -> tuple[Any, str]:
     try:
         return fsspec.core.url_to_fs(path)
     except ImportError as err:
-        protocol = _URL.match(path).group(1)
+        match = _URL.match(path)
+        protocol = match.group(1) if match else ""
         extra = f" (pip install 'yt8m[{_EXTRAS[protocol]}]')" if protocol in _EXTRAS else ""
         raise ValueError(f"cannot reach {path}: {err}{extra}") from err
 
@@ -103,7 +104,7 @@ def size(path: str) -> int:
 def open_file(path: str, mode: str = "rb") -> IO:
     """A file opened for reading (text modes in UTF-8); use as a context manager."""
     if is_local(path):
-        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+        return open(path, mode) if "b" in mode else open(path, mode, encoding="utf-8")
     fs, inner = filesystem(path)
     with reaching(path):
         return fs.open(inner, mode, **({} if "b" in mode else {"encoding": "utf-8"}))

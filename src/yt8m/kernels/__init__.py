@@ -34,7 +34,7 @@ def enabled_kernels() -> tuple[str, ...]:
         set_enabled_kernels([name.strip() for name in names if name.strip()])
         why = _native_why if native is None else f"{FUSED_KERNELS_ENV}={value}" if value else "the default"
         log.info("fused CPU training kernels: %s (%s)", f"on: {', '.join(_enabled)}" if _enabled else "off", why)
-    return _enabled
+    return _enabled or ()
 
 
 def set_enabled_kernels(names: Iterable[str]) -> None:

@@ -13,6 +13,13 @@ from yt8m.kernels import native
 from yt8m.kernels.threads import as_arrays, over_rows
 
 
+def _native() -> Any:
+    """The compiled kernels, which every op here runs: reached only where use_fused_kernels found them."""
+    if native is None:
+        raise RuntimeError("yt8m.kernels._kernels is not built: the fused kernels are off")
+    return native
+
+
 @torch.library.custom_op("yt8m::run_major_linear", mutates_args=())
 def run_major_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], width: int) -> Tensor:
     """nn.Linear(x, weight, bias) for a layer whose outputs are `width` values per class (class-major: column
@@ -82,7 +89,7 @@ def moe_mixture(gates: Tensor, experts: Tensor, mixtures: int) -> tuple[Tensor, 
     (run_major_linear's layout), with MoeModel's math (its eager reference: models.video.mixture_logits)."""
     rows, classes = gates.shape[1], gates.shape[2]
     logits, predictions = gates.new_empty((rows, classes)), gates.new_empty((rows, classes))
-    over_rows(native.moe_forward, rows, *as_arrays(gates, experts, logits, predictions), classes, mixtures)
+    over_rows(_native().moe_forward, rows, *as_arrays(gates, experts, logits, predictions), classes, mixtures)
     return logits, predictions
 
 
@@ -96,7 +103,8 @@ def moe_mixture_backward(gates: Tensor, experts: Tensor, dlogits: Tensor, mixtur
     """The gradients of the gate and expert logits from that of the mixture's logits: the kernel recomputes what it
     needs from the inputs."""
     dgates, dexperts = torch.empty_like(gates), torch.empty_like(experts)
-    over_rows(native.moe_backward, gates.shape[1], *as_arrays(gates, experts, dlogits.contiguous(), dgates, dexperts),
+    arrays = as_arrays(gates, experts, dlogits.contiguous(), dgates, dexperts)
+    over_rows(_native().moe_backward, gates.shape[1], *arrays,
               dlogits.shape[1], mixtures)
     return dgates, dexperts
 
@@ -133,7 +141,7 @@ def _batch_norm_relu6_max_pool(x: Tensor, gamma: Tensor, beta: Tensor, frames: i
     mean, var, invstd = (x.new_empty(channels) for _ in range(3))
     pooled = x.new_empty((rows // frames, channels))
     winner = torch.empty((rows // frames, channels), dtype=torch.int32)
-    over_rows(native.dbof_pool_forward, channels, *as_arrays(x, gamma, beta, mean, var, invstd, pooled, winner),
+    over_rows(_native().dbof_pool_forward, channels, *as_arrays(x, gamma, beta, mean, var, invstd, pooled, winner),
               channels, frames, eps)
     return pooled, mean, var, invstd, winner
 
@@ -149,7 +157,7 @@ def _(x: Tensor, gamma: Tensor, beta: Tensor, frames: int, eps: float) -> tuple[
 def _batch_norm_relu6_max_pool_backward(x: Tensor, gamma: Tensor, beta: Tensor, mean: Tensor, invstd: Tensor,
                                         dpooled: Tensor, winner: Tensor, frames: int) -> tuple[Tensor, Tensor, Tensor]:
     dx, dgamma, dbeta = torch.empty_like(x), torch.empty_like(gamma), torch.empty_like(beta)
-    over_rows(native.dbof_pool_backward, x.shape[1],
+    over_rows(_native().dbof_pool_backward, x.shape[1],
               *as_arrays(x, gamma, beta, mean, invstd, dpooled.contiguous(), winner, dx, dgamma, dbeta),
               x.shape[1], frames)
     return dx, dgamma, dbeta

@@ -24,7 +24,8 @@ def over_rows(kernel: Callable[..., Result], rows: int, *args: object, grain: in
     if threads == 1:
         return [kernel(*args, 0, rows)]
     pool = _pool.get(threads) or _pool.setdefault(threads, ThreadPoolExecutor(threads, "yt8m-kernel"))
-    return [done.result() for done in [pool.submit(kernel, *args, start, end) for start, end in zip(bounds, bounds[1:])]]
+    submitted = [pool.submit(kernel, *args, start, end) for start, end in zip(bounds, bounds[1:])]
+    return [done.result() for done in submitted]
 
 
 def as_arrays(*tensors: torch.Tensor) -> list[np.ndarray]:

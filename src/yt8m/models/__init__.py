@@ -8,8 +8,18 @@ import importlib
 import pkgutil
 
 from yt8m.models.base import BaseModel
-from yt8m.models.registry import (create_model, hparam_fields, hparam_names, hparams_class, is_frame_level,
-                                  known_model, list_models, model_class, register_model, registered_model)
+from yt8m.models.registry import (
+    create_model,
+    hparam_fields,
+    hparam_names,
+    hparams_class,
+    is_frame_level,
+    known_model,
+    list_models,
+    model_class,
+    register_model,
+    registered_model,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -90,7 +90,8 @@ class TransformerModel(BaseModel):
     def __init__(self, feature_size: int, num_classes: int, hparams: TransformerHParams = TransformerHParams()):
         super().__init__(feature_size, num_classes, hparams)
         size, pooling = hparams.transformer_hidden_size, hparams.transformer_pooling
-        self.max_frames, self.pooling, self.dropout = hparams.transformer_max_frames, pooling, hparams.transformer_dropout
+        self.max_frames, self.pooling = hparams.transformer_max_frames, pooling
+        self.dropout = hparams.transformer_dropout
         self.embed = nn.Linear(feature_size, size)
         self.slot_embedding = nn.Parameter(torch.empty(hparams.transformer_max_frames, size))
         self.first_token = nn.Parameter(torch.empty(size)) if pooling == "first" else None
@@ -100,6 +101,7 @@ class TransformerModel(BaseModel):
                                     for _ in range(hparams.transformer_layers))
         self._init_like_bert()
         self.gating = ContextGating(size, batch_norm=False)
+        assert self.gating.bias is not None  # a gate without batch norm has a bias
         nn.init.zeros_(self.gating.bias)  # BERT's zero biases (_init_like_bert), not WILLOW's random ones
         self.classifier = create_classifier(hparams, size, num_classes)
 

@@ -59,6 +59,7 @@ class BaseModel(nn.Module):
     # Frame models: the attribute holding the video-level classifier on `shared_features` (a multi-task trunk is the
     # model without it: yt8m.models.multihead). None: the model is one classifier on its input (video-level models).
     classifier_name: ClassVar[Optional[str]] = None
+    dequantized_values: torch.Tensor  # frame-level models' buffer of the 256 dequantized values
 
     def __init__(self, feature_size: int, num_classes: int, hparams: ClassifierHParams):
         super().__init__()

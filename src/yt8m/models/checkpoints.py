@@ -13,7 +13,7 @@ from yt8m.data.spec import FeatureSpec
 from yt8m.io import storage
 from yt8m.io.checkpoints import Checkpoint, checkpoint_dir, load_checkpoint, load_latest_checkpoint
 from yt8m.models.config import ModelConfig, build_model
-from yt8m.models.multihead import task_head_model
+from yt8m.models.multihead import Network, task_head_model
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class TrainedModel:
     """A checkpoint's model ready to run: the network (weights loaded, eval mode), what it reads and predicts (of a
     multi-task checkpoint, its task's classes and labels), its model section, and the step it was saved at."""
 
-    network: torch.nn.Module
+    network: Network
     features: FeatureSpec
     model: ModelConfig
     step: int
@@ -44,6 +44,7 @@ def build_model_from_payload(checkpoint: Checkpoint, path: str, device: str | to
                              ) -> TrainedModel:
     """`build_model_from_checkpoint` for a checkpoint already loaded (by `load_latest_checkpoint`) from `path`."""
     model, features = stored_model(checkpoint, path)
+    network: Network
     if checkpoint.tasks:
         network, features = task_head_model(checkpoint, model, features, task, path)
     elif task:

@@ -36,7 +36,9 @@ class ModelConfig(ComponentSection):
         # Python callers may give the hyper-parameters as a mapping, or leave them to the model's defaults.
         cls = self.hparams_class(self.name)
         if cls is not None and not isinstance(self.hparams, cls):
-            given = dataclasses.asdict(self.hparams) if dataclasses.is_dataclass(self.hparams) else self.hparams
+            given = self.hparams
+            if dataclasses.is_dataclass(given) and not isinstance(given, type):
+                given = dataclasses.asdict(given)
             object.__setattr__(self, "hparams", config_from_dict(cls, dict(given or {}), f"--model {self.name}"))
 
     @classmethod

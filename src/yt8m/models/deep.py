@@ -4,7 +4,7 @@ classifier (MoeModel, LogisticModel or GatedMoeModel), as the YouTube-8M 2017-20
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from torch import nn
@@ -64,4 +64,4 @@ class DeepClassifierModel(BaseModel):
         return hidden
 
     def penalized_weights(self) -> list[torch.Tensor]:
-        return [layer[0].weight for layer in self.hidden]
+        return [cast(nn.Linear, layer[0]).weight for layer in self.hidden if isinstance(layer, nn.Sequential)]

@@ -115,7 +115,8 @@ class DbofModel(BaseModel):
     def _batch_norm(size: int, enabled: bool) -> nn.Module:
         return nn.BatchNorm1d(size, eps=1e-3, momentum=0.01) if enabled else nn.Identity()
 
-    def _norm_or_bias(self, size: int, batch_norm: bool, bias_stddev: float) -> tuple[nn.Module, Optional[nn.Parameter]]:
+    def _norm_or_bias(self, size: int, batch_norm: bool,
+                      bias_stddev: float) -> tuple[nn.Module, Optional[nn.Parameter]]:
         if batch_norm:
             return self._batch_norm(size, True), None
         return nn.Identity(), nn.Parameter(torch.randn(size) * bias_stddev)
@@ -152,7 +153,8 @@ class DbofModel(BaseModel):
         if self._fused_pooling_applies(activations):
             pooled = self._fused_cluster_pooling(activations)
         else:
-            clusters = self._activate(self.cluster_norm, activations, self.cluster_bias).view(batch, self.iterations, -1)
+            clusters = self._activate(self.cluster_norm, activations, self.cluster_bias)
+            clusters = clusters.view(batch, self.iterations, -1)
             pooled = clusters.amax(dim=1) if self.pooling == "max" else clusters.mean(dim=1)
         return self._activate(self.hidden_norm, pooled @ self.hidden_weights, self.hidden_bias)
 
@@ -170,6 +172,8 @@ class DbofModel(BaseModel):
 
     def _fused_cluster_pooling(self, activations: torch.Tensor) -> torch.Tensor:
         norm = self.cluster_norm
+        assert isinstance(norm, nn.BatchNorm1d) and norm.running_mean is not None and norm.running_var is not None \
+            and norm.num_batches_tracked is not None and norm.momentum is not None  # _fused_pooling_applies
         pooled, mean, var = batch_norm_relu6_max_pool(activations, norm.weight, norm.bias, self.iterations, norm.eps)
         rows = activations.shape[0]
         with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)

@@ -29,7 +29,10 @@ class ContextGating(nn.Module):
 
     def gate_logits(self, features: torch.Tensor) -> torch.Tensor:
         gates = features @ self.weight
-        return self.norm(gates) if self.norm is not None else gates + self.bias
+        if self.norm is not None:
+            return self.norm(gates)
+        assert self.bias is not None  # a gate has a batch norm or a bias
+        return gates + self.bias
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return features * torch.sigmoid(self.gate_logits(features))

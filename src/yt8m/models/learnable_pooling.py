@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,7 @@ class ClusterAssignment(nn.Module):
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         logits = frames @ self.weight
-        logits = self.norm(logits, mask) if self.norm is not None else logits + self.bias
+        logits = self.norm(logits, mask) if self.norm is not None else logits + cast(torch.Tensor, self.bias)
         return torch.softmax(logits, dim=-1) * mask
 
 
@@ -185,7 +185,7 @@ class GatedBagOfFrames(nn.Module):
         assignment = self.assignment(frames, mask)
         # Padding's assignments are 0, below any real frame's (a softmax is positive): the maximum is the real ones'.
         logits = F.normalize(assignment.amax(dim=1), dim=-1) @ self.reduce @ self.expand
-        logits = self.norm(logits) if self.norm is not None else logits + self.bias
+        logits = self.norm(logits) if self.norm is not None else logits + cast(torch.Tensor, self.bias)
         return F.normalize(torch.sigmoid(logits) * assignment.sum(dim=1), dim=-1)
 
 
@@ -207,7 +207,7 @@ class WillowModel(PooledModalitiesModel):
         self.input_norm = FrameBatchNorm(feature_size, decay) if batch_norm else None
         self.poolings = nn.ModuleList(self.make_pooling(modality, size, count, batch_norm, decay)
                                       for modality, (size, count) in enumerate(zip(self.modality_sizes, clusters)))
-        hidden = nn.Linear(sum(pool.output_size for pool in self.poolings), hidden_size)
+        hidden = nn.Linear(sum(cast(int, pool.output_size) for pool in self.poolings), hidden_size)
         nn.init.normal_(hidden.weight, std=1 / math.sqrt(cluster_size))  # as published; the pooled parts have norm 1
         nn.init.normal_(hidden.bias, std=0.01)
         gating = ContextGating(hidden_size, batch_norm, decay) if hparams.context_gating else nn.Identity()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,6 @@ from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.base import BaseModel, starter_linear
 from yt8m.models.config import ModelConfig, build_model
 from yt8m.models.registry import classifier_problem, create_model, hparam_names
-
 
 # The starter kit's --video_level_classifier_model default: the heads of a frame model that has no such flag.
 STARTER_CLASSIFIER = "MoeModel"
@@ -72,12 +71,17 @@ class MultiTaskModel(nn.Module):
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None,
                 heads: Optional[Iterable[str]] = None) -> dict[str, dict[str, torch.Tensor]]:
         shared = self.trunk(features, num_frames)
-        outputs = {name: self.heads[name].compute_output(shared, None) for name in (heads or self.heads)}
+        outputs = {name: self.head(name).compute_output(shared, None) for name in (heads or self.heads)}
         return {key: {name: output[key] for name, output in outputs.items()} for key in ("logits", "predictions")}
 
     def l2_penalties(self) -> list[tuple[torch.Tensor, float]]:
         """The heads' classifier penalties (the starter kit penalizes classifier weights only; the trunk has none)."""
-        return [term for head in self.heads.values() for term in head.l2_penalties()]
+        return [term for name in self.heads for term in self.head(name).l2_penalties()]
+
+    def head(self, name: str) -> BaseModel:
+        head = self.heads[name]
+        assert isinstance(head, BaseModel)  # the heads are video-level models
+        return head
 
 
 class HeadView(nn.Module):
@@ -99,6 +103,10 @@ class HeadView(nn.Module):
     def forward(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
         output = self.model(features, num_frames, heads=(self.head,))
         return {"logits": output["logits"][self.head], "predictions": output["predictions"][self.head]}
+
+
+# What yt8m runs as one model (evaluates, predicts with, exports): a model, or one task's head of a multi-task one.
+Network = Union[BaseModel, HeadView]
 
 
 @dataclass
@@ -127,6 +135,7 @@ def build_multitask_model(model: ModelConfig, features: FeatureSpec, tasks: Sequ
     base = None
     if features.frame_features:
         base = build_model(model, dataclasses.replace(features, num_classes=1))
+        assert base.classifier_name is not None  # a frame model has its classifier
         setattr(base, base.classifier_name, None)  # the heads replace it
     trunk = Trunk(base, features.feature_size, model.trunk_hidden_sizes)
     default_head = getattr(model.hparams, "video_level_classifier_model", STARTER_CLASSIFIER) \

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, cast
 
 import numpy as np
 import torch
@@ -24,8 +24,13 @@ from torch import nn
 
 from yt8m.fields import setting
 from yt8m.models.base import SLIM_DECAY, slim_batch_norm
-from yt8m.models.pooling_layers import (FrameBatchNorm, PooledModalitiesModel, PoolingHParams, modality_split,
-                                        sequence_mask)
+from yt8m.models.pooling_layers import (
+    FrameBatchNorm,
+    PooledModalitiesModel,
+    PoolingHParams,
+    modality_split,
+    sequence_mask,
+)
 from yt8m.models.registry import create_classifier, register_model, video_level_model
 
 # The dequantized features' offset from the quantization bins' centres (yt8m.data.decode.dequantize adds
@@ -36,8 +41,8 @@ DEQUANTIZATION_OFFSET = 4 / 512
 @dataclass(frozen=True)
 class NeXtVladHParams(PoolingHParams):
     # Lin et al. (Sec. 3.3, 4.2) and their scripts: a logistic classifier with L2 1e-5 on the pooled features.
-    video_level_classifier_model: str = setting("LogisticModel", "Frame models and DeepClassifierModel: the video-level "
-                                                "classifier on top.", check=video_level_model)
+    video_level_classifier_model: str = setting("LogisticModel", "Frame models and DeepClassifierModel: the "
+                                                "video-level classifier on top.", check=video_level_model)
     l2_penalty: float = setting(1e-5, "L2 weight of the model's classifier weights.", at_least=0)
     nextvlad_cluster_size: int = setting(128, "NeXtVLADModel: clusters of the first (rgb) feature; the others "
                                               "(audio) get half.", at_least=1)
@@ -88,8 +93,8 @@ class NeXtVlad(nn.Module):
         super().__init__()
         expanded = expansion * size
         if expanded % groups:
-            raise ValueError(f"NeXtVLADModel: a feature of size {size} expanded {expansion} times ({expanded}) does not "
-                             f"split into {groups} groups; change --nextvlad_groups or --nextvlad_expansion")
+            raise ValueError(f"NeXtVLADModel: a feature of size {size} expanded {expansion} times ({expanded}) does "
+                             f"not split into {groups} groups; change --nextvlad_groups or --nextvlad_expansion")
         self.groups, self.clusters, self.group_size = groups, clusters, expanded // groups
         self.expand = _variance_scaled(nn.Linear(size, expanded))
         self.attention = _variance_scaled(nn.Linear(expanded, groups))
@@ -143,7 +148,7 @@ class NeXtVLADModel(PooledModalitiesModel):
         groups = modality_split(self.modality_sizes, group_count, max(1, group_count // 2))
         self.poolings = nn.ModuleList(NeXtVlad(size, count, group, hparams.nextvlad_expansion, decay)
                                       for size, count, group in zip(self.modality_sizes, clusters, groups))
-        pooled = sum(pool.output_size for pool in self.poolings)
+        pooled = sum(cast(int, pool.output_size) for pool in self.poolings)
         self.head = nn.Sequential(nn.Dropout(hparams.nextvlad_dropout),
                                   _variance_scaled(nn.Linear(pooled, hidden, bias=False)),
                                   slim_batch_norm(hidden, decay),
@@ -151,8 +156,11 @@ class NeXtVLADModel(PooledModalitiesModel):
         self.head_size = hidden
         self.classifier = create_classifier(hparams, hidden, num_classes)
 
+    input_offset: Optional[torch.Tensor]  # buffers: set with --nextvlad_eigenvalues
+    input_scale: Optional[torch.Tensor]
+
     def normalize_input(self, features: torch.Tensor) -> torch.Tensor:
-        if self.input_scale is None:
+        if self.input_scale is None or self.input_offset is None:
             return super().normalize_input(features)
         return (features - self.input_offset) * self.input_scale
 

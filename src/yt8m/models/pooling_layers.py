@@ -12,7 +12,7 @@ from torch import nn
 from yt8m.fields import setting
 from yt8m.models.base import SLIM_DECAY, BaseModel
 from yt8m.models.frame import FrameClassifierHParams, _frame_counts
-from yt8m.models.gating import gated_logits
+from yt8m.models.gating import ContextGating, gated_logits
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,13 @@ class FrameBatchNorm(nn.BatchNorm1d):
     """Batch norm of [batch, frames, channels] whose statistics cover the real frames only, so that padding never
     changes the output. slim.batch_norm's epsilon (1e-3), its moving averages decayed by `decay`."""
 
+    running_mean: torch.Tensor  # kept: track_running_stats is on
+    running_var: torch.Tensor
+    num_batches_tracked: torch.Tensor
+
     def __init__(self, channels: int, decay: float = SLIM_DECAY):
         super().__init__(channels, eps=1e-3, momentum=1 - decay)
+        self.decay_weight = 1 - decay  # the running statistics' momentum, as a number
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         values = frames.to(torch.promote_types(frames.dtype, torch.float32))  # at least float32, also under autocast
@@ -57,8 +62,8 @@ class FrameBatchNorm(nn.BatchNorm1d):
             mean = (values * mask).sum(dim=(0, 1)) / count
             var = ((values - mean).square() * mask).sum(dim=(0, 1)) / count
             with torch.no_grad():  # the running statistics, as nn.BatchNorm1d keeps them (unbiased variance)
-                self.running_mean.lerp_(mean, self.momentum)
-                self.running_var.lerp_(var * count / (count - 1).clamp(min=1), self.momentum)
+                self.running_mean.lerp_(mean, self.decay_weight)
+                self.running_var.lerp_(var * count / (count - 1).clamp(min=1), self.decay_weight)
                 self.num_batches_tracked.add_(1)
         else:
             mean, var = self.running_mean, self.running_var
@@ -95,9 +100,10 @@ class PooledModalitiesModel(BaseModel):
         self.head: nn.Module = nn.Identity()
         self.head_size = feature_size  # what `head` outputs: subclasses with a hidden layer set its size
         self.classifier: Optional[BaseModel] = None
-        self.probability_gating: Optional[nn.Module] = None
+        self.probability_gating: Optional[ContextGating] = None
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
+        assert self.classifier is not None, "a subclass builds the classifier"
         logits = self.classifier.compute_logits(self.shared_features(features, num_frames), None)
         if self.probability_gating is None:
             return logits

@@ -48,10 +48,11 @@ def registered_model(cls: type[BaseModel], hparams: type) -> Iterator[type[BaseM
         del _MODELS[cls.__name__], _HPARAMS[cls.__name__]
 
 
-def _check_constructor(cls: type, hparams: type) -> None:
-    if not (dataclasses.is_dataclass(hparams) and hparams.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+def _check_constructor(cls: type[BaseModel], hparams: type) -> None:
+    # __dataclass_params__ is not in a dataclass's type: read by name.
+    if not (dataclasses.is_dataclass(hparams) and getattr(hparams, "__dataclass_params__").frozen):  # noqa: B009
         raise TypeError(f"{cls.__name__}: its hyper-parameters {hparams.__name__} must be a frozen dataclass")
-    names = list(inspect.signature(cls.__init__).parameters)[1:]
+    names = list(inspect.signature(cls).parameters)
     expected = CONSTRUCTOR + (["modality_sizes"] if cls.splits_modalities else [])
     if names != expected:
         raise TypeError(f"{cls.__name__}.__init__ takes ({', '.join(names)}), but a model takes "
@@ -107,9 +108,10 @@ def _with_shown_default(f: dataclasses.Field, by_model: dict[str, Any]) -> datac
     for model, default in by_model.items():
         groups.setdefault(repr(default), []).append(model)
     shown = "; ".join(f"{value} for {', '.join(models)}" for value, models in groups.items())
-    field = dataclasses.field(default=f.default, metadata={**f.metadata, "shown_default": f"the model's: {shown}"})
-    field.name = f.name
-    return field
+    metadata = {**f.metadata, "shown_default": f"the model's: {shown}"}
+    shown_field: dataclasses.Field = dataclasses.field(default=f.default, metadata=metadata)
+    shown_field.name = f.name
+    return shown_field
 
 
 def create_model(name: str, feature_size: int, num_classes: int, hparams: Any = None,

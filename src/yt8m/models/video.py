@@ -50,7 +50,8 @@ class MoeModel(BaseModel):
             return self._fused_mixture(features)[0]
         return mixture_logits(self.gates(features), self.experts(features), self.num_mixtures)
 
-    def compute_output(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    def compute_output(self, features: torch.Tensor,
+                       num_frames: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
         if self._fused_mixture_applies(features):
             logits, predictions = self._fused_mixture(features)
             return {"logits": logits, "predictions": predictions}

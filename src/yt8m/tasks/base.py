@@ -21,9 +21,14 @@ class Task(Protocol):
     batches must carry: 2019 rated segments (`label_weights`, every class rated) instead of video labels.
     """
 
-    metric_names: tuple[str, ...]
-    num_classes: int
-    reads_segments: bool
+    @property
+    def metric_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+    @property
+    def reads_segments(self) -> bool: ...
 
     def loss(self, output: Output, batch: Batch) -> torch.Tensor:
         """The batch's mean loss, differentiable."""

@@ -261,7 +261,7 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
     if not parsed:
         return problems or ["tasks: the list is empty"]
     specs = [_resolve(task, tasks, main, parsed[0].name) for task in parsed]
-    names = [entry.get("name") for entry in task_entries(tasks) if isinstance(entry, dict) and entry.get("name")]
+    names = [str(entry["name"]) for entry in task_entries(tasks) if isinstance(entry, dict) and entry.get("name")]
     problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
     for spec in specs:
         problems += _spec_problems(spec, specs[0], main)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
@@ -18,7 +20,7 @@ from yt8m.data.batch import Batch
 from yt8m.data.decode import CLASSES_2017, CLASSES_2018, record_id_key
 from yt8m.data.tfrecord import expand_pattern, read_records
 from yt8m.models.base import forward
-from yt8m.models.multihead import HeadView
+from yt8m.models.multihead import HeadView, MultiTaskModel
 from yt8m.tasks.base import Output, Task
 from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
 from yt8m.tasks.losses import create_loss
@@ -75,14 +77,13 @@ class TaskSet:
     def loss(self, output: Any, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The batch's loss, the weighted sum of its tasks' losses, and each named task's own (detached), by
         TASK/loss (none for the one task of a run without tasks, whose loss is the total)."""
-        total, parts = None, {}
+        weighted, parts = [], {}
         for name in self.sources[batch.source].tasks:
             loss = self.tasks[name].loss(self.head_output(output, name), batch)
             if self.named:
                 parts[f"{name}/loss"] = loss.detach()
-            weighted = loss * self.weights[name]
-            total = weighted if total is None else total + weighted
-        return total, parts
+            weighted.append(loss * self.weights[name])
+        return functools.reduce(operator.add, weighted), parts
 
     def head_output(self, output: Any, task: str) -> Output:
         """What task `task` reads of the model's output."""
@@ -97,8 +98,9 @@ class TaskSet:
                     self.head_output(output, name)["predictions"], batch).items()}
 
     def view(self, model: nn.Module, task: str) -> nn.Module:
-        """Task `task`'s part of the model as a single-task model, for evaluation, prediction and export."""
-        return HeadView(model, task) if self.named else model
+        """Task `task`'s part of the model (a MultiTaskModel with named tasks) as a single-task model, for
+        evaluation, prediction and export."""
+        return HeadView(model, task) if isinstance(model, MultiTaskModel) and self.named else model
 
     def checkpoint_state(self) -> list[dict[str, Any]]:
         """What a checkpoint records of the tasks (Checkpoint.tasks): the named tasks' specs, which a resume must
@@ -149,8 +151,10 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
     """Resolve a run's tasks against their data (num_classes from the records' id key where not given,
     vocabulary mappings read); a ValueError names the task and field of what does not fit, first what `check` finds
     of each task once its classes are known (its teacher's fit: yt8m.training.checks)."""
-    specs = []
-    tasks, record_classes, sources = {}, {}, {}
+    specs: list[TaskSpec] = []
+    tasks: dict[str, Task] = {}
+    record_classes: dict[str, int] = {}
+    sources: dict[tuple[str, bool], TaskSource] = {}
     for spec in resolve_tasks(tasks_config, main):
         if spec.name:
             spec = dataclasses.replace(spec, id_key=first_id_key(spec.train_data_pattern,
@@ -165,8 +169,8 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
         key = (spec.train_data_pattern, spec.segments)
         source = sources.setdefault(key, TaskSource(*key, records))
         if source.record_classes != records:
-            raise ValueError(f"task {spec.name}: reads {spec.train_data_pattern} with {records} label classes, but task "
-                             f"{source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
+            raise ValueError(f"task {spec.name}: reads {spec.train_data_pattern} with {records} label classes, but "
+                             f"task {source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
         source.tasks.append(spec.name)
     for spec in specs:
         head_classes = specs[[s.name for s in specs].index(spec.head)].num_classes

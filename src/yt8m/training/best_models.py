@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.io import storage
-from yt8m.io.checkpoints import (METRICS_FILE, RUN_FILES, checkpoint_dir, checkpoint_path, export_path, list_exports)
+from yt8m.io.checkpoints import METRICS_FILE, RUN_FILES, checkpoint_dir, checkpoint_path, export_path, list_exports
 from yt8m.io.files import copy_file_atomically, sync_directory, temporary_path, write_file_atomically
-
 
 
 def write_export(train_dir: str, kind: str, checkpoint: str, result: dict[str, Any]) -> str:

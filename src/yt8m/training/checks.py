@@ -4,7 +4,7 @@ one error lists every problem; so does `yt8m tune` for each trial's config."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import AbstractSet, Optional
 
 from yt8m.config import ConfigError, config_problems
 from yt8m.data.spec import FeatureSpec
@@ -23,7 +23,7 @@ def check_train_config(config: TrainConfig, evaluating: Optional[bool] = None) -
         raise ConfigError("invalid training config", problems)
 
 
-def train_config_problems(config: TrainConfig, skip: set[str] = frozenset(),
+def train_config_problems(config: TrainConfig, skip: AbstractSet[str] = frozenset(),
                           evaluating: Optional[bool] = None) -> list[str]:
     """Every problem of a training config across its sections; flags in `skip` did not parse and are left out
     (`yt8m.config.parse_config`'s `checks`)."""
@@ -33,7 +33,7 @@ def train_config_problems(config: TrainConfig, skip: set[str] = frozenset(),
             + teacher_problems(config) + without_evaluation)
 
 
-def model_problems(model: ModelConfig, features: FeatureSpec, skip: set[str] = frozenset()) -> list[str]:
+def model_problems(model: ModelConfig, features: FeatureSpec, skip: AbstractSet[str] = frozenset()) -> list[str]:
     """The model's kind against --frame_features (its name and hyper-parameters are its section's to check)."""
     if {"model", "frame_features"} & skip or known_model(model.name):
         return []
@@ -62,7 +62,7 @@ def teacher_problems(config: TrainConfig) -> list[str]:
 def teacher_fit(spec: TaskSpec, features: FeatureSpec) -> list[str]:
     """Whether the spec's teacher gives targets its student can learn: the same classes and, for a model teacher,
     the same input features; problems name the task's fields."""
-    student = TeacherInputs(features.feature_names, features.feature_sizes, features.frame_features,
-                            spec.num_classes)
+    classes_known = spec.num_classes if spec.num_classes is not None else features.num_classes
+    student = TeacherInputs(features.feature_names, features.feature_sizes, features.frame_features, classes_known)
     classes = "num_classes" if spec.name else "--num_classes"  # within the task's own message, its plain field name
     return teacher_fit_problems(spec.teacher, student, spec.field("teacher"), classes)

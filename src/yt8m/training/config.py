@@ -19,6 +19,7 @@ from yt8m.tasks.teacher import DistillationConfig
 from yt8m.training.optim import OptimizerConfig
 from yt8m.training.validation import ValidationConfig
 
+
 @dataclass(frozen=True)
 class ScheduleConfig:
     """The `schedule` section: how long training runs and how examples make a step."""

@@ -3,9 +3,9 @@ batch, each batch tagged with its source so that the task set knows which tasks 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-import dataclasses
 from typing import Iterable, Iterator, Optional
 
 import numpy as np

@@ -25,7 +25,7 @@ from yt8m.training.checkpointing import Checkpointer, NonFiniteLossError, Progre
 from yt8m.training.config import TrainConfig
 from yt8m.training.meter import RunEstimate
 from yt8m.training.randomness import process_seed, restore_rng_state, seed_everything
-from yt8m.training.stepper import StepResult, Stepper
+from yt8m.training.stepper import Stepper, StepResult
 from yt8m.training.summaries import StepLog
 from yt8m.training.trained_ids import record_trained_ids
 from yt8m.training.validation import TrainEvaluator, Verdict

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -24,7 +24,7 @@ TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
     "RMSPropOptimizer": ("RMSprop", {"alpha": 0.9, "eps": 1e-10}),
     "AdadeltaOptimizer": ("Adadelta", {"rho": 0.95, "eps": 1e-8}),
 }
-L2Terms = Sequence[tuple[nn.Parameter, float]]
+L2Terms = Sequence[tuple[torch.Tensor, float]]
 # The key of an optimizer_state's parameter names, in the order of torch's positions.
 PARAM_NAMES = "param_names"
 
@@ -66,7 +66,7 @@ class OptimizerConfig:
         return self.base_learning_rate * self.learning_rate_decay ** (examples // self.learning_rate_decay_examples)
 
 
-def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+def optimizer_class(name: str) -> tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]]:
     """The torch.optim class (case-insensitive) or TensorFlow optimizer name, with the TF defaults torch lacks."""
     class_name, defaults = TF_OPTIMIZERS.get(name, (name, {}))
     classes = {
@@ -96,7 +96,13 @@ def build_optimizer(config: OptimizerConfig, parameters: Iterable[nn.Parameter])
     return cls(parameters, lr=lr, **defaults)
 
 
-def l2_terms(model: nn.Module, regularization_penalty: float) -> list[tuple[nn.Parameter, float]]:
+class Penalized(Protocol):
+    """A model with the starter kit's L2 penalties: (weight, l2_penalty) of each penalized weight (BaseModel's)."""
+
+    def l2_penalties(self) -> list[tuple[torch.Tensor, float]]: ...
+
+
+def l2_terms(model: Penalized, regularization_penalty: float) -> list[tuple[torch.Tensor, float]]:
     """(weight, coefficient) of each L2 penalty in the loss, regularization_penalty x the model's l2_penalty: the
     gradient of regularization_penalty x l2_penalty x sum(w^2) / 2 is coefficient x w."""
     if not regularization_penalty:
@@ -127,12 +133,12 @@ def add_penalty_gradients(penalties: L2Terms) -> None:
 
     A step of torch's fused Adam after these _foreach passes came within 2% of a hand-written fused step (the
     penalty, the norm, the clipping and Adam in two passes per weight), which was deleted (bench/README.md)."""
-    by_coefficient: dict[float, list[nn.Parameter]] = {}
+    by_coefficient: dict[float, list[torch.Tensor]] = {}
     for weight, coefficient in penalties:
         by_coefficient.setdefault(coefficient, []).append(weight)
     for coefficient, weights in by_coefficient.items():
-        torch._foreach_add_([weight.grad for weight in weights], [weight.detach() for weight in weights],
-                            alpha=coefficient)
+        grads = [weight.grad for weight in weights if weight.grad is not None]  # apply_update gave each one
+        torch._foreach_add_(grads, [weight.detach() for weight in weights], alpha=coefficient)
 
 
 def clip_each_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> None:

@@ -24,7 +24,8 @@ def process_seed(seed: int, rank: int, step: int) -> int:
 def capture_rng_state() -> dict[str, Any]:
     """Every RNG a training step may draw from, as tensors and plain lists."""
     version, internal, gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    np_keys = np.asarray(np_keys)
     state = {
         "torch": torch.get_rng_state(),
         "python": [version, list(internal), gauss],

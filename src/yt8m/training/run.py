@@ -83,27 +83,29 @@ def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
 
 
 def _teacher(spec: TaskSpec, paths: list[str], device: torch.device) -> Teacher:
+    assert spec.num_classes is not None  # plan_tasks knows every task's classes
     return open_teacher(spec.teacher, spec.num_classes, device, lambda video_id: find_video(paths, video_id))
 
 
 def checkpoint_to_resume(config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer,
-                         tasks: TaskSet) -> Optional[dict]:
-    """The payload of the train dir's newest readable checkpoint, checked to match the config, the model's tensors and
+                         tasks: TaskSet) -> Optional[Checkpoint]:
+    """The train dir's newest readable checkpoint, checked to match the config, the model's tensors and
     the optimizer's parameters by name and shape (read only: a mismatch leaves the train dir as it was); without one
     (or with --start_new_model), `model` starts from --init_from when given."""
     checkpoints = config.checkpoints
     found = None if checkpoints.start_new_model else load_latest_checkpoint(checkpoints.train_dir, map_location="cpu")
-    resume_path, resume = found or (None, None)
-    if resume is not None:
+    if found is not None:
+        resume_path, resume = found
         refuse_model_change(stored_train_config(resume, resume_path), config, resume_path)
         refuse_task_change(resume, tasks, resume_path)
         refuse_other_tensors(resume, model, optimizer, resume_path)
         log.info("resuming from %s", resume_path)
         if checkpoints.init_from:
             log.info("--init_from %s is ignored: the run resumes from its own checkpoint", checkpoints.init_from)
-    elif checkpoints.init_from:
+        return resume
+    if checkpoints.init_from:
         init_from_checkpoint(model, checkpoints.init_from).log(log)
-    return resume
+    return None
 
 
 def stored_train_config(checkpoint: Checkpoint, path: str) -> TrainConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Optional
+from typing import Any, ContextManager, Optional, cast
 
 import torch
 from torch import nn
@@ -18,7 +18,14 @@ from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.checkpoints import load_checked
 from yt8m.runtime import amp_dtype, autocast
 from yt8m.tasks.taskset import TaskSet
-from yt8m.training.optim import OptimizerConfig, apply_update, l2_terms, load_optimizer_state, optimizer_state
+from yt8m.training.optim import (
+    OptimizerConfig,
+    Penalized,
+    apply_update,
+    l2_terms,
+    load_optimizer_state,
+    optimizer_state,
+)
 from yt8m.training.weight_average import WeightAverage
 
 
@@ -44,7 +51,7 @@ class Stepper:
         self.mixed_precision = mixed_precision
         self.rank, self.world_size = rank_and_world_size()
         self.forward_loss = torch.compile(model_loss) if compile_model else model_loss
-        self.penalties = l2_terms(model, config.regularization_penalty)
+        self.penalties = l2_terms(cast(Penalized, model), config.regularization_penalty)  # a model's contract
         self.scaler = grad_scaler(mixed_precision, device)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
         self.network: nn.Module = model
@@ -85,6 +92,7 @@ class Stepper:
         self.optimizer.zero_grad(set_to_none=True)
         weighted = [(batch, len(batch) * self.world_size / examples) for batch in group]
         if not weighted:
+            assert self.last_batch is not None, "the loop refuses a process that never had a batch"
             weighted = [(self.last_batch, 0.0)]
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         task_sums: dict[str, torch.Tensor] = {}

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 
+from yt8m.data.batch import Batch
+
 TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
 
 
-def record_trained_ids(rank: int, epoch: int, group: list[dict]) -> None:
+def record_trained_ids(rank: int, epoch: int, group: list[Batch]) -> None:
     """YT8M_TRAINED_IDS_DIR: append "<epoch> <video id>" per trained example to DIR/rank-<rank>.txt."""
     directory = os.environ.get(TRAINED_IDS_ENV)
     if not directory:

@@ -16,8 +16,15 @@ from typing import Any, ContextManager, Iterator, Optional, Sequence
 from yt8m.config import STARTER_TRAIN_DIR, save_config
 from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.io import storage
-from yt8m.io.checkpoints import (CONFIG_FILE, EXPORT_DIR, MODEL_SIZE_FILE, RUN_FILES, checkpoint_dir, clear_final_marker,
-                                 latest_checkpoint)
+from yt8m.io.checkpoints import (
+    CONFIG_FILE,
+    EXPORT_DIR,
+    MODEL_SIZE_FILE,
+    RUN_FILES,
+    checkpoint_dir,
+    clear_final_marker,
+    latest_checkpoint,
+)
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import TrainDirLock
 from yt8m.models.model_size import ModelSize

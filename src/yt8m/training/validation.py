@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
@@ -23,7 +24,6 @@ from yt8m.fields import setting
 from yt8m.io.checkpoints import exported_checkpoint
 from yt8m.io.summaries import summary_writer
 from yt8m.runtime import reader_workers
-from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.best_models import Exporters
 from yt8m.training.data import source_spec
@@ -220,7 +220,7 @@ class TrainEvaluator:
 
     def summary(self) -> dict[str, Any]:
         state = self.state
-        summary = {"best_metric": self.best_metric, "best_value": state.best_value,
+        summary: dict[str, Any] = {"best_metric": self.best_metric, "best_value": state.best_value,
                    "best_step": state.best_step, "evaluations": state.evaluations,
                    "stopped_early": state.stopped_early}
         if self.tasks.named:

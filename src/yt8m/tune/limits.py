@@ -73,7 +73,7 @@ class RunLimits:
             signal.signal(signal.SIGALRM, previous)
 
     def _nearest(self, now: float) -> Optional[tuple[float, KeyboardInterrupt]]:
-        limits = []
+        limits: list[tuple[float, KeyboardInterrupt]] = []
         if self.deadline is not None:
             limits.append((self.deadline - now, StudyDeadline(f"--timeout {self.timeout:g} s reached")))
         if self.trial_timeout is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
 
-from yt8m.io.checkpoints import checkpoint_dir, EXPORT_DIR
+from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
@@ -201,7 +201,7 @@ def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Op
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     complete = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE]
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = {t.number for t in sorted(complete, key=lambda t: t.value, reverse=maximize)[:keep]}
+    best = {t.number for t in sorted(complete, key=trial_value, reverse=maximize)[:keep]}
     for trial in finished:
         folder = trial_dir(study_dir, trial.number)
         if trial.number not in best:
@@ -220,3 +220,10 @@ def _remove_unless_gone(folder: str) -> bool:
         return False
     shutil.rmtree(claimed)
     return True
+
+
+def trial_value(trial: optuna.trial.FrozenTrial) -> float:
+    """A complete trial's objective value."""
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value: it is not complete")
+    return trial.value

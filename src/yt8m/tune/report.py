@@ -20,13 +20,13 @@ from yt8m.data.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
-from yt8m.io.checkpoints import load_latest_checkpoint, checkpoint_dir
+from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
 from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.optional import available
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
-from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir
+from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir, trial_value
 from yt8m.tune.space import TuneSpec
 from yt8m.tune.study import (
     FAIL_REASON_ATTR,
@@ -68,7 +68,8 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
         reason = f"pruned after report step {max(reports)}"
     elif trial.state == TrialState.WAITING:
         retry_of = trial.user_attrs.get(RETRY_OF_ATTR)
-        reason = "queued" + (f": re-runs the parameters of interrupted trial {retry_of}" if retry_of is not None else "")
+        rerun = f": re-runs the parameters of interrupted trial {retry_of}" if retry_of is not None else ""
+        reason = "queued" + rerun
     return {"trial": trial.number, "state": state, "value": trial.value,
             "last_report": reports[max(reports)] if reports else None, "params": trial.params,
             "duration_s": round(trial.duration.total_seconds(), 1) if trial.duration else None,
@@ -209,14 +210,18 @@ def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
         except (ValueError, RuntimeError, ZeroDivisionError) as err:
             results[name] = f"skipped: {err}"
             continue
-        figure = axes.flat[0].figure if hasattr(axes, "flat") else axes.figure
+        figure: Any = axes.flat[0].figure if hasattr(axes, "flat") else axes.figure
         png = io.BytesIO()
         figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
         plt.close(figure)
-        # write_file_atomically opens a text file; the PNG's bytes go to the binary file beneath it.
-        write_file_atomically(path, lambda out: out.buffer.write(png.getvalue()))
+        _write_bytes(path, png.getvalue())
         results[name] = os.path.abspath(path)
     return results
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    # write_file_atomically opens a text file; the bytes go to the binary file beneath it.
+    write_file_atomically(path, lambda out: out.buffer.write(data))
 
 
 def print_leaderboard(study: optuna.Study, spec: TuneSpec) -> None:
@@ -234,7 +239,7 @@ def print_leaderboard(study: optuna.Study, spec: TuneSpec) -> None:
         baseline = baseline_trial(study, spec)
         if baseline is not None:
             name = f"the baseline, trial {baseline.number} (tune.enqueue's first settings)"
-            lines.append(explain_best(best.value, baseline.value, name, study, spec.metric))
+            lines.append(explain_best(trial_value(best), trial_value(baseline), name, study, spec.metric))
     print("\n".join(lines), file=sys.stderr)
 
 
@@ -259,7 +264,10 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
 
 def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dict[str, Any]:
     """Metrics of a train dir's latest checkpoint on `pattern`, read and scored as `config` trained it."""
-    path, checkpoint = load_latest_checkpoint(train_dir)
+    found = load_latest_checkpoint(train_dir)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {train_dir}/checkpoints: the retrained run wrote none")
+    path, checkpoint = found
     trained = build_model_from_payload(checkpoint, path)
     batches = YT8MDataset(pattern, trained.features, config.schedule.batch_size)
     return evaluate_model(trained.network, batches, features_task(trained.features, config.loss.name,
@@ -274,7 +282,8 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[st
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study_name}' has {len(complete)} complete "
                          "trials")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = sorted(complete, key=lambda trial: (-trial.value if maximize else trial.value, trial.number))[:count]
+    best = sorted(complete, key=lambda trial: (-trial_value(trial) if maximize else trial_value(trial),
+                                               trial.number))[:count]
     train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study_dir, trial.number)
                   for trial in best]
     for trial, train_dir in zip(best, train_dirs):

@@ -136,7 +136,9 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     return [f"{worker.name} ({_exit_description(worker.exitcode)})" for worker in workers if worker.exitcode != 0]
 
 
-def _exit_description(exitcode: int) -> str:
+def _exit_description(exitcode: Optional[int]) -> str:
+    if exitcode is None:
+        return "still running"
     if exitcode < 0:
         return f"killed by {signal.Signals(-exitcode).name}"
     return f"exit code {exitcode}"

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import optuna
 
@@ -51,7 +51,8 @@ SEARCHABLE_TASK_FIELDS = ("weight", "loss", "head_model", "metric")
 class TuneSettings:
     """The `tune:` section of the file; each field is also a `yt8m tune` flag, which wins over the file."""
 
-    study_dir: str = setting("", "Directory of the study: database, trials/, report, plots; empty: studies/<study_name>.")
+    study_dir: str = setting("", "Directory of the study: database, trials/, report, plots; empty: "
+                                 "studies/<study_name>.")
     study_name: str = setting("", "Study name in the storage; empty: the config file's name without .yaml.")
     storage: str = setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: sqlite:///<study_dir>/study.db.")
     n_trials: int = setting(20, "The study's total of finished trials; re-running carries on to this total.")
@@ -92,9 +93,16 @@ class Param:
     def suggest(self, trial: optuna.Trial) -> Any:
         if self.kind == "categorical":
             return trial.suggest_categorical(self.name, list(self.choices))
+        low, high = self.bounds()
         if self.kind == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
-        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+            return trial.suggest_int(self.name, int(low), int(high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, low, high, step=self.step, log=self.log)
+
+    def bounds(self) -> tuple[float, float]:
+        """A range's (low, high); a categorical field has none."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"search.{self.name}: a {self.kind} field has no range")
+        return self.low, self.high
 
     def checked_values(self) -> tuple:
         """The values that stand for what a trial may get when trial configs are checked: every choice, or
@@ -102,12 +110,13 @@ class Param:
         if self.kind == "categorical":
             return self.choices
         number = int if self.kind == "int" else float
-        return number(self.low), number(self.high)
+        return tuple(map(number, self.bounds()))
 
     def admits(self, value: Any) -> bool:
         if self.kind == "categorical":
             return value in self.choices
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+        low, high = self.bounds()
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
 @dataclass
@@ -386,13 +395,16 @@ def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str
     value_type = searched_field_type(name)
     if value_type not in (int, float):
         problems.append(f"{where}: a {kind} range needs a numeric field, but '{name}' holds "
-                        f"{value_type.__name__} values; use type: categorical")
+                        f"{getattr(value_type, '__name__', value_type)} values; use type: categorical")
         return None
     if kind == "float" and value_type is int:
         problems.append(f"{where}: '{name}' holds integers; use type: int")
         return None
     number = int if kind == "int" else (int, float)
-    low, high, step, log = spec.get("low"), spec.get("high"), spec.get("step"), spec.get("log", False)
+    low: Any = spec.get("low")
+    high: Any = spec.get("high")
+    step: Any = spec.get("step")
+    log: Any = spec.get("log", False)
     bad = [key for key, value in (("low", low), ("high", high)) if not _is_number(value, number)]
     if step is not None and not _is_number(step, number):
         bad.append("step")
@@ -415,8 +427,8 @@ def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str
     return low, high, step, log is True
 
 
-def _is_number(value: Any, number: type | tuple) -> bool:
-    return isinstance(value, number) and not isinstance(value, bool) and math.isfinite(value)
+def _is_number(value: Any, number: type | tuple[type, ...]) -> bool:
+    return isinstance(value, number) and not isinstance(value, bool) and math.isfinite(cast(float, value))
 
 
 def _read_when(where: str, raw: Any, by_name: dict[str, Param], problems: list[str]) -> tuple:

@@ -14,7 +14,7 @@ import re
 import socket
 import time
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 
 import optuna
 import sqlalchemy
@@ -185,7 +185,7 @@ class PerTrialSeedSampler(optuna.samplers.BaseSampler):
         return self._sampler.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Optional[list[float]]) -> None:
+                    values: Optional[Sequence[float]]) -> None:
         self._sampler.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
@@ -226,7 +226,8 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
     settings = spec.settings
     searched = {param.name for param in spec.search}
     num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", ScheduleConfig.num_epochs)
-    study = optuna.create_study(storage=storage, study_name=settings.study_name, direction=spec.direction,
+    study = optuna.create_study(storage=storage, study_name=settings.study_name,
+                                direction=optuna.study.StudyDirection[spec.direction.upper()],
                                 sampler=create_sampler(settings),
                                 pruner=create_pruner(settings, num_epochs), load_if_exists=True)
     saved = study.user_attrs.get(SPEC_ATTR)
@@ -388,7 +389,7 @@ class FileLock:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._fh = None
+        self._fh: Optional[TextIO] = None
 
     @contextlib.contextmanager
     def held(self) -> Iterator["FileLock"]:
