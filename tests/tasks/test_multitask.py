@@ -20,7 +20,7 @@ from yt8m.cli import main
 from yt8m.config import config_from_dict, config_values
 from yt8m.data.synthetic import write_synthetic
 from yt8m.models.multihead import HeadView, build_multitask_model
-from yt8m.tasks.spec import resolve_tasks
+from yt8m.tasks.spec import TaskSpec, resolve_tasks
 from yt8m.training.data import interleave
 from yt8m.tasks.taskset import plan_tasks
 from yt8m.training import TrainConfig, train
@@ -121,6 +121,24 @@ def test_the_trunk_of_a_frame_model_is_all_but_its_classifier(tiny_data, tmp_pat
     assert view["predictions"].shape == (2, 5)
     assert [name for name, _ in model.heads["a"].named_parameters()] == [
         name.removeprefix("heads.a.") for name, _ in model.named_parameters() if name.startswith("heads.a.")]
+
+
+def test_a_task_written_by_section_is_the_task_written_flat():
+    flat = {"name": "v", "label_source": "vocabulary", "vocabulary_file": "v.csv", "weight": 0.5,
+            "head_model": "LogisticModel", "metric": "hit_at_one"}
+    nested = {"name": "v", "data": {"label_source": "vocabulary", "vocabulary_file": "v.csv"},
+              "objective": {"weight": 0.5, "metric": "hit_at_one"}, "head": {"head_model": "LogisticModel"}}
+    specs = [resolve_tasks(config_from_dict(TrainConfig, dict(train_data_pattern="d/*", tasks=[{"name": "a"}, entry]),
+                                            checks=train_config_problems).tasks, _main_task()) for entry in (flat, nested)]
+    assert specs[0] == specs[1]
+    vertical = specs[0][1]
+    assert (vertical.data.vocabulary_file, vertical.objective.weight, vertical.head.head) == ("v.csv", 0.5, "v")
+    assert config_values(vertical)["weight"] == 0.5  # a checkpoint records its tasks flat, as before the sections
+    assert TaskSpec.from_dict(config_values(vertical)) == vertical
+
+
+def _main_task():
+    return config_from_dict(TrainConfig, dict(train_data_pattern="d/*"), checks=train_config_problems).main_task()
 
 
 def test_every_task_problem_is_named_in_one_error(tmp_path, capsys):

@@ -229,13 +229,6 @@ def _score_rows(rows: Iterable[tuple[np.ndarray, Optional[np.ndarray], Optional[
     return {key: result[key] for key in SCORE_KEYS}
 
 
-def score_predictions(predictions: dict[str, tuple[np.ndarray, np.ndarray]], labels: dict[str, np.ndarray],
-                      num_classes: int = 3862, top_k: int = 20) -> dict:
-    """The metrics over the labelled videos; a video without predictions predicts nothing."""
-    return _score_rows(((labels[video_id], *predictions.get(video_id, (None, None))) for video_id in labels),
-                       num_classes, top_k)
-
-
 def _stored_rows(database: TemporaryDatabase) -> Iterator[tuple[np.ndarray, Optional[np.ndarray],
                                                                  Optional[np.ndarray]]]:
     """Each labelled video's label ids and predictions (None without a line), in the labels file's order."""

@@ -341,10 +341,6 @@ def write_rated_segments_csv(rated: RatedSegments, path: str) -> None:
     write_file_atomically(path, write)
 
 
-def _check_header(fh: TextIO, path: str, header: str) -> None:
-    _check_header_line(fh.readline().rstrip("\r\n"), path, header)
-
-
 def _check_header_line(first: str, path: str, header: str) -> None:
     if first.strip() != header:
         raise CsvFormatError(f"{path}:1: expected the header {header!r}, got {quoted(first)}")

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.config import config_values
 from yt8m.data.spec import FeatureSpec
 from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.base import BaseModel, starter_linear
@@ -124,7 +125,7 @@ class Head:
     @classmethod
     def of(cls, task: Any) -> "Head":
         """The head of a TaskSpec, or of a checkpoint's dict of one."""
-        values = task if isinstance(task, dict) else dataclasses.asdict(task)
+        values = task if isinstance(task, dict) else config_values(task)
         return cls(*(values[field.name] for field in dataclasses.fields(cls)))
 
 

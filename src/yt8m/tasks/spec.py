@@ -74,10 +74,9 @@ class MainTask:
 
 
 @dataclass(frozen=True)
-class TaskConfig:
-    """One entry of the `tasks:` list; empty fields take the main flags' values."""
+class TaskData:
+    """What a task reads: its shards, where its labels come from, and its classes (in a TaskSpec: resolved)."""
 
-    name: str = setting("", "The task's name: its metrics are TASK/METRIC, its head heads.TASK.", required=True)
     train_data_pattern: str = setting("", "Training shards of this task (default: --train_data_pattern).")
     eval_data_pattern: str = setting("", "Validation shards (default: --eval_data_pattern where the task trains on "
                                          "--train_data_pattern).")
@@ -85,42 +84,84 @@ class TaskConfig:
                                           "a vocabulary column), 'segments' (2019 segment ratings) or 'teacher' (a "
                                           "teacher's soft targets for the records; validated on their labels).",
                                 choices=lambda: LABEL_SOURCES)
-    teacher: str = setting("", "label_source teacher: a run, checkpoint, ONNX export or predictions file (JSONL, CSV) "
-                               "whose predictions on this task's videos are its targets.")
-    distill_temperature: float = setting(1.0, "label_source teacher: the distillation temperature T (losses scaled "
-                                              "by T^2).", at_least=1e-6)
-    distill_loss: str = setting("binary", "label_source teacher: 'binary' (per-class sigmoid cross-entropy) or "
-                                          "'softmax' (KL divergence of the softmaxes).", choices=_distill_losses)
     vocabulary_file: str = setting("", "label_source vocabulary: the vocabulary CSV (default: --vocabulary_file).")
     vocabulary_column: str = setting(DEFAULT_VOCABULARY_COLUMN, "label_source vocabulary: the column whose values "
                                                                 "are this task's classes (sorted by name).")
     num_classes: Optional[int] = setting(None, "Classes of this task (default: --num_classes on the main data; on "
                                                "data of its own 4716 for 2017 shards (id key video_id), else 3862; "
                                                "the column's values for a vocabulary mapping).", at_least=1)
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """Which head a task reads and what it is (in a TaskSpec, `head` is the name of the task whose head it reads:
+    its own name for an own head)."""
+
     head: str = setting("own", "'own': a head of its own on the shared trunk; 'shared': the first task's head "
                                "(only the loss differs).", choices=lambda: HEAD_KINDS)
     head_model: str = setting("", "The own head's video-level model (default: the model's classifier).")
     head_hparams: dict = setting({}, "The own head's hyper-parameters (default: the main flags').")
+
+
+@dataclass(frozen=True)
+class TaskObjective:
+    """What a task learns and is judged on: its loss and weight, its best-tracking metric, whether it validates."""
+
     loss: str = setting("", "The task's loss (default: --label_loss).", choices=_loss_names)
     weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
     metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
                           choices=_metric_names)
     validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
 
+
+@dataclass(frozen=True)
+class TaskTeacher:
+    """label_source teacher: whose predictions are the task's targets, and how they are learnt."""
+
+    teacher: str = setting("", "label_source teacher: a run, checkpoint, ONNX export or predictions file (JSONL, CSV) "
+                               "whose predictions on this task's videos are its targets.")
+    distill_temperature: float = setting(1.0, "label_source teacher: the distillation temperature T (losses scaled "
+                                              "by T^2).", at_least=1e-6)
+    distill_loss: str = setting("binary", "label_source teacher: 'binary' (per-class sigmoid cross-entropy) or "
+                                          "'softmax' (KL divergence of the softmaxes).", choices=_distill_losses)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One entry of the `tasks:` list (flat, or by section); empty fields take the main flags' values."""
+
+    name: str = setting("", "The task's name: its metrics are TASK/METRIC, its head heads.TASK.", required=True)
+    data: TaskData = dataclasses.field(default_factory=TaskData)
+    head: TaskHead = dataclasses.field(default_factory=TaskHead)
+    objective: TaskObjective = dataclasses.field(default_factory=TaskObjective)
+    distillation: TaskTeacher = dataclasses.field(default_factory=TaskTeacher)
+
     def problems(self) -> list[str]:
         problems = []
-        if not isinstance(self.head_hparams, dict):
-            problems.append(f"head_hparams must be a mapping of hyper-parameter: value, got {self.head_hparams!r}")
-        if (self.label_source == "teacher") != bool(self.teacher):
-            problems.append("label_source teacher needs teacher: PATH" if self.teacher == "" else
-                            f"teacher {self.teacher} is given, but label_source is {self.label_source!r} (use "
+        head, teacher, label_source = self.head, self.distillation.teacher, self.data.label_source
+        if not isinstance(head.head_hparams, dict):
+            problems.append(f"head_hparams must be a mapping of hyper-parameter: value, got {head.head_hparams!r}")
+        if (label_source == "teacher") != bool(teacher):
+            problems.append("label_source teacher needs teacher: PATH" if teacher == "" else
+                            f"teacher {teacher} is given, but label_source is {label_source!r} (use "
                             "label_source: teacher)")
         if "/" in self.name:
             problems.append(f"name {self.name!r} must not contain '/' (metrics are named TASK/METRIC)")
-        if self.head == "shared" and (self.head_model or self.head_hparams):
+        if head.head == "shared" and (head.head_model or head.head_hparams):
             problems.append("head 'shared' reads the first task's head: head_model and head_hparams belong to "
                             "'own' heads")
         return problems
+
+
+@dataclass(frozen=True)
+class TaskDistillation:
+    """A task's teacher as it is learnt: the teacher, T, the loss, and the weight of the teacher's loss beside the
+    labels' (1 for label_source teacher: its alone); no teacher: none."""
+
+    teacher: str = ""
+    distill_temperature: float = 1.0
+    distill_loss: str = "binary"
+    distill_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -129,37 +170,28 @@ class TaskSpec:
     task of a config without tasks has the name "": its metrics keep their plain names (gap, not main/gap)."""
 
     name: str
-    train_data_pattern: str
-    eval_data_pattern: str
-    label_source: str
-    vocabulary_file: str
-    vocabulary_column: str
-    num_classes: Optional[int]
-    head: str  # the name of the task whose head it reads (its own name for an own head)
-    head_model: str
-    head_hparams: dict[str, Any]
-    loss: str
-    weight: float
-    metric: str
-    validate: bool
+    data: TaskData
+    head: TaskHead
+    objective: TaskObjective
+    distillation: TaskDistillation = TaskDistillation()
     id_key: str = ""  # of its training records: "id" (2018 and later) or "video_id" (2017); set with the data read
-    teacher: str = ""
-    distill_temperature: float = 1.0
-    distill_loss: str = "binary"
-    distill_weight: float = 1.0  # of the teacher's loss beside the labels' (1 for label_source teacher: its alone)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TaskSpec":
-        """A spec as a checkpoint records it (dataclasses.asdict)."""
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+        """A spec as a checkpoint records it: by part (dataclasses.asdict), or flat as written before parts."""
+        return config_from_dict(cls, values, source="a checkpoint's tasks", check_values=False)
 
     @property
     def segments(self) -> bool:
-        return self.label_source == "segments"
+        return self.data.label_source == "segments"
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        return self.data.num_classes
 
     @property
     def metric_key(self) -> str:
-        return key_of(self.name, self.metric)
+        return key_of(self.name, self.objective.metric)
 
     def field(self, name: str) -> str:
         """How a problem names one of the task's fields: as the flag of a config without tasks, else in its entry."""
@@ -214,13 +246,13 @@ def the_one_task(main: MainTask) -> TaskSpec:
     """The task of a run without tasks: the main data's labels (or segment ratings), the main flags' loss and
     classes, --best_metric its metric, and --teacher's distillation when given."""
     distillation = main.distillation
-    return TaskSpec(
-        name="", train_data_pattern=main.train_data_pattern, eval_data_pattern=main.eval_data_pattern,
-        label_source="segments" if main.features.segment_labels else "labels", vocabulary_file="",
-        vocabulary_column="", num_classes=main.features.num_classes, head="", head_model="", head_hparams={},
-        loss=main.loss, weight=1.0, metric=main.best_metric, validate=True, teacher=distillation.teacher,
-        distill_temperature=distillation.distill_temperature, distill_loss=distillation.distill_loss,
-        distill_weight=distillation.distill_weight)
+    data = TaskData(train_data_pattern=main.train_data_pattern, eval_data_pattern=main.eval_data_pattern,
+                    label_source="segments" if main.features.segment_labels else "labels", vocabulary_file="",
+                    vocabulary_column="", num_classes=main.features.num_classes)
+    return TaskSpec("", data, TaskHead(head="", head_model="", head_hparams={}),
+                    TaskObjective(loss=main.loss, weight=1.0, metric=main.best_metric, validate=True),
+                    TaskDistillation(distillation.teacher, distillation.distill_temperature,
+                                     distillation.distill_loss, distillation.distill_weight))
 
 
 def reads_segments(label_source: str, train_data_pattern: str, main_pattern: str, segment_labels: bool) -> bool:
@@ -231,22 +263,26 @@ def reads_segments(label_source: str, train_data_pattern: str, main_pattern: str
 
 
 def _resolve(task: TaskConfig, tasks: TasksConfig, main: MainTask, first: str) -> TaskSpec:
-    on_main_data = task.train_data_pattern in ("", main.train_data_pattern)
-    segments = reads_segments(task.label_source, task.train_data_pattern, main.train_data_pattern,
+    data, objective = task.data, task.objective
+    on_main_data = data.train_data_pattern in ("", main.train_data_pattern)
+    segments = reads_segments(data.label_source, data.train_data_pattern, main.train_data_pattern,
                               main.features.segment_labels)
-    label_source = "segments" if segments else task.label_source
-    num_classes = task.num_classes
+    label_source = "segments" if segments else data.label_source
+    num_classes = data.num_classes
     if num_classes is None and on_main_data and label_source != "vocabulary":
         num_classes = main.features.num_classes
-    return TaskSpec(
-        name=task.name, train_data_pattern=task.train_data_pattern or main.train_data_pattern,
-        eval_data_pattern=task.eval_data_pattern or (main.eval_data_pattern if on_main_data else ""),
-        label_source=label_source, vocabulary_file=task.vocabulary_file or tasks.vocabulary_file,
-        vocabulary_column=task.vocabulary_column, num_classes=num_classes,
-        head=first if task.head == "shared" else task.name, head_model=task.head_model,
-        head_hparams=dict(task.head_hparams), loss=task.loss or main.loss, weight=task.weight,
-        metric=task.metric or ("segment_map" if segments else "gap"), validate=task.validate, teacher=task.teacher,
-        distill_temperature=task.distill_temperature, distill_loss=task.distill_loss, distill_weight=1.0)
+    resolved = dataclasses.replace(
+        data, train_data_pattern=data.train_data_pattern or main.train_data_pattern,
+        eval_data_pattern=data.eval_data_pattern or (main.eval_data_pattern if on_main_data else ""),
+        label_source=label_source, vocabulary_file=data.vocabulary_file or tasks.vocabulary_file,
+        num_classes=num_classes)
+    head = dataclasses.replace(task.head, head=first if task.head.head == "shared" else task.name,
+                               head_hparams=dict(task.head.head_hparams))
+    objective = dataclasses.replace(objective, loss=objective.loss or main.loss,
+                                    metric=objective.metric or ("segment_map" if segments else "gap"))
+    teacher = task.distillation
+    return TaskSpec(task.name, resolved, head, objective,
+                    TaskDistillation(teacher.teacher, teacher.distill_temperature, teacher.distill_loss))
 
 
 def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
@@ -255,8 +291,8 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
     yt8m.inference.teachers')."""
     if not tasks.multitask:
         spec = the_one_task(main)
-        return label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
-                                   spec.field("metric"))
+        return label_task_problems(spec.segments, _known(spec.objective.loss), spec.objective.metric,
+                                   spec.field("loss"), spec.field("metric"))
     parsed, problems = parse_task_configs(tasks)
     if not parsed:
         return problems or ["tasks: the list is empty"]
@@ -265,7 +301,7 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
     problems += [f"tasks: two tasks are named {name!r}" for name in sorted({n for n in names if names.count(n) > 1})]
     for spec in specs:
         problems += _spec_problems(spec, specs[0], main)
-    if not any(spec.weight for spec in specs):
+    if not any(spec.objective.weight for spec in specs):
         problems.append("tasks: every task's weight is 0: the loss would be 0 and nothing would be learned")
     return problems + best_metric_problems(main.best_metric, specs)
 
@@ -277,17 +313,18 @@ def _known(loss: str) -> Optional[str]:
 
 def _spec_problems(spec: TaskSpec, first: TaskSpec, main: MainTask) -> list[str]:
     where = f"task {spec.name}"
-    problems = label_task_problems(spec.segments, _known(spec.loss), spec.metric, spec.field("loss"),
+    data, objective = spec.data, spec.objective
+    problems = label_task_problems(spec.segments, _known(objective.loss), objective.metric, spec.field("loss"),
                                    spec.field("metric"))
-    if spec.label_source == "vocabulary" and not spec.vocabulary_file:
+    if data.label_source == "vocabulary" and not data.vocabulary_file:
         problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
     if spec.segments and not main.features.frame_features:
         problems.append(f"{where}: segment ratings are read from frame-level data: set --frame_features")
-    if spec.validate and main.eval_data_pattern and not spec.eval_data_pattern:
+    if objective.validate and main.eval_data_pattern and not data.eval_data_pattern:
         problems.append(f"{where}: validate needs eval_data_pattern (it trains on data of its own); or set "
                         f"validate: false")
-    if spec.head != spec.name and spec.num_classes != first.num_classes:
-        problems.append(f"{where}: head 'shared' reads task {spec.head}'s {first.num_classes} classes, but "
+    if spec.head.head != spec.name and spec.num_classes != first.num_classes:
+        problems.append(f"{where}: head 'shared' reads task {spec.head.head}'s {first.num_classes} classes, but "
                         f"num_classes is {spec.num_classes}")
     return problems
 

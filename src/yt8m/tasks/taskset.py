@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import nn
 
+from yt8m.config import config_values
 from yt8m.data.batch import Batch
 from yt8m.data.decode import CLASSES_2017, CLASSES_2018, record_id_key
 from yt8m.data.tfrecord import expand_pattern, read_records
@@ -54,8 +55,8 @@ class TaskSet:
                  record_classes: dict[str, int]):
         self.specs, self.tasks, self.sources, self.record_classes = specs, tasks, sources, record_classes
         self.named = bool(specs[0].name)
-        self.weights = {spec.name: spec.weight for spec in specs}
-        self.heads = {spec.name: spec.head for spec in specs}
+        self.weights = {spec.name: spec.objective.weight for spec in specs}
+        self.heads = {spec.name: spec.head.head for spec in specs}
 
     @property
     def names(self) -> list[str]:
@@ -105,14 +106,14 @@ class TaskSet:
     def checkpoint_state(self) -> list[dict[str, Any]]:
         """What a checkpoint records of the tasks (Checkpoint.tasks): the named tasks' specs, which a resume must
         match; none for the one task of a run without tasks."""
-        return [dataclasses.asdict(spec) for spec in self.specs] if self.named else []
+        return [config_values(spec) for spec in self.specs] if self.named else []
 
     def validation_sources(self) -> list[TaskSource]:
         """The validated tasks grouped by what they read (one pass over each set serves all its tasks)."""
         sources: dict[tuple, TaskSource] = {}
         for spec in self.specs:
-            if spec.validate and spec.eval_data_pattern:
-                key = (spec.eval_data_pattern, spec.segments, self.record_classes[spec.name])
+            if spec.objective.validate and spec.data.eval_data_pattern:
+                key = (spec.data.eval_data_pattern, spec.segments, self.record_classes[spec.name])
                 sources.setdefault(key, TaskSource(*key)).tasks.append(spec.name)
         return list(sources.values())
 
@@ -124,15 +125,16 @@ class TaskSet:
         with contextlib.ExitStack() as opened:
             tasks = dict(self.tasks)
             for spec in self.specs:
-                if spec.teacher:
-                    teacher = open_teacher(spec, expand_pattern(spec.train_data_pattern))
+                distillation = spec.distillation
+                if distillation.teacher:
+                    teacher = open_teacher(spec, expand_pattern(spec.data.train_data_pattern))
                     opened.callback(teacher.close)
                     log.info("distilling from %s (%s: %s), weight %g, temperature %g, %s loss", teacher.source,
                              teacher.mode, "run on each batch" if teacher.mode == "streamed"
-                             else "read once into a store keyed by video id", spec.distill_weight,
-                             spec.distill_temperature, spec.distill_loss)
-                    tasks[spec.name] = DistillationTask(tasks[spec.name], teacher, spec.distill_weight,
-                                                        spec.distill_temperature, spec.distill_loss)
+                             else "read once into a store keyed by video id", distillation.distill_weight,
+                             distillation.distill_temperature, distillation.distill_loss)
+                    tasks[spec.name] = DistillationTask(tasks[spec.name], teacher, distillation.distill_weight,
+                                                        distillation.distill_temperature, distillation.distill_loss)
             yield TaskSet(self.specs, tasks, self.sources, self.record_classes)
 
 
@@ -140,9 +142,9 @@ def one_task_set(main: MainTask, top_n: int, loss_fn: Optional[nn.Module] = None
     """The task set of a run without tasks, with `loss_fn` as its task's loss (default: the main loss's)."""
     spec = the_one_task(main)
     classes = main.features.num_classes
-    task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(spec.loss), classes,
+    task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(spec.objective.loss), classes,
                       top_n=top_n)
-    return TaskSet([spec], {"": task}, [TaskSource(spec.train_data_pattern, spec.segments, classes, [""])],
+    return TaskSet([spec], {"": task}, [TaskSource(spec.data.train_data_pattern, spec.segments, classes, [""])],
                    {"": classes})
 
 
@@ -157,25 +159,25 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
     sources: dict[tuple[str, bool], TaskSource] = {}
     for spec in resolve_tasks(tasks_config, main):
         if spec.name:
-            spec = dataclasses.replace(spec, id_key=first_id_key(spec.train_data_pattern,
+            spec = dataclasses.replace(spec, id_key=first_id_key(spec.data.train_data_pattern,
                                                                  main.features.frame_features))
         records = record_classes[spec.name] = _record_classes(spec, main)
         tasks[spec.name], num_classes = _label_task(spec, records, top_k, top_n)
-        spec = dataclasses.replace(spec, num_classes=num_classes)
+        spec = dataclasses.replace(spec, data=dataclasses.replace(spec.data, num_classes=num_classes))
         specs.append(spec)
         problems = check(spec)
         if problems:
             raise ValueError("; ".join(problems))
-        key = (spec.train_data_pattern, spec.segments)
+        key = (spec.data.train_data_pattern, spec.segments)
         source = sources.setdefault(key, TaskSource(*key, records))
         if source.record_classes != records:
-            raise ValueError(f"task {spec.name}: reads {spec.train_data_pattern} with {records} label classes, but "
+            raise ValueError(f"task {spec.name}: reads {spec.data.train_data_pattern} with {records} label classes, but "
                              f"task {source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
         source.tasks.append(spec.name)
     for spec in specs:
-        head_classes = specs[[s.name for s in specs].index(spec.head)].num_classes
+        head_classes = specs[[s.name for s in specs].index(spec.head.head)].num_classes
         if spec.num_classes != head_classes:
-            raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head}'s {head_classes} classes, but "
+            raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head.head}'s {head_classes} classes, but "
                              f"the task has {spec.num_classes} (num_classes)")
     return TaskSet(specs, tasks, list(sources.values()), record_classes)
 
@@ -183,24 +185,24 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
 def _label_task(spec: TaskSpec, records: int, top_k: int, top_n: int) -> tuple[Task, int]:
     """The task of the spec's labels and its number of classes: the record's, or mapped through a vocabulary
     column."""
-    loss = create_loss(spec.loss)
-    if spec.label_source != "vocabulary":
+    loss, data = create_loss(spec.objective.loss), spec.data
+    if data.label_source != "vocabulary":
         return label_task(spec.segments, loss, records, top_k, top_n), records
     where = f"task {spec.name}"
-    mapping = read_vocabulary_mapping(spec.vocabulary_file, spec.vocabulary_column, records, where)
+    mapping = read_vocabulary_mapping(data.vocabulary_file, data.vocabulary_column, records, where)
     classes = len(mapping.class_names)
     if spec.num_classes not in (None, classes):
-        raise ValueError(f"{where}: num_classes is {spec.num_classes}, but {spec.vocabulary_column} of "
-                         f"{spec.vocabulary_file} has {classes} values")
+        raise ValueError(f"{where}: num_classes is {spec.num_classes}, but {data.vocabulary_column} of "
+                         f"{data.vocabulary_file} has {classes} values")
     return LabelMappedTask(label_task(False, loss, classes, top_k), mapping), classes
 
 
 def _record_classes(spec: TaskSpec, main: MainTask) -> int:
     """The label space of the task's records: num_classes where it names it (the main flag on the main data),
     else 4716 for 2017 shards (id key video_id) and 3862 for later ones, from the first record."""
-    if spec.num_classes is not None and spec.label_source != "vocabulary":
+    if spec.num_classes is not None and spec.data.label_source != "vocabulary":
         return spec.num_classes
-    if spec.train_data_pattern == main.train_data_pattern:
+    if spec.data.train_data_pattern == main.train_data_pattern:
         return main.features.num_classes
     return CLASSES_2017 if spec.id_key == "video_id" else CLASSES_2018
 
@@ -240,6 +242,6 @@ def task_set_problem(saved: Optional[list[TaskSpec]], requested: list[TaskSpec])
 
 def _identity(spec: TaskSpec) -> dict[str, Any]:
     """The fields of a task that shape the model or what its head means."""
-    return {"label_source": spec.label_source, "num_classes": spec.num_classes, "head": spec.head,
-            "head_model": spec.head_model, "head_hparams": spec.head_hparams, "loss": spec.loss,
-            "vocabulary_column": spec.vocabulary_column, "teacher": spec.teacher}
+    return {"label_source": spec.data.label_source, "num_classes": spec.num_classes, "head": spec.head.head,
+            "head_model": spec.head.head_model, "head_hparams": spec.head.head_hparams, "loss": spec.objective.loss,
+            "vocabulary_column": spec.data.vocabulary_column, "teacher": spec.distillation.teacher}

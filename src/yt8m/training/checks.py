@@ -65,4 +65,4 @@ def teacher_fit(spec: TaskSpec, features: FeatureSpec) -> list[str]:
     classes_known = spec.num_classes if spec.num_classes is not None else features.num_classes
     student = TeacherInputs(features.feature_names, features.feature_sizes, features.frame_features, classes_known)
     classes = "num_classes" if spec.name else "--num_classes"  # within the task's own message, its plain field name
-    return teacher_fit_problems(spec.teacher, student, spec.field("teacher"), classes)
+    return teacher_fit_problems(spec.distillation.teacher, student, spec.field("teacher"), classes)

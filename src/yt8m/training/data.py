@@ -86,7 +86,7 @@ class TrainingData:
 
     def source_weights(self) -> list[float]:
         if self.task_sampling == "weights":
-            weights = dict(zip(self.tasks.names, (spec.weight for spec in self.tasks.specs)))
+            weights = dict(zip(self.tasks.names, (spec.objective.weight for spec in self.tasks.specs)))
             return [sum(weights[name] for name in source.tasks) for source in self.tasks.sources]
         return [float(sum(os.path.getsize(path) for path in dataset.paths)) for dataset in self.datasets]
 

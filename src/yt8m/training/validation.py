@@ -215,7 +215,7 @@ class TrainEvaluator:
             if spec.metric_key not in result:
                 continue
             value, best = float(result[spec.metric_key]), self.state.task_best.get(spec.name)
-            if best is None or better(spec.metric, value, best["value"]):
+            if best is None or better(spec.objective.metric, value, best["value"]):
                 self.state.task_best[spec.name] = {"metric": spec.metric_key, "value": value, "step": step}
 
     def summary(self) -> dict[str, Any]:

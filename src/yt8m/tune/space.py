@@ -16,7 +16,7 @@ from typing import Any, Optional, cast
 
 import optuna
 
-from yt8m.config import ConfigError, config_from_dict, field_type, flag_type, flattened, load_yaml
+from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_yaml
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
 from yt8m.models.registry import hparam_fields
@@ -246,7 +246,7 @@ def searched_field_type(name: str) -> Optional[type]:
         return train_field_type(name)
     parts = name.split(".")
     if len(parts) == 3 and parts[2] in SEARCHABLE_TASK_FIELDS:
-        return field_type(TaskConfig, parts[2])
+        return flag_type(TaskConfig, parts[2])
     if len(parts) == 4 and parts[2] == HEAD_HPARAMS:
         return _hparam_type(parts[3])
     return None
