@@ -171,14 +171,14 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
         key = (spec.data.train_data_pattern, spec.segments)
         source = sources.setdefault(key, TaskSource(*key, records))
         if source.record_classes != records:
-            raise ValueError(f"task {spec.name}: reads {spec.data.train_data_pattern} with {records} label classes, but "
-                             f"task {source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
+            raise ValueError(f"task {spec.name}: reads {spec.data.train_data_pattern} with {records} label classes, "
+                             f"but task {source.tasks[0]} reads its labels with {source.record_classes} (num_classes)")
         source.tasks.append(spec.name)
     for spec in specs:
         head_classes = specs[[s.name for s in specs].index(spec.head.head)].num_classes
         if spec.num_classes != head_classes:
-            raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head.head}'s {head_classes} classes, but "
-                             f"the task has {spec.num_classes} (num_classes)")
+            raise ValueError(f"task {spec.name}: head 'shared' reads task {spec.head.head}'s {head_classes} classes, "
+                             f"but the task has {spec.num_classes} (num_classes)")
     return TaskSet(specs, tasks, list(sources.values()), record_classes)
 
 

@@ -55,8 +55,10 @@ def build_run(config: TrainConfig, device: torch.device, resources: contextlib.E
     # On the meta device: a model too large to build is refused before it is built.
     check_model_size(config.model, config.features, limit)
     # A teacher task's classes are known once its data is read: its fit is checked then (--teacher's with the config).
-    tasks = plan_tasks(config.tasks, config.main_task(), config.validation.top_n,
-                       check=lambda spec: teacher_fit(spec, config.features) if spec.name and spec.distillation.teacher else [])
+    def check(spec: TaskSpec) -> list[str]:
+        return teacher_fit(spec, config.features) if spec.name and spec.distillation.teacher else []
+
+    tasks = plan_tasks(config.tasks, config.main_task(), config.validation.top_n, check=check)
     model = model_of(config, tasks)
     size = check_model_size(config.model, config.features, limit, model)
     model = model.to(device)
@@ -84,7 +86,8 @@ def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
 
 def _teacher(spec: TaskSpec, paths: list[str], device: torch.device) -> Teacher:
     assert spec.num_classes is not None  # plan_tasks knows every task's classes
-    return open_teacher(spec.distillation.teacher, spec.num_classes, device, lambda video_id: find_video(paths, video_id))
+    return open_teacher(spec.distillation.teacher, spec.num_classes, device,
+                        lambda video_id: find_video(paths, video_id))
 
 
 def checkpoint_to_resume(config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer,
