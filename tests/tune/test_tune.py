@@ -5,6 +5,7 @@ the report and best.yaml (kept current while trials run), one-line errors for ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from tune_fixtures import FEATURE_SIZES, NUM_CLASSES, SEARCH, shards, tune_file 
 from yt8m import cli
 from yt8m.config import config_values, load_config
 from yt8m.training import TrainConfig
-from yt8m.tune.space import TuneSettings, TuneSpec, load_tune_spec
+from yt8m.tune.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
 from yt8m.tune.objective import TrialObjective
 from yt8m.tune.study import (
     FileLock,
@@ -96,7 +97,8 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
                      "search.batch_size: 'when' refers to 'optimizer', which is not a searched field",
                      "search.num_epochs: 'num_epochs' holds integers; use type: int",
                      "objective.metric 'accuracy' is not a validation metric",
-                     "tune.sampler 'annealing'", "tune.pruner 'sometimes'"]:
+                     "tune.sampler must be one of tpe, random, got 'annealing'",
+                         "tune.pruner must be one of median, successive_halving, hyperband, none, got 'sometimes'"]:
         assert expected in err
     assert "10 problem(s)" in err
     assert not (tmp_path / "study").exists()
@@ -162,7 +164,7 @@ def test_example_configs_are_valid_and_enqueue_whole_configurations(name):
     """Each enqueued baseline sets exactly the fields active for it: none is left to chance (a FixedTrial refuses a
     field it lacks), none is set that its model ignores."""
     spec = load_tune_spec(str(REPO_ROOT / "configs" / name))
-    assert spec.search and spec.enqueue and spec.settings.study_dir == os.path.join("studies", name[:-5])
+    assert spec.search and spec.enqueue and spec.settings.study.study_dir == os.path.join("studies", name[:-5])
     for entry in spec.enqueue:
         assert spec.sample(optuna.trial.FixedTrial(entry)) == entry
 
@@ -208,7 +210,7 @@ def test_a_file_in_when_order_keeps_its_order_and_samples_the_same_points_every_
 
     def sampled() -> list[dict]:
         spec = load_tune_spec(path)
-        study = optuna.create_study(sampler=create_sampler(TuneSettings(sampler="tpe", n_startup_trials=3)),
+        study = optuna.create_study(sampler=create_sampler(SamplingSettings(sampler="tpe", n_startup_trials=3)),
                                     direction="maximize")
         study.optimize(lambda trial: spec.sample(trial)["base_learning_rate"], n_trials=6)
         return [trial.params for trial in study.trials]
@@ -237,9 +239,9 @@ def test_flags_override_the_file_and_names_default_from_it(tmp_path, shards):
     del document["tune"]["study_dir"]
     Path(path).write_text(yaml.safe_dump(document))
     settings = load_tune_spec(path, {"n_trials": 7, "sampler": "random"}).settings
-    assert (settings.n_trials, settings.sampler) == (7, "random")
-    assert settings.study_name == "video_search"
-    assert settings.study_dir == os.path.join("studies", "video_search")
+    assert (settings.study.n_trials, settings.sampling.sampler) == (7, "random")
+    assert settings.study.study_name == "video_search"
+    assert settings.study.study_dir == os.path.join("studies", "video_search")
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
@@ -247,7 +249,7 @@ def test_samplers_are_seeded(tmp_path, shards, sampler):
     spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards))
 
     def sampled(seed: int) -> list[dict]:
-        settings = TuneSettings(sampler=sampler, seed=seed, n_startup_trials=2)
+        settings = SamplingSettings(sampler=sampler, seed=seed, n_startup_trials=2)
         study = optuna.create_study(sampler=create_sampler(settings), direction="maximize")
         study.optimize(lambda trial: spec.sample(trial)["base_learning_rate"], n_trials=5)
         return [trial.params for trial in study.trials]
@@ -260,7 +262,18 @@ def test_pruner_choice():
     expected = {"median": optuna.pruners.MedianPruner, "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
                 "hyperband": optuna.pruners.HyperbandPruner, "none": optuna.pruners.NopPruner}
     for name, cls in expected.items():
-        assert type(create_pruner(TuneSettings(pruner=name), num_epochs=3)) is cls
+        assert type(create_pruner(PruningSettings(pruner=name), num_epochs=3)) is cls
+
+
+def test_the_tune_section_reads_the_same_flat_or_by_part(tmp_path, shards):
+    flat = load_tune_spec(tune_file(tmp_path / "flat.yaml", shards, tune={"sampler": "random", "pruner": "none",
+                                                                          "n_trials": 3}))
+    by_part = load_tune_spec(tune_file(tmp_path / "parts.yaml", shards, tune={
+        "sampling": {"sampler": "random"}, "pruning": {"pruner": "none"}, "study": {"n_trials": 3}}))
+    assert dataclasses.replace(by_part.settings, study=dataclasses.replace(by_part.settings.study,
+                                                                           study_name="flat")) == flat.settings
+    assert (flat.settings.sampling.sampler, flat.settings.pruning.pruner, flat.settings.study.n_trials) == (
+        "random", "none", 3)
 
 
 # Studies -----------------------------------------------------------------------------------------------------
@@ -383,7 +396,7 @@ def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_mean
                      num_epochs=1)
     spec = load_tune_spec(path)
     (tmp_path / "study").mkdir()
-    study, other_job = (open_study(spec, open_storage(spec.settings)) for _ in range(2))
+    study, other_job = (open_study(spec, open_storage(spec.settings.study)) for _ in range(2))
     for _ in range(2):
         study.tell(study.ask(), 0.5)
     others_trial, trial = other_job.ask(), study.ask()  # trials 2 and 3: 4 in all, within the budget

@@ -9,7 +9,7 @@ import os
 import signal
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments, config_from_dict, field_names
+from yt8m.config import FlagParser, add_config_arguments, config_from_dict, flag_names
 from yt8m.runtime import setup_logging
 from yt8m.tune.limits import RunFlags
 from yt8m.tune.report import LEADERBOARD_TXT, print_leaderboard
@@ -26,9 +26,9 @@ def main(argv: Sequence[str]) -> int:
     add_config_arguments(parser, RunFlags)
     args = parser.parse_args(argv)
     setup_logging()
-    overrides = {name: value for name, value in vars(args).items() if name in field_names(TuneSettings)}
+    overrides = {name: value for name, value in vars(args).items() if name in flag_names(TuneSettings)}
     flags = config_from_dict(RunFlags, {name: value for name, value in vars(args).items()
-                                        if name in field_names(RunFlags)}, source="flags")
+                                        if name in flag_names(RunFlags)}, source="flags")
     signal.signal(signal.SIGTERM, interrupt_once)
     spec = with_data_patterns(load_tune_spec(args.config, overrides), flags.train_data_pattern,
                               flags.eval_data_pattern)

@@ -39,9 +39,9 @@ def main(argv: Sequence[str]) -> int:
         raise ValueError(f"{args.study_dir} is not a study dir of `yt8m tune` (no {STUDY_FILE})")
     overrides = {"study_dir": args.study_dir, **({"storage": args.storage} if args.storage else {})}
     spec = load_tune_spec(spec_path, overrides)
-    if "***" in spec.settings.storage:
+    if "***" in spec.settings.study.storage:
         raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
-    study = load_existing_study(spec.settings)
+    study = load_existing_study(spec.settings.study)
     summary = write_report(study, spec)
     print_leaderboard(study, spec)
     if args.ensemble_top is not None:

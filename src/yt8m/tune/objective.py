@@ -93,7 +93,7 @@ class ValidationReporter:
 
     def _report_step(self, event: "TrainEvent") -> Optional[int]:
         """The step the pruner sees: training steps with --report_every_steps, else epochs (once each)."""
-        if self.spec.settings.report_every_steps:
+        if self.spec.settings.pruning.report_every_steps:
             return event.step
         if event.epoch > self.reported_epoch:
             self.reported_epoch = event.epoch
@@ -141,9 +141,9 @@ class TrialObjective:
         if self._is_surplus(trial):
             raise TrialFailure("the study reached --n_trials while this trial started (parallel workers)")
         params = self.spec.sample(trial)
-        train_dir = trial_dir(self.spec.settings.study_dir, trial.number)
+        train_dir = trial_dir(self.spec.settings.study.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
-        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings))
+        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning))
 
         reporter = self._reporter = ValidationReporter(trial, self.spec, config)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)
@@ -172,7 +172,7 @@ class TrialObjective:
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
         """Workers on other machines may start trials at the same moment; the later ones give way."""
-        if budget_used(trial.study, before=trial.number) < self.spec.settings.n_trials:
+        if budget_used(trial.study, before=trial.number) < self.spec.settings.study.n_trials:
             return False
         trial.study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}",
                                   "surplus: started while the study already had --n_trials trials")

@@ -109,7 +109,7 @@ def best_trial(study: optuna.Study) -> Optional[FrozenTrial]:
 
 def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
     """The best trial's config, training into <study_dir>/best and resuming there if interrupted."""
-    return spec.trial_config(trial.params, os.path.join(os.path.abspath(spec.settings.study_dir), "best"),
+    return spec.trial_config(trial.params, os.path.join(os.path.abspath(spec.settings.study.study_dir), "best"),
                              start_new_model=False)
 
 
@@ -124,7 +124,7 @@ def baseline_trial(study: optuna.Study, spec: TuneSpec) -> Optional[FrozenTrial]
 
 def write_report(study: optuna.Study, spec: TuneSpec) -> dict[str, Any]:
     """Write leaderboard, best.yaml and plots into the study dir; return the summary printed as JSON."""
-    study_dir = spec.settings.study_dir
+    study_dir = spec.settings.study.study_dir
     best = write_leaderboard_and_best(study, spec)
     plots = save_plots(study, study_dir)
     best_path = os.path.abspath(os.path.join(study_dir, BEST_CONFIG))
@@ -159,7 +159,7 @@ def write_leaderboard_and_best(study: optuna.Study, spec: TuneSpec) -> Optional[
     Every job calls it when it finishes a trial, so best.yaml names the best so far even while trials run or
     after a kill. The trials are read under a lock, so that a job that read them earlier cannot write last.
     """
-    study_dir = spec.settings.study_dir
+    study_dir = spec.settings.study.study_dir
     with FileLock(os.path.join(study_dir, REPORT_LOCK)).held():
         rows = leaderboard(study)
         best = best_trial(study)
@@ -228,14 +228,14 @@ def print_leaderboard(study: optuna.Study, spec: TuneSpec) -> None:
     """The leaderboard, what its metric means, the best trial and how it compares with the baseline, to stderr
     (stdout carries the command's one JSON line)."""
     plain_metric = spec.metric.rpartition("/")[2]
-    lines = [f"study '{spec.settings.study_name}' ({spec.direction} validation {spec.metric}): "
+    lines = [f"study '{spec.settings.study.study_name}' ({spec.direction} validation {spec.metric}): "
              f"{describe_counts(state_counts(study))}",
              f"{spec.metric}: {METRIC_MEANINGS[plain_metric]}",
              format_leaderboard(leaderboard(study), spec.metric)]
     best = best_trial(study)
     if best is not None:
         lines.append(f"best: trial {best.number}, {spec.metric} {best.value:.5f}; train it with: "
-                     f"yt8m train --config {os.path.join(spec.settings.study_dir, BEST_CONFIG)}")
+                     f"yt8m train --config {os.path.join(spec.settings.study.study_dir, BEST_CONFIG)}")
         baseline = baseline_trial(study, spec)
         if baseline is not None:
             name = f"the baseline, trial {baseline.number} (tune.enqueue's first settings)"
@@ -247,12 +247,12 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
     """Train best.yaml again; on train+validate data into best_train_validate, else scored on validation."""
     best = best_trial(study)
     if best is None:
-        raise ValueError(f"study '{spec.settings.study_name}' has no complete trial to retrain")
-    config = load_config(TrainConfig, os.path.join(spec.settings.study_dir, BEST_CONFIG))
+        raise ValueError(f"study '{spec.settings.study.study_name}' has no complete trial to retrain")
+    config = load_config(TrainConfig, os.path.join(spec.settings.study.study_dir, BEST_CONFIG))
     if train_on_validate:
         config = with_values(  # no held-out data is left to evaluate on
             config, train_data_pattern=f"{config.data.train_data_pattern},{spec.eval_data_pattern}",
-            train_dir=os.path.join(os.path.abspath(spec.settings.study_dir), "best_train_validate"),
+            train_dir=os.path.join(os.path.abspath(spec.settings.study.study_dir), "best_train_validate"),
             eval_data_pattern="", checkpoint_every_epoch=False)
     train_dir = config.checkpoints.train_dir
     log.info("retraining trial %d's config in %s", best.number, train_dir)
@@ -279,17 +279,17 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[st
     study's validation shards, and its validation metrics next to the best single trial's (measured alike)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < count:
-        raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study_name}' has {len(complete)} complete "
-                         "trials")
+        raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(complete)} "
+                         "complete trials")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     best = sorted(complete, key=lambda trial: (-trial_value(trial) if maximize else trial_value(trial),
                                                trial.number))[:count]
-    train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study_dir, trial.number)
+    train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
                   for trial in best]
     for trial, train_dir in zip(best, train_dirs):
         if not os.path.isdir(checkpoint_dir(train_dir)):
             raise ValueError(f"--ensemble_top {count}: trial {trial.number} kept no checkpoints in {train_dir} "
-                             f"(tune.keep_best is {spec.settings.keep_best}: only the best trials keep theirs)")
+                             f"(tune.keep_best is {spec.settings.study.keep_best}: only the best trials keep theirs)")
     num_classes = spec.trial_config(best[0].params, train_dirs[0]).features.num_classes
     with opened_inputs(train_dirs, num_classes) as inputs:
         fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)

@@ -18,6 +18,7 @@ import optuna
 import torch
 import yaml
 
+from yt8m.config import config_values
 from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
@@ -53,13 +54,13 @@ def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[opt
     is still written; a trial past `trial_timeout` seconds is pruned."""
     _check_data(spec)
     settings = spec.settings
-    os.makedirs(settings.study_dir, exist_ok=True)
-    study = open_study(spec, open_storage(settings))
-    write_study_file(spec, os.path.join(settings.study_dir, STUDY_FILE))
-    log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study_name,
-             display_url(storage_url(settings)), settings.study_dir, describe_counts(state_counts(study)),
-             settings.n_trials)
-    limits = RunLimits.starting_now(settings.timeout, trial_timeout)
+    os.makedirs(settings.study.study_dir, exist_ok=True)
+    study = open_study(spec, open_storage(settings.study))
+    write_study_file(spec, os.path.join(settings.study.study_dir, STUDY_FILE))
+    log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study.study_name,
+             display_url(storage_url(settings.study)), settings.study.study_dir, describe_counts(state_counts(study)),
+             settings.study.n_trials)
+    limits = RunLimits.starting_now(settings.study.timeout, trial_timeout)
     interrupted, failed_jobs = False, []
     try:
         with _ending_on_lost_interrupt():
@@ -73,7 +74,7 @@ def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[opt
     timed_out = not interrupted and limits.passed()
     if timed_out:
         log.warning("--timeout %g s reached: trials still running were stopped and re-queued; run the same command "
-                    "again to resume the study", settings.timeout)
+                    "again to resume the study", settings.study.timeout)
     return study, {**write_report(study, spec), "interrupted": interrupted, "timed_out": timed_out,
                    "failed_jobs": failed_jobs}
 
@@ -103,9 +104,10 @@ def with_data_patterns(spec: TuneSpec, train_pattern: str, eval_pattern: str) ->
 
 def write_study_file(spec: TuneSpec, path: str) -> None:
     """The tuning file with its settings resolved (password hidden): what `yt8m tune-report DIR` reads."""
-    settings = dataclasses.asdict(spec.settings)
-    settings["study_dir"] = os.path.abspath(settings["study_dir"])
-    settings["storage"] = display_url(settings["storage"]) if settings["storage"] else ""
+    study = spec.settings.study
+    resolved = dataclasses.replace(study, study_dir=os.path.abspath(study.study_dir),
+                                   storage=display_url(study.storage) if study.storage else "")
+    settings = config_values(dataclasses.replace(spec.settings, study=resolved))
     document = {**spec.document, "tune": {**settings, "enqueue": spec.enqueue}}
     write_file_atomically(path, lambda out: yaml.safe_dump(document, out, sort_keys=False))
 
@@ -113,7 +115,7 @@ def write_study_file(spec: TuneSpec, path: str) -> None:
 def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
     the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
-    n_jobs = spec.settings.n_jobs
+    n_jobs = spec.settings.study.n_jobs
     if n_jobs == 1:
         run_worker(spec, limits)
         return []
@@ -148,20 +150,20 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     """Run trials one at a time until the study's budget is met or --timeout passes (which also stops the trial
     running then); after each, rewrite the leaderboard and best.yaml (the plots, slower, are drawn at the end)."""
     settings = spec.settings
-    storage = open_storage(settings)
+    storage = open_storage(settings.study)
     study = open_study(spec, storage)
-    lock = FileLock(os.path.join(settings.study_dir, ".budget.lock"))
+    lock = FileLock(os.path.join(settings.study.study_dir, ".budget.lock"))
     objective = TrialObjective(spec, lock, limits)
     quiet_interrupted_trials()
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        remove_checkpoints_beyond_best(study, settings.study_dir, settings.keep_best)
+        remove_checkpoints_beyond_best(study, settings.study.study_dir, settings.study.keep_best)
         write_leaderboard_and_best(study, spec)
 
     while not limits.passed():
         with lock.held():
             recover_interrupted(study, storage)
-            if trials_to_start(study, settings.n_trials) <= 0:
+            if trials_to_start(study, settings.study.n_trials) <= 0:
                 return
             study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
 
@@ -202,7 +204,7 @@ def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
         configure_training_process()  # a spawned process starts afresh (its environment is the parent's)
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core.
-        torch.set_num_threads(max(1, available_cpus() // spec.settings.n_jobs))
+        torch.set_num_threads(max(1, available_cpus() // spec.settings.study.n_jobs))
         with _ending_on_lost_interrupt():
             run_worker(spec, limits)
     except KeyboardInterrupt:

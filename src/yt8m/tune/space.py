@@ -47,31 +47,63 @@ HEAD_HPARAMS = "head_hparams"
 SEARCHABLE_TASK_FIELDS = ("weight", "loss", "head_model", "metric")
 
 
-@dataclass
-class TuneSettings:
-    """The `tune:` section of the file; each field is also a `yt8m tune` flag, which wins over the file."""
+def _samplers() -> tuple[str, ...]:
+    return SAMPLERS
+
+
+def _pruners() -> tuple[str, ...]:
+    return PRUNERS
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """Where a study lives, how long it runs, and what it keeps."""
 
     study_dir: str = setting("", "Directory of the study: database, trials/, report, plots; empty: "
                                  "studies/<study_name>.")
     study_name: str = setting("", "Study name in the storage; empty: the config file's name without .yaml.")
-    storage: str = setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: sqlite:///<study_dir>/study.db.")
-    n_trials: int = setting(20, "The study's total of finished trials; re-running carries on to this total.")
-    timeout: Optional[float] = setting(None, "Start no new trial after this many seconds of this run.")
-    n_jobs: int = setting(1, "Trial processes run in parallel on this machine.")
-    sampler: str = setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.")
-    pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.")
+    storage: str = setting("", "Optuna storage URL, e.g. postgresql://user@host/db; empty: "
+                               "sqlite:///<study_dir>/study.db.")
+    n_trials: int = setting(20, "The study's total of finished trials; re-running carries on to this total.",
+                            at_least=1)
+    timeout: Optional[float] = setting(None, "Start no new trial after this many seconds of this run.", above=0)
+    n_jobs: int = setting(1, "Trial processes run in parallel on this machine.", at_least=1)
+    keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only; "
+                                              "None keeps all.", at_least=0)
+    heartbeat_seconds: int = setting(30, "Running trials record a heartbeat this often; one silent for 4 "
+                                          "heartbeats is taken as interrupted.", at_least=1)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the next trial's values are chosen."""
+
+    sampler: str = setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.", choices=_samplers)
     seed: int = setting(0, "Seed of the sampler; each trial draws from (seed, its number), so resumed runs, "
                             "parallel jobs and machines sample different points, the same history the same ones.")
     n_startup_trials: int = setting(5, "Trials sampled at random before TPE models the results; also the "
-                                        "completed trials the median pruner waits for.")
+                                        "completed trials the median pruner waits for.", at_least=0)
+
+
+@dataclass(frozen=True)
+class PruningSettings:
+    """When trials report, and which of them are stopped early."""
+
+    pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.", choices=_pruners)
     n_warmup_steps: int = setting(0, "Median pruner: never prune at a report step below this (epochs, or "
-                                      "training steps with --report_every_steps).")
+                                      "training steps with --report_every_steps).", at_least=0)
     report_every_steps: int = setting(0, "Evaluate and report to the pruner every this many training steps "
-                                          "(0: at each epoch end).")
-    keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only; "
-                                              "None keeps all.")
-    heartbeat_seconds: int = setting(30, "Running trials record a heartbeat this often; one silent for 4 "
-                                          "heartbeats is taken as interrupted.")
+                                          "(0: at each epoch end).", at_least=0)
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """The `tune:` section of the file, flat or by part; each field is also a `yt8m tune` flag, which wins over the
+    file."""
+
+    study: StudySettings = field(default_factory=StudySettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    pruning: PruningSettings = field(default_factory=PruningSettings)
 
 
 @dataclass(frozen=True)
@@ -171,9 +203,10 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     _check_trial_configs(path, train, search, settings, problems)
     if problems:
         raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
-    name = settings.study_name or os.path.splitext(os.path.basename(path))[0]
-    settings.study_name = name
-    settings.study_dir = settings.study_dir or os.path.join("studies", name)
+    name = settings.study.study_name or os.path.splitext(os.path.basename(path))[0]
+    study = dataclasses.replace(settings.study, study_name=name,
+                                study_dir=settings.study.study_dir or os.path.join("studies", name))
+    settings = dataclasses.replace(settings, study=study)
     return TuneSpec(path, train, eval_pattern, search, metric, direction, settings, enqueue, document)
 
 
@@ -509,24 +542,11 @@ def objective_key(metric: str, tasks: TasksConfig) -> str:
 
 
 def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> TuneSettings:
-    settings = _collect(problems, config_from_dict, TuneSettings, values, f"{path}: tune")
-    if settings is None:
+    try:
+        return config_from_dict(TuneSettings, values, source=f"{path}: tune")
+    except ConfigError as err:
+        problems.extend(f"{path}: tune.{problem.removeprefix('--')}" for problem in err.problems)
         return TuneSettings()
-    if settings.sampler not in SAMPLERS:
-        problems.append(f"{path}: tune.sampler {settings.sampler!r} is not one of: {', '.join(SAMPLERS)}")
-    if settings.pruner not in PRUNERS:
-        problems.append(f"{path}: tune.pruner {settings.pruner!r} is not one of: {', '.join(PRUNERS)}")
-    for name in ("n_trials", "n_jobs", "heartbeat_seconds"):
-        if getattr(settings, name) < 1:
-            problems.append(f"{path}: tune.{name} must be at least 1, got {getattr(settings, name)}")
-    for name in ("n_startup_trials", "n_warmup_steps", "report_every_steps"):
-        if getattr(settings, name) < 0:
-            problems.append(f"{path}: tune.{name} must not be negative, got {getattr(settings, name)}")
-    if settings.keep_best is not None and settings.keep_best < 0:
-        problems.append(f"{path}: tune.keep_best must not be negative, got {settings.keep_best}")
-    if settings.timeout is not None and settings.timeout <= 0:
-        problems.append(f"{path}: tune.timeout must be positive, got {settings.timeout}")
-    return settings
 
 
 def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str]) -> list[dict[str, Any]]:
@@ -554,15 +574,15 @@ def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, A
                            problems: list[str]) -> None:
     """Trials report at their checkpoints when --report_every_steps is set, so it owns export_model_steps."""
     owned = "export_model_steps"
-    if settings.report_every_steps and (owned in train or any(param.name == owned for param in search)):
+    if settings.pruning.report_every_steps and (owned in train or any(param.name == owned for param in search)):
         problems.append(f"{path}: tune.report_every_steps sets each trial's {owned} (trials report at their "
                         f"checkpoints); remove {owned} from train: and search:")
 
 
-def report_schedule(settings: TuneSettings) -> dict[str, Any]:
+def report_schedule(pruning: PruningSettings) -> dict[str, Any]:
     """Trials report the trainer's evaluation of their checkpoints: every --report_every_steps steps (their
     export_model_steps), else at the checkpoint each epoch ends with."""
-    steps = settings.report_every_steps
+    steps = pruning.report_every_steps
     return {"export_model_steps": steps} if steps else {"checkpoint_every_epoch": True}
 
 
@@ -573,7 +593,7 @@ def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], 
     searched field at its first value, then each searched value in turn. A problem is reported under the
     searched value that brings it, or under train: when the fixed fields bring it."""
     source = f"{path}: train"
-    fixed = {**train, "train_dir": PLACEHOLDER_TRAIN_DIR, "start_new_model": True, **report_schedule(settings)}
+    fixed = {**train, "train_dir": PLACEHOLDER_TRAIN_DIR, "start_new_model": True, **report_schedule(settings.pruning)}
     base = {**fixed, **{param.name: param.checked_values()[0] for param in search if not param.when}}
     from_search = set()
     for param in search:

@@ -22,7 +22,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.training.config import ScheduleConfig
-from yt8m.tune.space import TuneSettings, TuneSpec
+from yt8m.tune.space import PruningSettings, SamplingSettings, StudySettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
 
@@ -50,10 +50,10 @@ SPEC_ATTR = "tune_spec"
 INTERRUPTED_PREFIX = "interrupted_trial_"  # + number -> why it was taken as interrupted
 
 
-def storage_url(settings: TuneSettings) -> str:
-    if settings.storage:
-        return with_installed_driver(settings.storage)
-    return f"sqlite:///{os.path.abspath(os.path.join(settings.study_dir, 'study.db'))}"
+def storage_url(study: StudySettings) -> str:
+    if study.storage:
+        return with_installed_driver(study.storage)
+    return f"sqlite:///{os.path.abspath(os.path.join(study.study_dir, 'study.db'))}"
 
 
 def with_installed_driver(url: str) -> str:
@@ -83,14 +83,14 @@ def display_url(url: str) -> str:
         return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
-def open_storage(settings: TuneSettings) -> optuna.storages.RDBStorage:
+def open_storage(study: StudySettings) -> optuna.storages.RDBStorage:
     """The study's database; a ValueError naming it (password hidden) when it cannot be reached or is not supported."""
-    url = storage_url(settings)
+    url = storage_url(study)
     # Errors name the URL as given (password hidden), not as completed with a driver.
-    where = f"cannot open the study database {display_url(settings.storage or url)}"
+    where = f"cannot open the study database {display_url(study.storage or url)}"
     _check_connection(url, where)
     try:
-        return _rdb_storage_after_races(url, settings.heartbeat_seconds)
+        return _rdb_storage_after_races(url, study.heartbeat_seconds)
     except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as err:
         # RuntimeError: Optuna's own, e.g. a database made by an incompatible Optuna version.
         raise ValueError(f"{where}: {_reason(err)}") from err
@@ -192,31 +192,31 @@ class PerTrialSeedSampler(optuna.samplers.BaseSampler):
         self._sampler.reseed_rng()
 
 
-def create_sampler(settings: TuneSettings) -> optuna.samplers.BaseSampler:
-    return PerTrialSeedSampler(lambda seed: _seeded_sampler(settings, seed), settings.seed)
+def create_sampler(sampling: SamplingSettings) -> optuna.samplers.BaseSampler:
+    return PerTrialSeedSampler(lambda seed: _seeded_sampler(sampling, seed), sampling.seed)
 
 
-def _seeded_sampler(settings: TuneSettings, seed: int) -> optuna.samplers.BaseSampler:
-    if settings.sampler == "random":
+def _seeded_sampler(sampling: SamplingSettings, seed: int) -> optuna.samplers.BaseSampler:
+    if sampling.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # group=True: `when` makes the space conditional, which plain multivariate TPE handles poorly.
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup_trials,
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=sampling.n_startup_trials,
                                           multivariate=True, group=True, constant_liar=True)
 
 
-def create_pruner(settings: TuneSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
+def create_pruner(pruning: PruningSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
     """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode."""
-    if settings.pruner == "median":
+    if pruning.pruner == "median":
         # From the first complete trial on (not after TPE's n_startup_trials): a slow, poor trial dies at its first
         # report instead of running to the end while the study warms up.
         return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS,
-                                           n_warmup_steps=settings.n_warmup_steps)
-    if settings.pruner == "successive_halving":
+                                           n_warmup_steps=pruning.n_warmup_steps)
+    if pruning.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner()
-    if settings.pruner == "hyperband":
-        max_resource = num_epochs if num_epochs and settings.report_every_steps == 0 else "auto"
+    if pruning.pruner == "hyperband":
+        max_resource = num_epochs if num_epochs and pruning.report_every_steps == 0 else "auto"
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_resource)
     return optuna.pruners.NopPruner()
 
@@ -226,10 +226,10 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
     settings = spec.settings
     searched = {param.name for param in spec.search}
     num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", ScheduleConfig.num_epochs)
-    study = optuna.create_study(storage=storage, study_name=settings.study_name,
+    study = optuna.create_study(storage=storage, study_name=settings.study.study_name,
                                 direction=optuna.study.StudyDirection[spec.direction.upper()],
-                                sampler=create_sampler(settings),
-                                pruner=create_pruner(settings, num_epochs), load_if_exists=True)
+                                sampler=create_sampler(settings.sampling),
+                                pruner=create_pruner(settings.pruning, num_epochs), load_if_exists=True)
     saved = study.user_attrs.get(SPEC_ATTR)
     if saved is None:
         study.set_user_attr(SPEC_ATTR, spec.identity())
@@ -237,20 +237,20 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
             study.enqueue_trial(params, skip_if_exists=True)
     elif saved != spec.identity():
         raise ValueError(
-            f"study '{settings.study_name}' in {display_url(storage_url(settings))} was created from a different "
-            f"train:, search: or objective: section than {spec.source}; resuming it would mix incomparable "
+            f"study '{settings.study.study_name}' in {display_url(storage_url(settings.study))} was created from a "
+            f"different train:, search: or objective: section than {spec.source}; resuming it would mix incomparable "
             f"trials. Restore the original file, or start another study with --study_name or --study_dir.")
     return study
 
 
-def load_existing_study(settings: TuneSettings) -> optuna.Study:
+def load_existing_study(study: StudySettings) -> optuna.Study:
     """An existing study, for reports; a clear error when there is none."""
-    storage = open_storage(settings)
+    storage = open_storage(study)
     names = optuna.study.get_all_study_names(storage)
-    if settings.study_name not in names:
-        raise ValueError(f"no study '{settings.study_name}' in {display_url(storage_url(settings))} "
+    if study.study_name not in names:
+        raise ValueError(f"no study '{study.study_name}' in {display_url(storage_url(study))} "
                          f"(studies there: {', '.join(names) or 'none'})")
-    return optuna.load_study(study_name=settings.study_name, storage=storage)
+    return optuna.load_study(study_name=study.study_name, storage=storage)
 
 
 def interrupted_trials(study: optuna.Study) -> dict[int, str]:
