@@ -103,3 +103,53 @@ def test_only_the_tasks_package_asks_what_class_a_task_is():
                 named = {getattr(name, "id", getattr(name, "attr", "")) for name in ast.walk(node.args[1])}
                 outside += [f"{path.relative_to(PACKAGE)}:{node.lineno}" for _ in named & task_classes]
     assert outside == []
+
+
+def modules() -> list[tuple[str, ast.Module]]:
+    return [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text())) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def untyped_configs(tree: ast.Module, where: str) -> list[str]:
+    """Functions taking a `config` argument without a type, or typed Any."""
+    return [f"{where}:{node.lineno} {node.name}" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            if arg.arg == "config" and (arg.annotation is None or ast.unparse(arg.annotation) == "Any")]
+
+
+def test_no_function_takes_an_untyped_config():
+    assert [line for name, tree in modules() for line in untyped_configs(tree, name)] == []
+    assert untyped_configs(ast.parse("def f(x, config: Any): pass\ndef g(config: TrainConfig): pass"), "m.py") == [
+        "m.py:1 f"]
+
+
+def class_size_problems(tree: ast.Module, where: str) -> list[str]:
+    """A class's size beyond its budget: more than 15 methods; a class with behaviour (an __init__ of its own) taking
+    more than 8 arguments; a record (dataclass, NamedTuple) of more than 12 fields."""
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        init = next((method for method in methods if method.name == "__init__"), None)
+        arguments = len(init.args.args) - 1 + len(init.args.kwonlyargs) if init else 0
+        fields = sum(isinstance(item, ast.AnnAssign) for item in node.body)
+        if len(methods) > 15 or arguments > 8 or fields > 12:
+            problems.append(f"{where}:{node.lineno} {node.name}: {len(methods)} methods, {arguments} arguments, "
+                            f"{fields} fields")
+    return problems
+
+
+def test_every_class_keeps_to_its_size():
+    assert [line for name, tree in modules() for line in class_size_problems(tree, name)] == []
+
+
+def test_an_oversized_class_is_found():
+    methods = "".join(f"    def m{index}(self): pass\n" for index in range(16))
+    assert class_size_problems(ast.parse(f"class Big:\n{methods}"), "big.py") == [
+        "big.py:1 Big: 16 methods, 0 arguments, 0 fields"]
+    assert class_size_problems(ast.parse("class Wide:\n    def __init__(self, a, b, c, d, e, f, g, h, i): pass\n"),
+                               "wide.py") == ["wide.py:1 Wide: 1 methods, 9 arguments, 0 fields"]
+    record = "".join(f"    f{index}: int\n" for index in range(13))
+    assert class_size_problems(ast.parse(f"class Record:\n{record}"), "record.py") == [
+        "record.py:1 Record: 0 methods, 0 arguments, 13 fields"]
