@@ -66,7 +66,7 @@ def _resolved_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int,
     return rank, world_size
 
 
-def worker_slot() -> tuple[int, int]:
+def _worker_slot() -> tuple[int, int]:
     """(this DataLoader worker, workers); (0, 1) outside a DataLoader's workers."""
     info = get_worker_info()
     return (info.id, info.num_workers) if info is not None else (0, 1)
@@ -89,7 +89,7 @@ class ReadPlan:
 
     def reader(self) -> tuple[int, int]:
         """(the reader calling, readers): this rank's DataLoader workers come one after another."""
-        worker, workers = worker_slot()
+        worker, workers = _worker_slot()
         return self.rank * workers + worker, self.world_size * workers
 
     def shares(self, reader: int, readers: int) -> list[ReaderShare]:
@@ -108,7 +108,7 @@ class ReadPlan:
         """The indices of each batch the calling DataLoader worker serves from a RAM cache of `videos` this epoch:
         the epoch's order (shuffled or not) cut into batches, dealt out over the workers."""
         order = self._rng().permutation(videos) if self.shuffle else np.arange(videos)
-        worker, workers = worker_slot()
+        worker, workers = _worker_slot()
         for start in itertools.islice(range(0, videos, batch_size), worker, None, workers):
             yield order[start:start + batch_size]
 
