@@ -13,13 +13,14 @@ import subprocess
 import sys
 
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 
 SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)
 
 
 def one_epoch(pattern: str, cached: bool, batch_size: int) -> dict:
     """Read the shards (two epochs from the cache, where cached) in this process; its peak RSS and frame bytes."""
-    dataset = YT8MDataset(pattern, SPEC, batch_size, cache_in_memory=cached)
+    dataset = YT8MDataset(pattern, SPEC, batch_size, ReadOptions(cache_in_memory=cached))
     frames = 0
     for _ in range(2 if cached else 1):
         frames = sum(int(batch.num_frames.sum()) for batch in make_loader(dataset, 0))

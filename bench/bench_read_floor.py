@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 from yt8m.data.batch import Batch
-from yt8m.data.dataset import FeatureSpec, _Delivery
+from yt8m.data.dataset import FeatureSpec
 from yt8m.data.decode import LabelIds
+from yt8m.data.delivery import Delivery
 from yt8m.data.batch_memory import SlotRef
 from yt8m.data.tfrecord import read_record_chunks
 from yt8m.data.throughput import read_throughput
@@ -61,7 +62,7 @@ def pipe_bytes_per_batch(batch_size: int, frames: int) -> int:
     labels = LabelIds(np.arange(3 * batch_size, dtype=np.int64), np.arange(0, 3 * batch_size + 1, 3, dtype=np.int64))
     slot = SlotRef(0, 0, 0, (batch_size, frames, FRAME_SPEC.feature_size), torch.uint8)
     batch = Batch(video_ids, slot, labels, num_frames=torch.full((batch_size,), frames))
-    return len(pickle.dumps(_Delivery(batch)))
+    return len(pickle.dumps(Delivery(batch)))
 
 
 def main() -> None:

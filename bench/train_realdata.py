@@ -15,6 +15,7 @@ from pathlib import Path
 
 from yt8m.config import TrainConfig
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.tasks.video import task_from_config
 from yt8m.runtime import setup_logging
@@ -37,7 +38,7 @@ class EpochValidation:
 
     def __init__(self, config: TrainConfig) -> None:
         dataset = YT8MDataset(shard_pattern(VALIDATE_SHARDS), FeatureSpec.from_config(config), 1024,
-                              cache_in_memory=True)
+                              ReadOptions(cache_in_memory=True))
         self.loader = make_loader(dataset, num_workers=0)
         self.task = task_from_config(config)
         self.curve: list[dict] = []

@@ -14,9 +14,10 @@ from torch.utils.data import DataLoader
 
 from conftest import as_float32, load_sidecar
 from yt8m.config import config_from_dict
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader, reader_shares
+from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.data.encode import encode_frame_example, encode_video_example
 from yt8m.data.decode import RecordError
+from yt8m.data.read_plan import ReadOptions, reader_shares
 from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)
@@ -131,15 +132,15 @@ def test_ranks_times_workers_read_every_record_exactly_once(tmp_path, shard_size
     ids = write_small_shards(tmp_path, shard_sizes)
     seen = []
     for rank in range(2):
-        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, shuffle=True, seed=1,
-                              rank=rank, world_size=2, cache_in_memory=cache_in_memory)
+        options = ReadOptions(shuffle=True, seed=1, rank=rank, world_size=2, cache_in_memory=cache_in_memory)
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 4, options)
         seen += ids_of(read_all(dataset, num_workers=2))
     assert sorted(seen) == ids
 
 
 def test_cache_filled_inside_plain_dataloader_workers_is_complete(tmp_path):
     ids = write_small_shards(tmp_path, [9, 8, 7])
-    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, cache_in_memory=True)
+    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 4, ReadOptions(cache_in_memory=True))
     batches = list(DataLoader(dataset, batch_size=None, num_workers=2))
     assert sorted(ids_of(batches)) == ids
     assert all(b.labels.shape == (len(b.video_ids), 10) for b in batches)
@@ -149,8 +150,8 @@ def test_shuffle_is_seeded_and_changes_with_epoch_and_seed(tmp_path):
     ids = write_small_shards(tmp_path, [40, 40, 40])
 
     def order(seed: int, epoch: int, num_workers: int = 0) -> list[str]:
-        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=16, shuffle=True, seed=seed,
-                              shuffle_buffer=32)
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 16,
+                              ReadOptions(shuffle=True, seed=seed, shuffle_buffer=32))
         dataset.set_epoch(epoch)
         return ids_of(read_all(dataset, num_workers))
 
@@ -176,9 +177,9 @@ def test_evaluation_order_is_fixed_with_workers(tmp_path):
 def test_drop_remainder_yields_only_full_batches(tmp_path, cache_in_memory):
     write_small_shards(tmp_path, [10, 9])
     pattern = str(tmp_path / "*.tfrecord")
-    kept = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, cache_in_memory=cache_in_memory))
-    dropped = read_all(YT8MDataset(pattern, SMALL_SPEC, batch_size=4, drop_remainder=True,
-                                   cache_in_memory=cache_in_memory))
+    kept = read_all(YT8MDataset(pattern, SMALL_SPEC, 4, ReadOptions(cache_in_memory=cache_in_memory)))
+    dropped = read_all(YT8MDataset(pattern, SMALL_SPEC, 4,
+                                   ReadOptions(drop_remainder=True, cache_in_memory=cache_in_memory)))
     assert [len(b.video_ids) for b in kept] == [4, 4, 4, 4, 3]
     assert [len(b.video_ids) for b in dropped] == [4, 4, 4, 4]
 
@@ -186,14 +187,13 @@ def test_drop_remainder_yields_only_full_batches(tmp_path, cache_in_memory):
 def test_cache_serves_the_same_batches_as_streaming(fixtures_dir):
     pattern = str(fixtures_dir / "video" / "train*.tfrecord")
     streamed = read_all(YT8MDataset(pattern, VIDEO_SPEC, batch_size=50))
-    cached_dataset = YT8MDataset(pattern, VIDEO_SPEC, batch_size=50, cache_in_memory=True)
+    cached_dataset = YT8MDataset(pattern, VIDEO_SPEC, 50, ReadOptions(cache_in_memory=True))
     cached = read_all(cached_dataset)
     assert len(cached) == len(streamed)
     for mine, theirs in zip(cached, streamed):
         assert mine.video_ids == theirs.video_ids
         assert torch.equal(mine.features, theirs.features) and torch.equal(mine.labels, theirs.labels)
-    cached_dataset.shuffle = True
-    shuffled = read_all(cached_dataset)
+    shuffled = read_all(YT8MDataset(pattern, VIDEO_SPEC, 50, ReadOptions(shuffle=True, cache_in_memory=True)))
     assert sorted(ids_of(shuffled)) == sorted(ids_of(streamed)) and ids_of(shuffled) != ids_of(streamed)
 
 
@@ -263,7 +263,7 @@ def test_corrupt_shard_fails_or_is_skipped_with_a_warning(fixtures_dir, caplog):
     bad_index = load_sidecar(path)["corruption"]["bad_record_index"]
     with pytest.raises(CorruptRecordError, match="bad_data_crc"):
         read_all(YT8MDataset(str(path), VIDEO_SPEC, batch_size=8))
-    dataset = YT8MDataset(str(path), VIDEO_SPEC, batch_size=8, skip_corrupt=True)
+    dataset = YT8MDataset(str(path), VIDEO_SPEC, 8, ReadOptions(skip_corrupt=True))
     with caplog.at_level(logging.WARNING):
         batches = read_all(dataset)
     assert len(ids_of(batches)) == bad_index
@@ -274,13 +274,27 @@ def test_corrupt_shard_fails_or_is_skipped_with_a_warning(fixtures_dir, caplog):
 def test_invalid_arguments_are_rejected(fixtures_dir):
     pattern = str(fixtures_dir / "video" / "train00.tfrecord")
     with pytest.raises(ValueError, match="rank"):
-        YT8MDataset(pattern, VIDEO_SPEC, batch_size=8, rank=2, world_size=2)
+        YT8MDataset(pattern, VIDEO_SPEC, 8, ReadOptions(rank=2, world_size=2))
     segments = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True)
     with pytest.raises(ValueError, match="rated segments are streamed"):
-        YT8MDataset(pattern, segments, batch_size=8, cache_in_memory=True)
+        YT8MDataset(pattern, segments, 8, ReadOptions(cache_in_memory=True))
     with pytest.raises(ValueError, match="no files match"):
         YT8MDataset(str(fixtures_dir / "nothing*.tfrecord"), VIDEO_SPEC, batch_size=8)
 
+
+
+def test_check_first_record_decodes_the_first_files_first_record_and_counts_nothing(tmp_path):
+    """Whatever this rank would read (here rank 1 of 2 reads part-001 only), and leaving the dataset's counts alone."""
+    write_small_shards(tmp_path, [3, 4])
+    pattern = str(tmp_path / "*.tfrecord")
+    dataset = YT8MDataset(pattern, SMALL_SPEC, 8, ReadOptions(shuffle=True, rank=1, world_size=2, record_bytes=True))
+    dataset.check_first_record()
+    assert not dataset.read_stats
+    assert ids_of(read_all(dataset)) and dataset.read_stats.record_bytes > 0
+    wrong = FeatureSpec(["mean_rgb", "mean_audio"], [4, 3], frame_features=False, num_classes=10)
+    first_file = re.escape(str(tmp_path / "part-000.tfrecord"))
+    with pytest.raises(RecordError, match=f"^{first_file}: record at byte offset 0: feature 'mean_audio'"):
+        YT8MDataset(pattern, wrong, 8, ReadOptions(rank=1, world_size=2)).check_first_record()
 
 # ---------------------------------------------------------------------------------------------- bad records
 
@@ -330,8 +344,7 @@ def write_shards_with_bad_records(folder: Path) -> tuple[list[str], list[tuple[s
 def test_skip_corrupt_skips_bad_records_and_counts_them(tmp_path, caplog, shuffle, num_workers):
     ids, bad_at = write_shards_with_bad_records(tmp_path)
     assert len(bad_at) == 5
-    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, shuffle=shuffle,
-                          skip_corrupt=True)
+    dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 4, ReadOptions(shuffle=shuffle, skip_corrupt=True))
     with caplog.at_level(logging.WARNING):
         batches = read_all(dataset, num_workers)
     read = ids_of(batches)
@@ -360,12 +373,12 @@ def test_without_skip_corrupt_the_first_bad_record_is_an_error(tmp_path):
 def test_skipped_counts_reach_the_cache_and_add_up_over_epochs(tmp_path):
     ids, _ = write_shards_with_bad_records(tmp_path)
     for num_workers in (0, 2):
-        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, skip_corrupt=True,
-                              cache_in_memory=True)
+        dataset = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 4,
+                              ReadOptions(skip_corrupt=True, cache_in_memory=True))
         for _ in range(2):
             assert sorted(ids_of(read_all(dataset, num_workers))) == ids
         assert (dataset.skipped_files, dataset.skipped_records) == (1, 5)
-    streamed = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, batch_size=4, skip_corrupt=True)
+    streamed = YT8MDataset(str(tmp_path / "*.tfrecord"), SMALL_SPEC, 4, ReadOptions(skip_corrupt=True))
     loader = make_loader(streamed, 2)
     for _ in range(2):
         assert sorted(ids_of(list(loader))) == ids
@@ -389,7 +402,7 @@ def test_frame_level_skip_corrupt_skips_bad_videos_and_keeps_batches_full(tmp_pa
                 writer.write(frame_record("bad7", 3, labels=(11,)))
             else:
                 writer.write(frame_record(f"f{index:02d}", index % 4))
-    dataset = YT8MDataset(str(path), spec, batch_size=3, skip_corrupt=True)
+    dataset = YT8MDataset(str(path), spec, 3, ReadOptions(skip_corrupt=True))
     batches = read_all(dataset, num_workers)
     assert sorted(ids_of(batches)) == [f"f{index:02d}" for index in range(12) if index not in (2, 7)]
     if num_workers == 0:  # (two workers share the file: each has its own last batch)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import as_float32, load_sidecar, manifest_totals
 from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.decode import iter_fields
+from yt8m.data.wire_scan import iter_fields
 from yt8m.data.tfrecord import read_records
 
 VIDEO_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
@@ -59,10 +59,11 @@ def test_encoders_match_tensorflow_layout(fixtures_dir, name):
 import pickle  # noqa: E402
 
 from yt8m.data.decode import (  # noqa: E402
-    LabelIds, RecordError, VideoBatch, WireFormatError, decode_frame, decode_video, decode_video_batch, dequantize,
-    parse_record)
+    LabelIds, RecordError, VideoBatch, decode_frame, decode_video, decode_video_batch, dequantize)
 from yt8m.data.encode import encode_varint  # noqa: E402
+from yt8m.data.example_parse import parse_record  # noqa: E402
 from yt8m.data.tfrecord import TFRecordWriter, expand_pattern  # noqa: E402
+from yt8m.data.wire_scan import WireFormatError  # noqa: E402
 
 NAMES = ["mean_rgb", "mean_audio"]
 SIZES = [1024, 128]

@@ -14,8 +14,11 @@ import pytest
 import torch
 
 from conftest import load_sidecar
+from yt8m.data.batch_build import DecodedSegment, finish_batch, segment_batch, segment_examples
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.decode import SegmentRatings
 from yt8m.data.encode import encode_frame_example
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.tfrecord import TFRecordWriter
 
 SEGMENT_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True)
@@ -55,8 +58,8 @@ def read_segments(dataset: YT8MDataset, num_workers: int = 0) -> dict[str, dict]
 @pytest.mark.parametrize("shuffle,num_workers", [(False, 0), (True, 2)])
 def test_each_rated_segment_of_the_fixtures_is_one_example(fixtures_dir, shuffle, num_workers):
     paths = sorted((fixtures_dir / "segment").glob("validate*.tfrecord"))
-    dataset = YT8MDataset(str(fixtures_dir / "segment" / "validate*.tfrecord"), SEGMENT_SPEC, batch_size=4,
-                          shuffle=shuffle, shuffle_buffer=3)
+    dataset = YT8MDataset(str(fixtures_dir / "segment" / "validate*.tfrecord"), SEGMENT_SPEC, 4,
+                          ReadOptions(shuffle=shuffle, shuffle_buffer=3))
     found, expected = read_segments(dataset, num_workers), expected_segments(paths)
     assert sorted(found) == sorted(expected)
     # wG1j: segments past frame 300 (max_frames does not cut them) and the pair (320, 1962) rated twice alike;
@@ -73,7 +76,7 @@ def test_each_rated_segment_of_the_fixtures_is_one_example(fixtures_dir, shuffle
 
 def test_the_segments_of_every_rank_together_are_every_segment_once(fixtures_dir):
     pattern = str(fixtures_dir / "segment" / "validate*.tfrecord")
-    shares = [list(read_segments(YT8MDataset(pattern, SEGMENT_SPEC, 2, rank=rank, world_size=2)))
+    shares = [list(read_segments(YT8MDataset(pattern, SEGMENT_SPEC, 2, ReadOptions(rank=rank, world_size=2))))
               for rank in range(2)]
     assert not set(shares[0]) & set(shares[1])
     assert sorted(shares[0] + shares[1]) == sorted(read_segments(YT8MDataset(pattern, SEGMENT_SPEC, 2)))
@@ -90,6 +93,23 @@ def test_segment_mode_needs_frame_features():
     with pytest.raises(ValueError, match="segment_labels reads the segments of frame-level data"):
         YT8MDataset("unused", FeatureSpec(["mean_rgb"], [1024], frame_features=False, segment_labels=True), 16)
 
+
+
+def test_a_decoded_segment_is_read_by_name_and_round_trips_through_its_batch():
+    frames = np.arange(12 * 6, dtype=np.uint8).reshape(12, 6)
+    ratings = SegmentRatings(np.array([5, 0, 5]), np.array([3, 1, 7]), np.array([1, 1, 0], np.float32))
+    segments = segment_examples("vid", frames, ratings, segment_size=5, record_bytes=100)
+    assert [(segment.segment_id, segment.present, segment.rated, segment.record_bytes) for segment in segments] == [
+        ("vid:0", [1], [1], 100), ("vid:5", [3], [3, 7], 0)]  # the record's bytes counted once
+    np.testing.assert_array_equal(segments[1].frames, frames[5:10])
+    spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10, segment_labels=True)
+    batch = finish_batch(segment_batch(segments, spec), spec.num_classes)
+    for row, segment in enumerate(segments):
+        found = DecodedSegment(batch.video_ids[row], np.flatnonzero(batch.labels[row].numpy()).tolist(),
+                               np.flatnonzero(batch.label_weights[row].numpy()).tolist(), batch.features[row].numpy(),
+                               segment.record_bytes)
+        assert found._replace(frames=None) == segment._replace(frames=None)
+        np.testing.assert_array_equal(found.frames, segment.frames)
 
 # --- errors through the CLI ------------------------------------------------------------------------------------
 
@@ -130,6 +150,6 @@ def test_a_bad_segment_record_is_an_error_naming_file_and_offset_or_is_skipped(t
     assert re.search(message, error)
 
     spec = FeatureSpec(["rgb", "audio"], [4, 2], frame_features=True, num_classes=10, segment_labels=True)
-    skipping = YT8MDataset(str(shard), spec, batch_size=4, skip_corrupt=True)
+    skipping = YT8MDataset(str(shard), spec, 4, ReadOptions(skip_corrupt=True))
     assert [batch.video_ids for batch in skipping] == [["v0:0", "v0:5", "v2:5"]]
     assert skipping.skipped_records == 1

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.decode import decode_frame, dequantize, parse_record
+from yt8m.data.decode import decode_frame, dequantize
+from yt8m.data.example_parse import parse_record
 from yt8m.commands.synth import main
 from yt8m.data.synthetic import write_synthetic
 from yt8m.data.tfrecord import read_records

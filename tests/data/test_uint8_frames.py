@@ -14,6 +14,7 @@ from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
 from yt8m.data.decode import RecordError, decode_frame_batch, dequantize
 from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.data.encode import encode_frame_example
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.models import create_model
 from yt8m.models.base import forward
@@ -81,7 +82,7 @@ def test_a_bad_frame_names_file_offset_and_field(tmp_path):
     for workers in (0, 1):
         for shuffle in (False, True):
             with pytest.raises(RecordError) as raised:
-                list(make_loader(YT8MDataset(str(path), SPEC, 8, shuffle=shuffle), workers))
+                list(make_loader(YT8MDataset(str(path), SPEC, 8, ReadOptions(shuffle=shuffle)), workers))
             assert str(raised.value) == (f"{path}: record at byte offset {offset}: feature list 'rgb', frame 0: "
                                          "expected 16 bytes, found 5 bytes")
             assert raised.value.field == "rgb"
@@ -101,10 +102,10 @@ def by_video(batches) -> dict:
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_workers_hand_over_the_batches_read_in_process(tmp_path, shuffle):
     pattern = write_shards(tmp_path)
-    expected = by_video(make_loader(YT8MDataset(pattern, SPEC, 5, shuffle=shuffle), 0))
+    expected = by_video(make_loader(YT8MDataset(pattern, SPEC, 5, ReadOptions(shuffle=shuffle)), 0))
     assert len(expected) == len(payloads())
     for workers in (1, 2):
-        found = by_video(make_loader(YT8MDataset(pattern, SPEC, 5, shuffle=shuffle), workers))
+        found = by_video(make_loader(YT8MDataset(pattern, SPEC, 5, ReadOptions(shuffle=shuffle)), workers))
         assert found.keys() == expected.keys()
         for video_id, (frames, labels) in expected.items():
             assert torch.equal(found[video_id][0], frames) and torch.equal(found[video_id][1], labels), video_id
@@ -125,13 +126,13 @@ def test_video_level_workers_hand_over_the_batches_read_in_process(fixtures_dir)
 def test_the_ram_cache_serves_the_streamed_frames_as_uint8(tmp_path):
     pattern = write_shards(tmp_path)
     streamed = by_video(make_loader(YT8MDataset(pattern, SPEC, 4), 0))
-    cached = YT8MDataset(pattern, SPEC, 4, cache_in_memory=True)
+    cached = YT8MDataset(pattern, SPEC, 4, ReadOptions(cache_in_memory=True))
     for epoch in range(2):
         found = by_video(make_loader(cached, 1))
         assert found.keys() == streamed.keys()
         for video_id, (frames, labels) in streamed.items():
             assert torch.equal(found[video_id][0], frames) and torch.equal(found[video_id][1], labels)
-    stored = sum(len(chunk) for chunk in cached.cache.features.chunks) * sum(SIZES)
+    stored = sum(len(chunk) for chunk in cached.cache.videos.features.chunks) * sum(SIZES)
     assert stored == sum(len(frames) for frames, _ in streamed.values()) * sum(SIZES)  # no padding is held
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import sys
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 # The pools alive in this process, by token: the DataLoader's pinning thread finds a delivery's pool here.
 _POOLS: "weakref.WeakValueDictionary[int, SharedSlots]" = weakref.WeakValueDictionary()
@@ -115,3 +116,29 @@ class SharedSlots:
 def copy_out(ref: SlotRef, pin_memory: bool) -> torch.Tensor:
     """SharedSlots.copy_out by the pool's token, from any thread of the process that made the pool."""
     return _POOLS[ref.pool].copy_out(ref, pin_memory)
+
+
+class BatchMemory:
+    """Where a dataset's readers make their batch tensors: in a make_loader worker its shared slots (`slots`, set while
+    the workers run), in another DataLoader's worker fresh shared memory, in-process pinned memory for a CUDA run
+    (`pin_memory`) or recycled buffers."""
+
+    def __init__(self) -> None:
+        self.slots: Optional[SharedSlots] = None
+        self.pin_memory = False
+        self.recycled = RecycledBuffers()
+
+    def new_tensor(self, shape: tuple[int, ...], dtype: torch.dtype,
+                   in_slot: bool = True) -> tuple[Optional[SlotRef], torch.Tensor]:
+        """A batch's tensor (contents undefined), with the slot it lies in where it is one (`in_slot`: may be)."""
+        info = get_worker_info()
+        if info is None and self.pin_memory:
+            return None, torch.empty(shape, dtype=dtype, pin_memory=True)
+        if info is None:
+            return None, self.recycled.tensor(shape, dtype)
+        if self.slots is not None and in_slot:
+            return self.slots.take(info.id, shape, dtype)
+        return None, fresh_shared(shape, dtype)
+
+    def free_slot(self, ref: SlotRef) -> None:
+        self.slots.give_back(ref)

@@ -1,339 +1,22 @@
-"""The reference Python decoder of tf.train.Example / SequenceExample records, YT8M style, without TensorFlow:
-any valid wire form, every error of a record (file, offset, field); batches of video records go through C first."""
+"""YouTube-8M records decoded without TensorFlow: video ids, labels, float features, frames and 2019 segment ratings
+checked as YT8M defines them, every error naming its field; batches of records go through C first."""
 
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from yt8m.data.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
-from yt8m.data.encode import frame_header
-from yt8m.data.wire import (UINT64_MASK, ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64,
-                            LABELS_KEY, LIST_VALUE, MAP_ENTRY, SEGMENT_LABELS_KEY, SEGMENT_SCORES_KEY,
-                            SEGMENT_START_TIMES_KEY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32,
-                            WIRE_FIXED64, WIRE_GROUP_END, WIRE_GROUP_START, WIRE_LEN, WIRE_VARINT)
+from yt8m.data.example_parse import (KIND_NAMES, Features, describe, example_features, feature_list, parse_features,
+                                     sequence_example, top_level)
+from yt8m.data.layout import uniform_frames
+from yt8m.data.wire import (ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64, LABELS_KEY, SEGMENT_LABELS_KEY,
+                            SEGMENT_SCORES_KEY, SEGMENT_START_TIMES_KEY, SEQUENCE_CONTEXT)
+from yt8m.data.wire_scan import RecordError
 
 CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases
-MAX_GROUP_DEPTH = 100  # protobuf's default recursion limit
-
-
-# ---------------------------------------------------------------------------------------------- errors
-
-
-class RecordError(ValueError):
-    """A record that does not hold what the reader expects; the message names the field.
-
-    Readers call `error.at(path, offset)` for the same error naming the file and the record's offset.
-    """
-
-    def __init__(self, message: str, field: Optional[str] = None):
-        super().__init__(message)
-        self.detail = message
-        self.field = field
-        self.path: Optional[str] = None
-        self.offset: Optional[int] = None
-        self.batch_index: Optional[int] = None
-
-    def at(self, path: str, offset: int) -> "RecordError":
-        located = type(self)(f"{path}: record at byte offset {offset}: {self.detail}", self.field)
-        located.detail, located.path, located.offset = self.detail, path, offset
-        return located
-
-
-class WireFormatError(RecordError):
-    """Bytes that are not a valid protobuf message."""
-
-
-# ---------------------------------------------------------------------------------------------- wire scanning
-
-
-def read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after it); raises WireFormatError past `end` or beyond ten bytes."""
-    result = 0
-    shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result & UINT64_MASK, pos
-        shift += 7
-    raise WireFormatError(f"malformed varint ending at byte {pos}")
-
-
-def _field_value(data: bytes, pos: int, end: int, wire: int) -> tuple[object, int]:
-    """(value, position after it) of a field that is not a group, whose key ends at `pos` (as in iter_fields)."""
-    if wire == WIRE_VARINT:
-        return read_varint(data, pos, end)
-    if wire == WIRE_LEN:
-        size, pos = read_varint(data, pos, end)
-        return (pos, pos + size), pos + size
-    if wire == WIRE_FIXED32:
-        return (pos, pos + 4), pos + 4
-    if wire == WIRE_FIXED64:
-        return (pos, pos + 8), pos + 8
-    raise WireFormatError(f"invalid wire type {wire} at byte {pos}")
-
-
-def _skip_group(data: bytes, pos: int, end: int, number: int) -> int:
-    """The position after the end of group `number`, whose start key ends at `pos`. Iterative, not recursive:
-    nested groups are counted, and more than MAX_GROUP_DEPTH of them is an error, as in protobuf."""
-    open_groups = [number]
-    while pos < end:
-        key, pos = read_varint(data, pos, end)
-        field, wire = key >> 3, key & 7
-        if field == 0:
-            raise WireFormatError(f"field number 0 at byte {pos}")
-        if wire == WIRE_GROUP_START:
-            if len(open_groups) == MAX_GROUP_DEPTH:
-                raise WireFormatError(f"groups nested more than {MAX_GROUP_DEPTH} deep at byte {pos}")
-            open_groups.append(field)
-        elif wire == WIRE_GROUP_END:
-            if field != open_groups.pop():
-                raise WireFormatError(f"unexpected end of group {field} at byte {pos}")
-            if not open_groups:
-                return pos
-        else:
-            pos = _field_value(data, pos, end, wire)[1]
-            if pos > end:
-                raise WireFormatError(f"field {field} runs past the end of its message ({pos} > {end})")
-    raise WireFormatError(f"group {number} is not closed")
-
-
-def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Iterator[tuple[int, int, object]]:
-    """Every field of the message in data[start:end] as (number, wire type, value), in wire order.
-
-    Value: an int for varints, (start, end) offsets into `data` for length-delimited, fixed32 and
-    fixed64 fields, and the start offset for a (skipped) group.
-    """
-    pos, end = start, len(data) if end is None else end
-    while pos < end:
-        key, pos = read_varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise WireFormatError(f"field number 0 at byte {pos}")
-        if wire == WIRE_GROUP_START:
-            value, pos = pos, _skip_group(data, pos, end, number)
-        elif wire == WIRE_GROUP_END:
-            raise WireFormatError(f"unexpected end of group {number} at byte {pos}")
-        else:
-            value, pos = _field_value(data, pos, end, wire)
-        if pos > end:
-            raise WireFormatError(f"field {number} runs past the end of its message ({pos} > {end})")
-        yield number, wire, value
-
-
-# ---------------------------------------------------------------------------------------------- decoding
-#
-# Why a hand-written scanner and not the `protobuf` package: upb parses a 4.7 kB YT8M Example in about
-# 1 us, but getting its 1152 floats out of the repeated-field containers into numpy costs about 9 us
-# more per record (measured here), while copying the packed little-endian bytes costs a fraction of a
-# microsecond. Video-level batches are decoded by the native decoder (batch_decode.py, _native.c);
-# `_entry_header` reads the layout TensorFlow writes one map entry at a time (contexts, single records, and the
-# records a batch leaves over); anything else goes through the complete parser (`_parse_features_full`), which
-# also produces every error. The layout path pays where the per-record decoder is the whole path (no C decoder): a
-# real 2018 video record takes 17 us through it against 32 us through the complete parser alone (300 records of
-# validate0000, best of 5), a 300-frame record 44 against 51 us.
-
-_KIND_NAMES = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
-_FLOAT32_LE = np.dtype("<f4")
-
-Features = dict  # feature name (bytes) -> (kind, values): list[bytes] | float32 array | list[int]
-Region = tuple  # (kind, start, end): a list's packed values (or its one bytes value) in the record
-
-
-def _to_int64(value: int) -> int:
-    return value - (1 << 64) if value >> 63 else value
-
-
-def _packed_varints(data: bytes, start: int, end: int) -> list[int]:
-    values = []
-    pos = start
-    while pos < end:
-        byte = data[pos]
-        if byte < 0x80:
-            values.append(byte)
-            pos += 1
-        elif pos + 1 < end and data[pos + 1] < 0x80:  # two bytes: every YT8M label id
-            values.append((byte & 0x7F) | (data[pos + 1] << 7))
-            pos += 2
-        else:
-            value, pos = read_varint(data, pos, end)
-            values.append(_to_int64(value))
-    return values
-
-
-def _packed_floats(data: bytes, start: int, end: int) -> np.ndarray:
-    if (end - start) % 4:
-        raise WireFormatError(f"packed float list of {end - start} bytes is not a multiple of 4")
-    return np.frombuffer(data, _FLOAT32_LE, (end - start) // 4, start)  # positional: keywords cost 0.3 us
-
-
-def _parse_list(kind: int, data: bytes, start: int, end: int) -> object:
-    """Values of a BytesList / FloatList / Int64List, packed or not."""
-    if kind == KIND_BYTES:
-        return [data[s:e] for s, e in _len_fields(data, start, end, LIST_VALUE)]
-    chunks: list = []
-    for number, wire, value in iter_fields(data, start, end):
-        if number != LIST_VALUE:
-            continue
-        if kind == KIND_FLOAT and wire in (WIRE_LEN, WIRE_FIXED32):
-            chunks.append(_packed_floats(data, *value))
-        elif kind == KIND_INT64 and wire == WIRE_LEN:
-            chunks.extend(_packed_varints(data, *value))
-        elif kind == KIND_INT64 and wire == WIRE_VARINT:
-            chunks.append(_to_int64(value))
-    if kind == KIND_FLOAT:
-        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    return chunks
-
-
-def _len_fields(data: bytes, start: int, end: int, wanted: int) -> list[tuple[int, int]]:
-    """Regions of the length-delimited occurrences of field `wanted`; other fields are skipped as unknown."""
-    return [value for number, wire, value in iter_fields(data, start, end) if number == wanted and wire == WIRE_LEN]
-
-
-def _joined(data: bytes, regions: list[tuple[int, int]]) -> tuple[bytes, int, int]:
-    """Repeated occurrences of an embedded message merge, which is what parsing their concatenation does."""
-    if len(regions) == 1:
-        return (data, *regions[0])
-    joined = b"".join(data[s:e] for s, e in regions)
-    return joined, 0, len(joined)
-
-
-def _parse_feature(data: bytes, start: int, end: int) -> tuple[int, object]:
-    """A Feature's oneof: the last kind seen wins; repeats of the same kind merge."""
-    kind = 0
-    regions: list[tuple[int, int]] = []
-    for number, wire, value in iter_fields(data, start, end):
-        if wire != WIRE_LEN or number not in (KIND_BYTES, KIND_FLOAT, KIND_INT64):
-            continue
-        if number != kind:
-            kind, regions = number, []  # setting another member of a oneof clears the previous one
-        regions.append(value)
-    if kind == 0:
-        return 0, []
-    return kind, _parse_list(kind, *_joined(data, regions))
-
-
-def _parse_map(data: bytes, start: int, end: int) -> dict[bytes, tuple[bytes, int, int]]:
-    """A map<string, message> field's entries: key -> the value message's bytes; the last duplicate key wins."""
-    entries = {}
-    for entry_start, entry_end in _len_fields(data, start, end, MAP_ENTRY):
-        key = b""
-        regions = []
-        for number, wire, value in iter_fields(data, entry_start, entry_end):
-            if wire != WIRE_LEN:
-                continue
-            if number == ENTRY_KEY:
-                key = data[value[0]:value[1]]
-            elif number == ENTRY_VALUE:
-                regions.append(value)
-        entries[key] = _joined(data, regions) if regions else (b"", 0, 0)
-    return entries
-
-
-def _parse_features_full(data: bytes, start: int, end: int) -> Features:
-    return {key: _parse_feature(*value) for key, value in _parse_map(data, start, end).items()}
-
-
-def _short_varint(data: bytes, pos: int) -> Optional[tuple[int, int]]:
-    """(value, position after) of a one- or two-byte varint at `pos`; None for a longer one."""
-    value = data[pos]
-    if value < 0x80:
-        return value, pos + 1
-    if data[pos + 1] < 0x80:
-        return (value & 0x7F) | (data[pos + 1] << 7), pos + 2
-    return None
-
-
-def _entry_header(data: bytes, pos: int) -> Optional[tuple[int, bytes, int, int]]:
-    """(header size, key, kind, content size) of the Features map entry at `pos`, if TensorFlow's layout.
-
-    That layout: key field then value field; the Feature one kind field holding one packed list (or
-    exactly one bytes value); every size a one- or two-byte varint ending where its message ends. The
-    content (packed values, or the bytes value) follows the header. None for anything else: the full
-    parser reads it. Tags are literals (0x0A/0x12/0x1A: fields 1/2/3, length-delimited).
-    """
-    try:
-        entry = _short_varint(data, pos + 1)
-        if entry is None:
-            return None
-        entry_end = sum(entry)
-        at = entry[1]
-        key_end = at + 2 + data[at + 1]
-        if data[pos] != 0x0A or data[at] != 0x0A or data[at + 1] >= 0x80 or data[key_end] != 0x12:
-            return None
-        key = data[at + 2:key_end]
-        value = _short_varint(data, key_end + 1)
-        if value is None or sum(value) != entry_end:
-            return None
-        kind_tag = data[value[1]]
-        if kind_tag not in (0x0A, 0x12, 0x1A):
-            return None
-        listed = _short_varint(data, value[1] + 1)
-        if listed is None or sum(listed) != entry_end:
-            return None
-        size, at = listed
-        if size == 0:
-            # An empty list; an empty BytesList has no value to point at, so the full parser takes it.
-            return None if kind_tag == 0x0A else (at - pos, key, kind_tag >> 3, 0)
-        content = _short_varint(data, at + 1)
-        if data[at] != 0x0A or content is None or sum(content) != entry_end:
-            return None
-        size, at = content
-        return at - pos, key, kind_tag >> 3, size
-    except IndexError:
-        return None
-
-
-def _walk_entries(data: bytes, start: int, end: int) -> Optional[dict[bytes, Region]]:
-    """A Features map in TensorFlow's layout as key -> (kind, content start, content end); else None."""
-    entries = {}
-    pos = start
-    while pos < end:
-        header = _entry_header(data, pos)
-        if header is None:
-            return None
-        size, key, kind, length = header
-        entries[key] = (kind, pos + size, pos + size + length)
-        pos += size + length
-    return entries if pos == end else None
-
-
-def _region_values(data: bytes, kind: int, start: int, end: int) -> object:
-    if kind == KIND_FLOAT:
-        return _packed_floats(data, start, end)
-    if kind == KIND_INT64:
-        return _packed_varints(data, start, end)
-    return [data[start:end]]
-
-
-def _parse_features(data: bytes, start: int, end: int) -> Features:
-    entries = _walk_entries(data, start, end)
-    if entries is None:
-        return _parse_features_full(data, start, end)
-    return {key: (kind, _region_values(data, kind, s, e)) for key, (kind, s, e) in entries.items()}
-
-
-def _top_level(data: bytes) -> dict[int, tuple[bytes, int, int]]:
-    """The message fields of an Example (1) / SequenceExample (1, 2), each merged over its occurrences."""
-    regions: dict[int, list[tuple[int, int]]] = {}
-    for number, wire, value in iter_fields(data):
-        if wire == WIRE_LEN and number in (SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS):
-            regions.setdefault(number, []).append(value)
-    return {number: _joined(data, found) for number, found in regions.items()}
-
-
-def _example_features(payload: bytes) -> Features:
-    top = _top_level(payload)
-    return _parse_features(*top[EXAMPLE_FEATURES]) if EXAMPLE_FEATURES in top else {}
-
-
-def _describe(kind: int, values: object) -> str:
-    return f"{_KIND_NAMES[kind]} of {len(values)} values" if kind else "a Feature with no kind set"
 
 
 def _video_id(features: Features) -> str:
@@ -342,7 +25,7 @@ def _video_id(features: Features) -> str:
         raise RecordError("no 'id' or 'video_id' feature", "id")
     kind, values = found
     if kind != KIND_BYTES or len(values) != 1:
-        raise RecordError(f"feature 'id': expected bytes_list of 1 value, found {_describe(kind, values)}", "id")
+        raise RecordError(f"feature 'id': expected bytes_list of 1 value, found {describe(kind, values)}", "id")
     try:
         return values[0].decode()
     except UnicodeDecodeError as err:
@@ -356,7 +39,7 @@ def _labels(features: Features, num_classes: int) -> list[int]:
         return []
     kind, values = found
     if kind not in (KIND_INT64, 0):
-        raise RecordError(f"feature 'labels': expected int64_list, found {_describe(kind, values)}", "labels")
+        raise RecordError(f"feature 'labels': expected int64_list, found {describe(kind, values)}", "labels")
     if values and (min(values) < 0 or max(values) >= num_classes):
         bad = next(v for v in values if not 0 <= v < num_classes)
         hint = ""
@@ -371,7 +54,7 @@ def _float_values(features: Features, name: str, size: int) -> np.ndarray:
     """The values of a feature the record holds, checked: a float_list of `size` finite values."""
     kind, values = features[name.encode()]
     if kind != KIND_FLOAT or len(values) != size:
-        raise RecordError(f"feature {name!r}: expected float_list of {size} values, found {_describe(kind, values)}",
+        raise RecordError(f"feature {name!r}: expected float_list of {size} values, found {describe(kind, values)}",
                           name)
     finite = np.isfinite(values)
     if not finite.all():
@@ -383,7 +66,7 @@ def _float_values(features: Features, name: str, size: int) -> np.ndarray:
 def _decode_video_full(payload: bytes, feature_names: Sequence[str], feature_sizes: Sequence[int],
                        num_classes: int, out: np.ndarray) -> tuple[str, list[int]]:
     """Any valid encoding; every RecordError of video-level decoding comes from here."""
-    features = _example_features(payload)
+    features = example_features(payload)
     column = 0
     for name, size in zip(feature_names, feature_sizes):
         if name.encode() not in features:
@@ -562,7 +245,7 @@ def record_id_key(payload: bytes, sequence: bool) -> Optional[str]:
     """The id key a record uses: "id" (2018 and later) or "video_id" (2017), as the decoders look them up; None
     where it has neither or does not parse (its decoding says why)."""
     try:
-        features = _sequence_example(payload)[0] if sequence else _example_features(payload)
+        features = sequence_example(payload)[0] if sequence else example_features(payload)
     except RecordError:
         return None
     return next((key.decode() for key in ID_KEYS if key in features), None)
@@ -571,7 +254,7 @@ def record_id_key(payload: bytes, sequence: bool) -> Optional[str]:
 def decode_id_and_labels(payload: bytes, num_classes: int) -> tuple[str, list[int]]:
     """A record's video id and labels as stored, without its features: an Example's features and a SequenceExample's
     context are the same field, so either kind of record reads alike. Raises RecordError naming the field."""
-    features = _sequence_example(payload)[0]
+    features = sequence_example(payload)[0]
     return _video_id(features), _labels(features, num_classes)
 
 
@@ -588,42 +271,17 @@ def decode_video(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     return video_id, np.array(labels, dtype=np.int64), features
 
 
-def _sequence_example(payload: bytes) -> tuple[Features, dict[bytes, tuple[bytes, int, int]]]:
-    """(context features, feature list name -> FeatureList bytes region)."""
-    top = _top_level(payload)
-    context = _parse_features(*top[SEQUENCE_CONTEXT]) if SEQUENCE_CONTEXT in top else {}
-    lists = _parse_map(*top[SEQUENCE_FEATURE_LISTS]) if SEQUENCE_FEATURE_LISTS in top else {}
-    return context, lists
-
-
-def _feature_list(data: bytes, start: int, end: int) -> list[tuple[int, object]]:
-    return [_parse_feature(data, s, e) for s, e in _len_fields(data, start, end, LIST_VALUE)]
-
-
-def _uniform_frames(data: bytes, start: int, end: int, size: int) -> Optional[np.ndarray]:
-    """uint8 [frames, size] view when every frame of the FeatureList is TensorFlow's one-value layout.
-
-    Then every frame is the same header plus its bytes, so the list is one [frames, header + size]
-    array whose header columns are checked at once. None otherwise.
-    """
-    header = frame_header(size)
-    stride = len(header) + size
-    if (end - start) % stride:
-        return None
-    rows = np.frombuffer(data, np.uint8, end - start, start).reshape(-1, stride)
-    return rows[:, len(header):] if (rows[:, :len(header)] == header).all() else None
-
 
 def _frame_bytes(name: str, data: bytes, start: int, end: int, size: int) -> np.ndarray:
     """uint8 [frames, size] of a FeatureList that must hold one `size`-byte value per frame."""
-    uniform = _uniform_frames(data, start, end, size)
+    uniform = uniform_frames(data, start, end, size)
     if uniform is not None:
         return uniform
-    frames = _feature_list(data, start, end)
+    frames = feature_list(data, start, end)
     out = np.empty((len(frames), size), dtype=np.uint8)
     for index, (kind, values) in enumerate(frames):
         if kind != KIND_BYTES or len(values) != 1 or len(values[0]) != size:
-            found = f"{len(values[0])} bytes" if kind == KIND_BYTES and len(values) == 1 else _describe(kind, values)
+            found = f"{len(values[0])} bytes" if kind == KIND_BYTES and len(values) == 1 else describe(kind, values)
             raise RecordError(f"feature list {name!r}, frame {index}: expected {size} bytes, found {found}", name)
         out[index] = np.frombuffer(values[0], np.uint8)
     return out
@@ -637,7 +295,7 @@ def decode_frame(payload: bytes, feature_names: Sequence[str], feature_sizes: Se
     along the feature axis. Raises RecordError for a missing list, a frame of the wrong size, lists
     of different lengths, or a label id outside [0, num_classes).
     """
-    context, lists = _sequence_example(payload)
+    context, lists = sequence_example(payload)
     video_id = _video_id(context)
     labels = _labels(context, num_classes)
     frames = _frame_matrix(payload, lists, feature_names, feature_sizes, max_frames)
@@ -670,7 +328,7 @@ def _frame_matrix(payload: bytes, lists: dict[bytes, tuple[bytes, int, int]], fe
 
 def _missing_feature(payload: bytes, expected: str, name: str, frame_level: bool) -> RecordError:
     """A wanted feature the record lacks: what the record holds, and the flags that read it."""
-    context, lists = _sequence_example(payload)
+    context, lists = sequence_example(payload)
     floats = {key.decode(errors="backslashreplace"): len(values) for key, (kind, values) in context.items()
               if kind == KIND_FLOAT}
     frames = {key.decode(errors="backslashreplace"): _first_frame_size(*region) for key, region in lists.items()}
@@ -689,7 +347,7 @@ def _missing_feature(payload: bytes, expected: str, name: str, frame_level: bool
 
 
 def _first_frame_size(data: bytes, start: int, end: int) -> int:
-    frames = _feature_list(data, start, end)
+    frames = feature_list(data, start, end)
     kind, values = frames[0] if frames else (0, [])
     return len(values[0]) if kind == KIND_BYTES and len(values) == 1 else 0
 
@@ -717,8 +375,8 @@ def _segment_ratings(context: Features, num_classes: int) -> SegmentRatings:
     for key, entry in found.items():
         kind, stored = entry if entry is not None else (expected[key], [])
         if kind not in (expected[key], 0):
-            raise RecordError(f"feature {key.decode()!r}: expected {_KIND_NAMES[expected[key]]}, found "
-                              f"{_describe(kind, stored)}", key.decode())
+            raise RecordError(f"feature {key.decode()!r}: expected {KIND_NAMES[expected[key]]}, found "
+                              f"{describe(kind, stored)}", key.decode())
         values[key] = stored
     lengths = {key.decode(): len(stored) for key, stored in values.items()}
     if len(set(lengths.values())) > 1:
@@ -767,8 +425,8 @@ def _without_repeats(ratings: SegmentRatings, num_classes: int) -> SegmentRating
 
 def decode_segment_ratings(payload: bytes, num_classes: int) -> tuple[str, SegmentRatings]:
     """(video id, its segment ratings) of a 2019 segment-rated SequenceExample, frames not decoded."""
-    top = _top_level(payload)
-    context = _parse_features(*top[SEQUENCE_CONTEXT]) if SEQUENCE_CONTEXT in top else {}
+    top = top_level(payload)
+    context = parse_features(*top[SEQUENCE_CONTEXT]) if SEQUENCE_CONTEXT in top else {}
     return _video_id(context), _segment_ratings(context, num_classes)
 
 
@@ -779,7 +437,7 @@ def decode_segment_video(payload: bytes, feature_names: Sequence[str], feature_s
     Frames are not cut at max_frames: rated segments may start past frame 300. A segment
     [start, start + segment_size) that ends past the video's last frame is a RecordError naming it.
     """
-    context, lists = _sequence_example(payload)
+    context, lists = sequence_example(payload)
     video_id = _video_id(context)
     ratings = _segment_ratings(context, num_classes)
     frames = _frame_matrix(payload, lists, feature_names, feature_sizes, None)
@@ -807,37 +465,3 @@ def quantization_scale_bias(max_quantized_value: float = 2.0, min_quantized_valu
     """dequantize's float32 (scale, bias): a value is q * scale + bias, rounded after each operation."""
     quantized_range = max_quantized_value - min_quantized_value
     return np.float32(quantized_range / 255.0), np.float32(quantized_range / 512.0 + min_quantized_value)
-
-
-def _as_stored(kind: int, values: object) -> object:
-    return np.array(values, dtype=np.int64) if kind == KIND_INT64 else values
-
-
-def _stored_frames(data: bytes, start: int, end: int) -> list:
-    """Each frame's values; YT8M's one bytes value per frame is sliced from one array at once."""
-    first = next(iter_fields(data, start, end), None)
-    if first is not None and first[0] == LIST_VALUE and first[1] == WIRE_LEN:
-        kind, values = _parse_feature(data, *first[2])
-        if kind == KIND_BYTES and len(values) == 1:
-            uniform = _uniform_frames(data, start, end, len(values[0]))
-            if uniform is not None:
-                return [[row.tobytes()] for row in uniform]
-    return [_as_stored(*frame) for frame in _feature_list(data, start, end)]
-
-
-def parse_record(payload: bytes, sequence: Optional[bool] = None) -> dict:
-    """Everything a record holds, as stored: for inspection and tests, not for the training hot path.
-
-    Example: {"message": "Example", "features": {name: values}}; SequenceExample: {"message":
-    "SequenceExample", "context": {name: values}, "feature_lists": {name: [values of each frame]}}.
-    Values: float32 array (float_list), int64 array (int64_list), list of bytes (bytes_list, and an
-    empty list for a Feature with no kind set). With `sequence=None` a record is a SequenceExample
-    when it holds at least one feature list: an Example and a SequenceExample without feature lists
-    are the same bytes (real 2018 video-level shards even carry an empty feature_lists field).
-    """
-    context, lists = _sequence_example(payload)
-    features = {key.decode(errors="backslashreplace"): _as_stored(*value) for key, value in context.items()}
-    if sequence is False or (sequence is None and not lists):
-        return {"message": "Example", "features": features}
-    feature_lists = {key.decode(errors="backslashreplace"): _stored_frames(*region) for key, region in lists.items()}
-    return {"message": "SequenceExample", "context": features, "feature_lists": feature_lists}

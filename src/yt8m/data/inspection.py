@@ -10,7 +10,8 @@ from typing import Iterator, Optional, Sequence, TextIO
 import numpy as np
 
 from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import RecordError, decode_video_batch, parse_record
+from yt8m.data.decode import RecordError, decode_video_batch
+from yt8m.data.example_parse import parse_record
 from yt8m.data.tfrecord import RECORDS_PER_CALL, CorruptRecordError, expand_pattern, read_record_chunks, read_records
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase
 

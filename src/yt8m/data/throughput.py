@@ -7,6 +7,7 @@ import time
 from typing import Optional
 
 from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import FeatureSpec
 
 
@@ -20,7 +21,7 @@ def read_throughput(pattern: str, spec: FeatureSpec, batch_size: int, num_worker
     The time includes starting the workers (also given apart: the seconds to the first batch, and the examples/s
     after it); MB are 10^6 bytes of TFRecord records (framing included).
     """
-    dataset = YT8MDataset(pattern, spec, batch_size, record_bytes=True)
+    dataset = YT8MDataset(pattern, spec, batch_size, ReadOptions(record_bytes=True))
     examples = batches = first_examples = 0
     start = first_batch = time.perf_counter()
     for batch in make_loader(dataset, num_workers):

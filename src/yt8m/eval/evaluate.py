@@ -29,7 +29,9 @@ from yt8m.config import (
 )
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import DataConfig, FeatureSpec
+from yt8m.data.tfrecord import expand_pattern
 from yt8m.distributed.across_ranks import merge_metrics_at_rank0, this_rank_shards, together
 from yt8m.distributed.ranks import (
     all_reduce_sum,
@@ -195,9 +197,8 @@ def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[
     data, watch = config.data, config.checkpoints
     rank, world_size = rank_and_world_size()
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
-    dataset = YT8MDataset(data.eval_data_pattern, config.features, data.batch_size,
-                          skip_corrupt=data.skip_corrupt, rank=0, world_size=1)
-    dataset.paths = this_rank_shards(dataset.paths)
+    dataset = YT8MDataset(this_rank_shards(expand_pattern(data.eval_data_pattern)), config.features, data.batch_size,
+                          ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=device.type == "cuda") if dataset.paths else []
     task = features_task(config.features, config.loss.name, config.report.top_k, config.report.top_n)

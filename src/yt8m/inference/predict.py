@@ -21,6 +21,8 @@ from yt8m.config import ConfigError, config_problems
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.inspection import find_video
+from yt8m.data.read_plan import ReadOptions
+from yt8m.data.tfrecord import expand_pattern
 from yt8m.distributed.across_ranks import SpilledPieces, from_every_rank, this_rank_shards, together
 from yt8m.distributed.ranks import all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream
 from yt8m.inference.config import OutputConfig, PredictConfig
@@ -68,9 +70,9 @@ def _run_predict(config: PredictConfig) -> dict[str, Any]:
     if config.segments.segment_labels:
         return predict_segments(config, predict, spec, source)
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
-    dataset = YT8MDataset(data.input_data_pattern, spec, data.batch_size, skip_corrupt=data.skip_corrupt,
-                          rank=0, world_size=1)
-    all_paths, dataset.paths = dataset.paths, this_rank_shards(dataset.paths)
+    all_paths = expand_pattern(data.input_data_pattern)
+    dataset = YT8MDataset(this_rank_shards(all_paths), spec, data.batch_size,
+                          ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     pin_memory = not model_source.model and resolve_device(data.device).type == "cuda"
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=pin_memory) if dataset.paths else []

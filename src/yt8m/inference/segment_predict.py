@@ -18,6 +18,7 @@ from yt8m.config import ConfigError
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.inspection import find_video
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import FeatureSpec
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
@@ -387,7 +388,8 @@ def predict_segments(config: PredictConfig, predict: Predictor, spec: FeatureSpe
                                                      f"{config.output.output_format} is for video predictions"])
     classes = read_segment_label_ids(segments.segment_label_ids_file, spec.num_classes)
     every_frame = FeatureSpec(spec.feature_names, spec.feature_sizes, True, EVERY_FRAME, spec.num_classes)
-    dataset = YT8MDataset(data.input_data_pattern, every_frame, READ_VIDEOS, skip_corrupt=data.skip_corrupt)
+    dataset = YT8MDataset(data.input_data_pattern, every_frame, READ_VIDEOS,
+                          ReadOptions(skip_corrupt=data.skip_corrupt))
     pin_memory = not config.source.model and resolve_device(data.device).type == "cuda"
     loader = make_loader(dataset, reader_workers(data.num_readers, True), pin_memory=pin_memory)
     scorer = SegmentScorer(predict, classes, segments.segment_size, data.batch_size, segments.segment_max_pred,

@@ -13,6 +13,7 @@ import torch
 
 from yt8m.data.batch import Batch
 from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.data.tfrecord import read_records
 from yt8m.distributed.ranks import rank_and_world_size
@@ -28,10 +29,9 @@ class TrainingData:
     def __init__(self, data: DataConfig, features: FeatureSpec, batch_size: int, seed: int, task_sampling: str,
                  tasks: TaskSet):
         self.data, self.seed, self.task_sampling, self.tasks = data, seed, task_sampling, tasks
-        self.datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size,
-                                     shuffle=True, seed=seed, shuffle_buffer=data.shuffle_buffer,
-                                     skip_corrupt=data.skip_corrupt, cache_in_memory=data.cache_in_memory,
-                                     record_bytes=True)
+        options = ReadOptions(shuffle=True, seed=seed, shuffle_buffer=data.shuffle_buffer,
+                              skip_corrupt=data.skip_corrupt, cache_in_memory=data.cache_in_memory, record_bytes=True)
+        self.datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size, options)
                          for source in tasks.sources]
         self.loaders: list[Iterable[Batch]] = []
         self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began

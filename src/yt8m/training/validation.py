@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
@@ -119,9 +120,8 @@ def validation_evaluator(validation: ValidationConfig, data: DataConfig, feature
     training data is (`data`'s readers, damage and RAM cache)."""
     sources = tasks.validation_sources()
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
-    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(features, source), batch_size,
-                                       skip_corrupt=data.skip_corrupt, rank=0, world_size=1,
-                                       cache_in_memory=data.cache_in_memory),
+    options = ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1, cache_in_memory=data.cache_in_memory)
+    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(features, source), batch_size, options),
                            reader_workers(data.num_readers, features.frame_features), pin_memory=device.type == "cuda")
                for source in sources]
     steps = validation.eval_steps

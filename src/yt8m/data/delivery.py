@@ -1,0 +1,143 @@
+"""How a dataset's batches reach their consumer: in-process, or from DataLoader workers through shared-memory slots,
+each batch with the read counts its worker met (and a worker's data error raised in the main process as it was)."""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Protocol
+
+import torch
+from torch.utils.data import DataLoader, get_worker_info
+
+from yt8m.data.batch import Batch
+from yt8m.data.batch_build import ROW_FRAMES, finish_batch
+from yt8m.data.batch_memory import BatchMemory, SharedSlots
+from yt8m.data.read_stats import ReadCounter, ReadStats
+from yt8m.data.spec import FeatureSpec
+
+
+class DeliveringDataset(Protocol):
+    """What BatchLoader uses of its dataset (YT8MDataset): its batch shape, where its workers' batches lie, its read
+    counts, and the flag its workers set to send Delivery items."""
+
+    spec: FeatureSpec
+    batch_size: int
+    memory: BatchMemory
+    counter: ReadCounter
+    batch_loader_worker: bool
+
+
+@dataclass
+class Delivery:
+    """What a DataLoader worker sends: a batch, and what it met since the last one (its read counts, or the data
+    error that ended its reading); BatchLoader takes the counts and the error out in the main process."""
+
+    batch: Optional[Batch] = None
+    read_stats: Optional[ReadStats] = None
+    error: Optional[BaseException] = None
+    num_classes: int = 0  # what the batch's label ids expand to
+
+    def pin_memory(self) -> "Delivery":
+        """Called by the DataLoader's pinning thread (pin_memory=True), off the training loop's thread: the batch
+        made whole (finish_batch) in pinned memory, its features copied out of their shared slot (freeing it)."""
+        if self.batch is None:
+            return self
+        batch = finish_batch(self.batch, self.num_classes, pin_memory=True)
+        return Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes)
+
+
+def in_process(batches: Iterator[Batch], counter: ReadCounter, num_classes: int,
+               pin_memory: bool) -> Iterator[Batch]:
+    """In the process reading (or a worker of a DataLoader of one's own): the batches made whole, what reading met
+    absorbed into the counter's total batch by batch."""
+    for batch in batches:
+        counter.absorb(counter.take_unsent())
+        yield finish_batch(batch, num_classes, pin_memory)
+    counter.absorb(counter.take_unsent())
+
+
+def worker_deliveries(batches: Iterator[Batch], counter: ReadCounter, num_classes: int) -> Iterator[Delivery]:
+    """In a worker of a BatchLoader: each batch (labels as LabelIds) with what was read since the last, then what was
+    read after it; a data error is sent as data."""
+    try:
+        for batch in batches:
+            yield Delivery(batch, counter.take_unsent() or None, num_classes=num_classes)
+        if counter.unsent:
+            yield Delivery(read_stats=counter.take_unsent())
+    except (ValueError, OSError) as err:
+        if not _sendable(err):
+            raise
+        # Sent as data: torch would re-create it with the worker's traceback in its message.
+        yield Delivery(error=err)
+
+
+class BatchLoader(DataLoader):
+    """A DataLoader over a YT8MDataset whose workers send LabelIds, expanded into multi-hot tensors here in the main
+    process, with their read counts, added to the dataset's `read_stats`. A data error in a worker (RecordError,
+    CorruptRecordError, another ValueError or OSError) is raised here as it was there: same type, same message."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        dataset: DeliveringDataset = self.dataset
+        if self.num_workers == 0:  # the batches themselves (pinned by the DataLoader where asked)
+            yield from super().__iter__()
+            return
+        # held here while the workers run: the pinning thread finds it by its token, which holds it only weakly
+        slots = dataset.memory.slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, _slot_bytes(dataset),
+                                                   self.multiprocessing_context or torch.multiprocessing)
+        try:
+            deliveries = super().__iter__()  # starts the workers, which take the slots with the dataset
+        finally:
+            dataset.memory.slots = None
+        for delivery in deliveries:
+            if delivery.error is not None:
+                raise delivery.error
+            if delivery.read_stats is not None:
+                dataset.counter.absorb(delivery.read_stats)
+            if delivery.batch is not None:
+                yield finish_batch(delivery.batch, dataset.spec.num_classes, self.pin_memory)
+
+    @property
+    def read_stats(self) -> ReadStats:
+        return self.dataset.counter.total
+
+
+def batch_loader(dataset: DeliveringDataset, num_workers: int, pin_memory: bool) -> BatchLoader:
+    """A BatchLoader passing the dataset's batches through (batch_size=None), read by `num_workers` processes started
+    anew each epoch (so that `set_epoch` reaches them); in-process batches are made in pinned memory where asked."""
+    dataset.memory.pin_memory = pin_memory and num_workers == 0
+    return BatchLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
+                       worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
+                       prefetch_factor=2 if num_workers > 0 else None)
+
+
+def _slot_bytes(dataset: DeliveringDataset) -> int:
+    """The bytes of a worker's batch tensor: float32 [B, D] video level, uint8 [B, max_frames, D] frame level (rated
+    segments are sent as torch sends tensors: they take no slot)."""
+    spec = dataset.spec
+    if spec.segment_labels:
+        return 0
+    if spec.frame_features:
+        return dataset.batch_size * min(spec.max_frames, ROW_FRAMES) * spec.feature_size
+    return dataset.batch_size * spec.feature_size * torch.float32.itemsize
+
+
+def _sendable(err: BaseException) -> bool:
+    """Whether a worker can send `err` as data; the worker's traceback goes along as a note (Python 3.11+), shown
+    wherever a traceback is printed."""
+    if hasattr(err, "add_note"):
+        err.add_note("Raised in a DataLoader worker process:\n" + "".join(traceback.format_tb(err.__traceback__)))
+    try:
+        pickle.dumps(err)
+    except Exception:  # anything unpicklable takes torch's own way, traceback in the message
+        return False
+    return True
+
+
+def _deliver_to_batch_loader(worker_id: int) -> None:
+    get_worker_info().dataset.batch_loader_worker = True
+
+
+def _as_is(item: Any) -> Any:
+    return item
