@@ -7,6 +7,7 @@ bad flag, a missing or unwritable file) prints one line and exits 1; `--verbose`
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from typing import Optional, Sequence
@@ -86,6 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"yt8m: error: unknown command '{name}'{hint}; `yt8m --help` lists the commands", file=sys.stderr)
         return 1
     configure_process_for(name)
+    importable_from_here()
     module_name, func_name = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module_name), func_name)
     try:
@@ -97,6 +99,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             traceback.print_exc()
         print(f"yt8m {name}: error: {shortened(str(err) or type(err).__name__)}", file=sys.stderr)
         return 1
+
+
+def importable_from_here() -> None:
+    """Modules in the working directory import, as under `python -m yt8m` (the `yt8m` script's own directory is on
+    the path instead): `--model mymodels:MyModel` finds ./mymodels.py, and so do the processes yt8m starts."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
+        sys.path.insert(0, here)
 
 
 def is_user_error(err: BaseException) -> bool:

@@ -476,9 +476,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     Values stay text here and are typed by `config_from_dict`, so that one error lists every bad flag. Defaults are
     suppressed so that `parse_config` can tell which flags were given.
     """
+    if isinstance(parser, FlagParser) and cls not in parser.config_classes:
+        parser.config_classes.append(cls)
     settings = [(s.flag, s.field, s.kind) for s in config_settings(cls).values()]
     settings += [(f.name, f, kind) for f, kind in hparam_flags(cls) if f.name not in config_settings(cls)]
+    taken = {option for action in parser._actions for option in action.option_strings}
     for flag, f, kind in settings:
+        if f"--{flag}" in taken:  # added before: the components a command line names add only their own flags
+            continue
         help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('shown_default', _shown_default(f))})"
         if kind is bool:
             parser.add_argument(f"--{flag}", dest=flag, nargs="?", const="true", default=argparse.SUPPRESS,
@@ -509,10 +514,12 @@ class FlagParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.config_classes: list[type] = []  # the configs whose flags add_config_arguments gave this parser
 
     def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         argv = list(sys.argv[1:] if args is None else args)
+        self._add_named_components_flags(argv)
         # Unknown flags first: argparse would otherwise name a required flag the misspelt one was meant to be.
         unknown = self._unknown_flags(argv)
         if unknown:
@@ -526,6 +533,15 @@ class FlagParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         raise FlagError(f"{message}; {self._help_hint()}")
+
+    def _add_named_components_flags(self, argv: list[str]) -> None:
+        """The flags of the hyper-parameters of components the command line (or its --config file) names by import
+        path: `--model mymodels:MyModel --hidden 512` takes --hidden as a built-in model's flags are taken."""
+        values = _config_file_values(argv)
+        values.update(_named_values(argv))
+        for cls in self.config_classes:
+            load_components(cls, values)
+            add_config_arguments(self, cls)
 
     def _unknown_flags(self, argv: list[str]) -> list[str]:
         """The long flags of `argv` that no parser of this command takes (up to a `--`, after which all is values)."""
@@ -544,6 +560,45 @@ class FlagParser(argparse.ArgumentParser):
 
     def _help_hint(self) -> str:
         return f"`{self.prog} --help` lists the flags"
+
+
+def _named_values(argv: Sequence[str]) -> dict[str, str]:
+    """`--name value` and `--name=value` pairs of a command line, read before it is parsed."""
+    values = {}
+    for index, token in enumerate(argv):
+        if token == "--":
+            break
+        if token.startswith("--") and "=" in token:
+            name, value = token[2:].split("=", 1)
+            values[name] = value
+        elif token.startswith("--") and index + 1 < len(argv) and not argv[index + 1].startswith("--"):
+            values[token[2:]] = argv[index + 1]
+    return values
+
+
+def _config_file_values(argv: Sequence[str]) -> dict[str, Any]:
+    """The values of the command line's --config file, where it reads (parsing reads it again and names any
+    problem)."""
+    path = _named_values(argv).get("config")
+    try:
+        values = load_yaml(path) if path else {}
+    except (ValueError, OSError):
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+def load_components(cls: type, values: dict[str, Any]) -> None:
+    """Import the components a config's values name by import path, so that their hyper-parameters are known names
+    (flags, YAML fields, searchable fields); a name that finds nothing is left to the config's checks."""
+    flat = flattened(cls, values)
+    for section in component_sections(cls).values():
+        name_field = next(f for f in dataclasses.fields(section) if f.name == section.NAME)
+        name = flat.get(flag_of(name_field))
+        if isinstance(name, str):
+            try:
+                section.hparams_class(name)
+            except (ValueError, TypeError):
+                pass
 
 
 def _did_you_mean(flag: str, known: Sequence[str]) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from yt8m.tasks.losses import create_loss
+from yt8m.config import ConfigError
+from yt8m.tasks.losses import LossConfig, create_loss
 
 LABELS = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
 
@@ -112,8 +114,69 @@ def test_losses_are_scalars_with_gradients(name):
 
 
 def test_unknown_loss_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown label loss 'L1'; known losses: CrossEntropyLoss, HingeLoss, SoftmaxLoss"):
+    with pytest.raises(ValueError, match=r"--label_loss 'L1' is not a loss \(known: CrossEntropyLoss, FocalLoss, "
+                                         r"HingeLoss, SoftmaxLoss; one of your own: package.module:Name"):
         create_loss("L1")
+
+
+# --- losses with hyper-parameters, against the papers' formulas in float64 NumPy ----------------------------------
+
+def numpy_sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def numpy_focal(logits: np.ndarray, labels: np.ndarray, gamma: float, alpha: float) -> float:
+    """Lin et al. 2017, eq. 5 per class: -alpha_t (1 - p_t)^gamma log(p_t); summed over classes, mean over videos."""
+    p = numpy_sigmoid(logits)
+    p_t = np.where(labels > 0, p, 1 - p)
+    alpha_t = np.where(labels > 0, alpha, 1 - alpha)
+    return float((-alpha_t * (1 - p_t) ** gamma * np.log(p_t)).sum(1).mean())
+
+
+@pytest.mark.parametrize("gamma, alpha", [(2.0, 0.25), (0.5, 0.6), (0.0, 0.5)])
+def test_focal_loss_is_the_papers(gamma, alpha):
+    logits = random_logits(7)
+    loss = create_loss(LossConfig("FocalLoss", {"focal_gamma": gamma, "focal_alpha": alpha}))
+    expected = numpy_focal(logits.numpy(), LABELS.numpy(), gamma, alpha)
+    assert loss(output_for(logits.float()), LABELS.bool()).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_focal_loss_at_gamma_0_and_alpha_half_is_half_the_cross_entropy():
+    logits = random_logits(8)
+    focal = create_loss(LossConfig("FocalLoss", {"focal_gamma": 0.0, "focal_alpha": 0.5}))(output_for(logits), LABELS)
+    assert focal.item() == pytest.approx(create_loss("CrossEntropyLoss")(output_for(logits), LABELS).item() / 2)
+
+
+def test_focal_loss_weights_each_rated_class_term():
+    logits = random_logits(9)
+    loss = create_loss("FocalLoss")(output_for(logits), LABELS, WEIGHTS)
+    p = numpy_sigmoid(logits.numpy())
+    labels = LABELS.numpy()
+    p_t = np.where(labels > 0, p, 1 - p)
+    terms = -np.where(labels > 0, 0.25, 0.75) * (1 - p_t) ** 2 * np.log(p_t) * WEIGHTS.numpy()
+    assert loss.item() == pytest.approx(float(terms.sum(1).mean()), rel=1e-6)
+
+
+@pytest.mark.parametrize("labels", [LABELS, LABELS.bool()], ids=["float", "bool"])
+def test_label_smoothing_moves_each_target_toward_one_half(labels):
+    logits = random_logits(10)
+    epsilon = 0.1
+    smoothed = LABELS.numpy() * (1 - epsilon) + epsilon / 2
+    p = numpy_sigmoid(logits.numpy())
+    expected = float(-(smoothed * np.log(p) + (1 - smoothed) * np.log(1 - p)).sum(1).mean())
+    loss = create_loss(LossConfig("CrossEntropyLoss", {"label_smoothing": epsilon}))
+    trained = logits.float().requires_grad_()
+    value = loss(output_for(trained), labels)
+    value.backward()
+    assert value.item() == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(trained.grad.numpy(), (p - smoothed) / len(p), rtol=1e-5, atol=1e-7)
+
+
+def test_loss_hyper_parameters_are_checked_and_named():
+    with pytest.raises(ConfigError, match="--focal_alpha must be at most 1, got 1.5"):
+        LossConfig("FocalLoss", {"focal_alpha": 1.5})
+    with pytest.raises(ConfigError, match="unknown field 'focal_gama'; did you mean 'focal_gamma'"):
+        LossConfig("FocalLoss", {"focal_gama": 1.0})
 
 
 # --- label weights (the 2019 segment task: 1 where a class was rated) ------------------------------------------

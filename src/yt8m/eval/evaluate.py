@@ -142,8 +142,8 @@ def _trained_values(document: dict[str, Any], path: str) -> dict[str, Any]:
     features = read_section(document, "features", FeatureSpec, path)
     model = read_section(document, "model", ModelConfig, path)
     data = read_section(document, "data", DataConfig, path)
-    values = {**config_values(features), **config_values(model), "label_loss":
-              read_section(document, "loss", LossConfig, path).name}
+    values = {**config_values(features), **config_values(model),
+              **config_values(read_section(document, "loss", LossConfig, path))}
     return {**values, "num_readers": data.num_readers, "skip_corrupt": data.skip_corrupt}
 
 
@@ -201,7 +201,7 @@ def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[
                           ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=device.type == "cuda") if dataset.paths else []
-    task = features_task(config.features, config.loss.name, config.report.top_k, config.report.top_n)
+    task = features_task(config.features, config.loss, config.report.top_k, config.report.top_n)
     writer = summary_writer(os.path.join(watch.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again

@@ -11,7 +11,14 @@ from yt8m.config import ComponentSection, config_from_dict
 from yt8m.data.spec import FeatureSpec
 from yt8m.fields import setting
 from yt8m.models.base import BaseModel
-from yt8m.models.registry import create_model, hparam_fields, hparams_class, known_model, model_class
+from yt8m.models.registry import (
+    create_model,
+    hparam_fields,
+    hparams_class,
+    known_model,
+    model_class,
+    recorded_model_name,
+)
 
 # The settings that define what a checkpoint's model is: resuming, evaluating or predicting with other values would
 # load weights into a different network or score a different task.
@@ -26,13 +33,16 @@ class ModelConfig(ComponentSection):
     """Which model a run trains: its registered name, its hyper-parameters (the model's dataclass, at its defaults
     where not given), and the fully connected layers a multi-task run's heads share."""
 
-    name: str = setting("LogisticModel", "Model class name, e.g. LogisticModel, MoeModel, DbofModel.", flag="model",
+    name: str = setting("LogisticModel", "Model: a registered name (LogisticModel, MoeModel, DbofModel, ...) or the "
+                                         "import path of one's own (package.module:Name).", flag="model",
                         check=known_model)
     hparams: Any = setting(None, MODEL_HPARAMS_HELP, flag="model_hparams")
     trunk_hidden_sizes: list[int] = setting([], "Multi-task: fully connected ReLU layers shared by every task's head, "
                                                 "on the model's shared features (video-level models: the input).")
 
     def __post_init__(self) -> None:
+        # Recorded by the name that finds the model in any process (a model of a module's own: module:Name).
+        object.__setattr__(self, "name", recorded_model_name(self.name))
         # Python callers may give the hyper-parameters as a mapping, or leave them to the model's defaults.
         cls = self.hparams_class(self.name)
         if cls is not None and not isinstance(self.hparams, cls):

@@ -1,66 +1,121 @@
-"""Models by their class names (`--model MoeModel`), each registered with the dataclass of its hyper-parameters:
-their names, defaults, help and valid values, which are the model's config fields and flags; `create_model` builds
-one by name."""
+"""Models by name (`--model MoeModel`) or import path (`--model mymodels:MyModel`), each with the dataclass of its
+hyper-parameters: their names, defaults, help and valid values, which are the model's config fields and flags;
+`create_model` builds one by name."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import typing
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
-from yt8m.config import config_from_dict
-from yt8m.fields import closest
-from yt8m.models.base import BaseModel
+from torch import nn
 
-M = TypeVar("M", bound=type[BaseModel])
-_MODELS: dict[str, type[BaseModel]] = {}
-_HPARAMS: dict[str, type] = {}
+from yt8m.config import config_from_dict
+from yt8m.models.adapter import adapted_model
+from yt8m.models.base import BaseModel
+from yt8m.plugins.registry import Registry
+from yt8m.plugins.signature import annotated_hparams, constructor_parameters, is_frozen_dataclass
+
+M = TypeVar("M", bound=type[nn.Module])
 # What a model's constructor takes, after self: its hyper-parameters whole, as `GPT(config)` (a model that splits
 # modalities also takes their sizes).
 CONSTRUCTOR = ["feature_size", "num_classes", "hparams"]
+ENTRY_POINT_GROUP = "yt8m.models"
 
 
-def register_model(hparams: type) -> Callable[[M], M]:
-    """Class decorator: make the model available by its class name, with `hparams` (a frozen dataclass of settings)
-    as its hyper-parameters; its constructor takes (feature_size, num_classes, hparams). A field another model also
-    has must agree with it in type (they are one flag); its default is the model's own."""
-    def register(cls: M) -> M:
-        if cls.__name__ in _MODELS:
-            raise ValueError(f"a model named {cls.__name__} is already registered")
-        _check_constructor(cls, hparams)
-        _check_shared_fields(cls.__name__, hparams)
-        _MODELS[cls.__name__], _HPARAMS[cls.__name__] = cls, hparams
-        return cls
+@dataclass(frozen=True)
+class ModelEntry:
+    """A registered model: its class (a BaseModel) and its hyper-parameters' frozen dataclass."""
 
-    return register
+    cls: type[BaseModel]
+    hparams: type
+
+
+def adopt_model(name: str, obj: Any, hparams: Optional[type] = None) -> ModelEntry:
+    """What a name or import path finds, as a model: a BaseModel taking its hyper-parameters' dataclass (given, or
+    its constructor's `hparams` annotation), or a plain nn.Module made one (yt8m.models.adapter). A TypeError says
+    what the class lacks."""
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        raise TypeError(f"{obj!r} is not a model: a model is an nn.Module class whose forward(features[, num_frames]) "
+                        "returns logits [batch, classes], or a yt8m BaseModel")
+    if issubclass(obj, BaseModel):
+        entry = ModelEntry(obj, _base_model_hparams(obj, hparams))
+    else:
+        entry = ModelEntry(*adapted_model(obj))
+    _check_shared_fields(obj.__name__, entry.hparams)
+    return entry
+
+
+MODELS: Registry[ModelEntry] = Registry("model", ENTRY_POINT_GROUP, adopt_model)
+
+
+@typing.overload
+def register_model(model: M) -> M: ...
+
+
+@typing.overload
+def register_model(model: Optional[type] = None) -> Callable[[M], M]: ...
+
+
+def register_model(model: Any = None) -> Any:
+    """Class decorator: make a model available by its class name (`--model MyModel`); as `@register_model`, or
+    `@register_model(HParams)` for a BaseModel whose constructor's `hparams` annotation is a base class's.
+
+    A BaseModel takes (feature_size, num_classes, hparams), `hparams` a frozen dataclass of settings; a plain
+    nn.Module takes feature_size, num_classes and keyword hyper-parameters with defaults, and its forward(features[,
+    num_frames]) returns logits (yt8m.models.adapter). The hyper-parameters are the model's flags and config fields:
+    a name another model also has must agree with it in type (they are one flag); its default is the model's own.
+
+    Example:
+        >>> from torch import nn
+        >>> @register_model
+        ... class TwoLayer(nn.Module):
+        ...     def __init__(self, feature_size: int, num_classes: int, hidden: int = 64):
+        ...         super().__init__()
+        ...         self.layers = nn.Sequential(nn.Linear(feature_size, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+        ...     def forward(self, features):
+        ...         return self.layers(features)
+        >>> create_model("TwoLayer", 8, 3, hidden=16)(torch.rand(2, 8))["predictions"].shape
+        torch.Size([2, 3])
+        >>> MODELS.remove("TwoLayer")
+    """
+    if isinstance(model, type) and issubclass(model, nn.Module):
+        return _register(model, None)
+    return lambda cls: _register(cls, model)
+
+
+def _register(cls: M, hparams: Optional[type]) -> M:
+    entry = adopt_model(cls.__name__, cls, hparams)
+    MODELS.add(cls.__name__, entry, cls, builtin=cls.__module__.startswith("yt8m."))
+    return cls
 
 
 @contextlib.contextmanager
-def registered_model(cls: type[BaseModel], hparams: type) -> Iterator[type[BaseModel]]:
-    """Within the block, `cls` is a registered model (as `register_model(hparams)(cls)` makes it); after, it is gone
-    again: a model of a test's or a plugin's own, without leaving the registry changed."""
-    register_model(hparams)(cls)
-    try:
+def registered_model(cls: type[nn.Module], hparams: Optional[type] = None) -> Iterator[type[nn.Module]]:
+    """Within the block, `cls` is a registered model (as `register_model` makes it); after, it is gone again: a model
+    of a test's or a notebook's own, without leaving the registry changed."""
+    with MODELS.scoped(cls.__name__, adopt_model(cls.__name__, cls, hparams), cls):
         yield cls
-    finally:
-        del _MODELS[cls.__name__], _HPARAMS[cls.__name__]
 
 
-def _check_constructor(cls: type[BaseModel], hparams: type) -> None:
-    # __dataclass_params__ is not in a dataclass's type: read by name.
-    if not (dataclasses.is_dataclass(hparams) and getattr(hparams, "__dataclass_params__").frozen):  # noqa: B009
-        raise TypeError(f"{cls.__name__}: its hyper-parameters {hparams.__name__} must be a frozen dataclass")
-    names = list(inspect.signature(cls).parameters)
+def _base_model_hparams(cls: type[BaseModel], hparams: Optional[type]) -> type:
+    if hparams is None:
+        hparams = annotated_hparams(cls)
+    if not is_frozen_dataclass(hparams):
+        raise TypeError(f"{cls.__name__}: its hyper-parameters {getattr(hparams, '__name__', hparams)} must be a "
+                        "frozen dataclass")
+    names = [parameter.name for parameter in constructor_parameters(cls)]
     expected = CONSTRUCTOR + (["modality_sizes"] if cls.splits_modalities else [])
     if names != expected:
         raise TypeError(f"{cls.__name__}.__init__ takes ({', '.join(names)}), but a model takes "
                         f"({', '.join(expected)}): its hyper-parameters {hparams.__name__} whole")
+    return hparams
 
 
 def _check_shared_fields(name: str, hparams: type) -> None:
-    known = {f.name: kind for f, kind in hparam_fields()}
+    known = {f.name: kind for f, kind in hparam_fields(load=False)}
     types = typing.get_type_hints(hparams)
     for new in dataclasses.fields(hparams):
         if known.get(new.name, types[new.name]) != types[new.name]:
@@ -69,31 +124,31 @@ def _check_shared_fields(name: str, hparams: type) -> None:
 
 
 def list_models() -> list[str]:
-    return sorted(_MODELS)
+    """The registered models' names (built-in, registered, installed packages' entry points)."""
+    return MODELS.names()
 
 
 def model_class(name: str) -> type[BaseModel]:
-    if name not in _MODELS:
-        raise ValueError(f"unknown model {name!r}{closest(name, list_models())}; known models: "
-                         f"{', '.join(list_models())}")
-    return _MODELS[name]
+    """The class of model `name` (a registered name or an import path); a ValueError says why there is none."""
+    return MODELS.get(name).cls
 
 
 def hparams_class(name: str) -> type:
-    model_class(name)
-    return _HPARAMS[name]
+    return MODELS.get(name).hparams
 
 
 def hparam_names(name: str) -> list[str]:
     return [f.name for f in dataclasses.fields(hparams_class(name))]
 
 
-def hparam_fields() -> list[tuple[dataclasses.Field, Any]]:
+def hparam_fields(load: bool = True) -> list[tuple[dataclasses.Field, Any]]:
     """(field, type) of every registered model's hyper-parameters, one per name (its flag), in registration order;
-    where models give a name different defaults, the field's `shown_default` says which model has which."""
+    where models give a name different defaults, the field's `shown_default` says which model has which. `load`:
+    installed packages' models included."""
     seen: dict[str, tuple[dataclasses.Field, Any]] = {}
     defaults: dict[str, dict[str, Any]] = {}
-    for model, cls in _HPARAMS.items():
+    for entry in MODELS.entries(load):
+        model, cls = entry.recorded_name, entry.component.hparams
         types = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             seen.setdefault(f.name, (f, types[f.name]))
@@ -139,11 +194,17 @@ def is_frame_level(name: str) -> bool:
     return model_class(name).frame_level
 
 
+def recorded_model_name(name: str) -> str:
+    """The name a config records for model `name`: the one that finds it in another process (a registered model of
+    a module's own: module:Name); `name` itself where it finds no model (the config's checks say so)."""
+    if not isinstance(name, str) or known_model(name) is not None:
+        return name
+    return MODELS.recorded_name(name)
+
+
 def known_model(name: str) -> Optional[str]:
     """The `check` of a model name field: None, or why `name` is not a model."""
-    if name not in _MODELS:
-        return f"{name!r} is not a model{closest(name, list_models())} (known: {', '.join(list_models())})"
-    return None
+    return MODELS.problem(name)
 
 
 # What a model passes on to its --video_level_classifier_model: a classifier with other hyper-parameters would

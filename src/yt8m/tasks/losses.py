@@ -1,30 +1,51 @@
-"""The starter kit's label losses by `--label_loss` name: CrossEntropyLoss, HingeLoss, SoftmaxLoss.
+"""Label losses by `--label_loss` name: the starter kit's CrossEntropyLoss (with optional label smoothing),
+HingeLoss and SoftmaxLoss, FocalLoss, and one's own by import path or entry point (group yt8m.losses).
 
 Each is called as `loss_fn(model_output, labels, label_weights=None)` and returns the mean over the batch of a
-per-video sum; label weights (the 2019 segment task: 1 for rated classes) multiply each (example, class) term.
+per-video sum; label weights (the 2019 segment task: 1 for rated classes) multiply each (example, class) term. A
+loss's hyper-parameters are its dataclass's fields (or its constructor's keyword arguments): flags and YAML fields.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from yt8m.config import ComponentSection, config_from_dict
 from yt8m.fields import setting
+from yt8m.plugins.registry import Registry
+from yt8m.plugins.signature import annotated_hparams, signature_hparams
+
+
+@dataclass(frozen=True)
+class CrossEntropyHParams:
+    label_smoothing: float = setting(0.0, "CrossEntropyLoss: label smoothing e, each target y becomes "
+                                          "y (1 - e) + e / 2 (a class's two outcomes; Szegedy et al. 2016). 0: the "
+                                          "starter kit's loss.", at_least=0, below=1)
 
 
 class CrossEntropyLoss(nn.Module):
     """Binary cross-entropy summed over classes, averaged over videos (the starter kit's
     reduce_mean(reduce_sum(ce, 1))), computed from logits: exact where the starter kit's
-    log(p + 1e-5) form saturates at confident predictions."""
+    log(p + 1e-5) form saturates at confident predictions. With `label_smoothing` e, on targets y (1 - e) + e / 2."""
+
+    def __init__(self, hparams: CrossEntropyHParams = CrossEntropyHParams()):
+        super().__init__()
+        self.smoothing = hparams.label_smoothing
 
     def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
                 label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
         logits = output["logits"].float()
+        if self.smoothing:
+            labels = labels.to(logits.dtype) * (1 - self.smoothing) + self.smoothing / 2
         if label_weights is not None:
             weighted = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype),
                                                           weight=label_weights.to(logits.dtype), reduction="sum")
@@ -73,11 +94,9 @@ class SummedBinaryCrossEntropy(torch.autograd.Function):
 
 class HingeLoss(nn.Module):
     """sum over classes of max(0, b - y * p) with y = +1/-1 and p the predicted probability (the
-    starter kit applies it to the model's predictions), averaged over videos."""
+    starter kit applies it to the model's predictions, with its default b = 1), averaged over videos."""
 
-    def __init__(self, b: float = 1.0):
-        super().__init__()
-        self.b = b
+    b = 1.0
 
     def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
                 label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -94,7 +113,9 @@ class SoftmaxLoss(nn.Module):
     predicted probabilities, as the starter kit computes it; a video without labels adds 0.
 
     Label weights have no meaning here: the softmax spans every class, rated or not, so the segment task refuses
-    this loss (WEIGHTED_LOSSES, checked with the config)."""
+    this loss (`weights_labels`, checked with the config)."""
+
+    weights_labels = False
 
     def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
                 label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -106,20 +127,148 @@ class SoftmaxLoss(nn.Module):
         return -(normalized * F.log_softmax(predictions, dim=1)).sum(dim=1).mean()
 
 
-LOSSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (CrossEntropyLoss, HingeLoss, SoftmaxLoss)}
-# The losses whose per-(example, class) terms label weights can multiply (the segment task's losses).
-WEIGHTED_LOSSES = ("CrossEntropyLoss", "HingeLoss")
+@dataclass(frozen=True)
+class FocalHParams:
+    focal_gamma: float = setting(2.0, "FocalLoss: the focusing exponent gamma: (1 - p_t)^gamma scales each term "
+                                      "down as the model gets it right (0: cross-entropy).", at_least=0)
+    focal_alpha: float = setting(0.25, "FocalLoss: the weight alpha of the positive terms, 1 - alpha of the negative "
+                                       "ones (0.5: equal, at half the scale).", at_least=0, at_most=1)
+
+
+class FocalLoss(nn.Module):
+    """The focal loss of Lin et al. 2017 ("Focal Loss for Dense Object Detection", eq. 5) per class: -alpha_t (1 -
+    p_t)^gamma log(p_t), p_t the probability given to the class's true outcome and alpha_t alpha for a positive, 1 -
+    alpha for a negative; summed over classes, averaged over videos, as CrossEntropyLoss. Defaults are the paper's
+    (gamma 2, alpha 0.25). From logits: log(p_t) is minus the cross-entropy with logits, exact when p_t rounds to 1."""
+
+    def __init__(self, hparams: FocalHParams = FocalHParams()):
+        super().__init__()
+        self.gamma, self.alpha = hparams.focal_gamma, hparams.focal_alpha
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
+                label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        logits = output["logits"].float()
+        targets = labels.to(logits.dtype)
+        cross_entropy = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        probabilities = torch.sigmoid(logits)
+        p_true = probabilities * targets + (1 - probabilities) * (1 - targets)
+        alpha = self.alpha * targets + (1 - self.alpha) * (1 - targets)
+        terms = alpha * (1 - p_true).pow(self.gamma) * cross_entropy
+        if label_weights is not None:
+            terms = terms * label_weights.to(terms.dtype)
+        return terms.sum(dim=1).mean()
 
 
 @dataclass(frozen=True)
-class LossConfig:
-    """The `loss` section: the label loss a run's task learns (and eval reports)."""
+class LossEntry:
+    """A registered loss: what builds it from its hyper-parameters, their dataclass, and whether it takes label
+    weights (the segment task's rated classes): a forward with a label_weights argument does, unless its class says
+    `weights_labels = False`."""
 
-    name: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss or SoftmaxLoss.", flag="label_loss",
-                        choices=lambda: list(LOSSES))
+    build: Callable[[Any], nn.Module]
+    hparams: type
+    weights_labels: bool
 
 
-def create_loss(name: str) -> nn.Module:
-    if name not in LOSSES:
-        raise ValueError(f"unknown label loss {name!r}; known losses: {', '.join(LOSSES)}")
-    return LOSSES[name]()
+# The arguments a loss is called with; a function loss's others are its hyper-parameters.
+CALL = ("output", "labels", "label_weights")
+
+
+class FunctionLoss(nn.Module):
+    """A loss written as a function `loss(output, labels[, label_weights], **hparams)`, as a module."""
+
+    def __init__(self, function: Callable[..., torch.Tensor], hparams: Any):
+        super().__init__()
+        self.function, self.values = function, dataclasses.asdict(hparams)
+
+    def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
+                label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if label_weights is None:
+            return self.function(output, labels, **self.values)
+        return self.function(output, labels, label_weights=label_weights, **self.values)
+
+
+def adopt_loss(name: str, obj: Any) -> LossEntry:
+    """What a name or import path finds, as a loss: an nn.Module class taking its hyper-parameters' dataclass (an
+    `hparams` argument) or keyword arguments with defaults, whose forward takes (output, labels[, label_weights]);
+    or such a function. A TypeError says what it lacks."""
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        _check_call(name, obj.forward, skip_self=True)
+        own = annotated_hparams(obj)
+        hparams = own or signature_hparams(obj, ())
+        build = obj if own else (lambda values, cls=obj: cls(**dataclasses.asdict(values)))
+        takes_weights = "label_weights" in inspect.signature(obj.forward).parameters
+        return LossEntry(build, hparams, getattr(obj, "weights_labels", takes_weights))
+    if inspect.isfunction(obj):
+        _check_call(name, obj, skip_self=False)
+        hparams = signature_hparams(obj, CALL)
+        return LossEntry(lambda values, function=obj: FunctionLoss(function, values), hparams,
+                         "label_weights" in inspect.signature(obj).parameters)
+    raise TypeError(f"{obj!r} is not a loss: a loss is an nn.Module class or a function called as (output, labels"
+                    "[, label_weights]) that returns the batch's loss")
+
+
+def _check_call(name: str, function: Callable, skip_self: bool) -> None:
+    parameters = [p.name for p in inspect.signature(function).parameters.values()][1 if skip_self else 0:]
+    if parameters[:2] != ["output", "labels"]:
+        raise TypeError(f"{name}: a loss is called as (output, labels[, label_weights]) (output: the model's dict of "
+                        f"logits and predictions), but it takes ({', '.join(parameters)})")
+
+
+LOSSES: Registry[LossEntry] = Registry("loss", "yt8m.losses", adopt_loss)
+for _builtin in (CrossEntropyLoss, HingeLoss, SoftmaxLoss, FocalLoss):
+    LOSSES.add(_builtin.__name__, adopt_loss(_builtin.__name__, _builtin), _builtin, builtin=True)
+
+
+def known_loss(name: str) -> Optional[str]:
+    """The `check` of a loss name field: None, or why `name` is not a loss."""
+    return LOSSES.problem(name)
+
+
+def weights_labels(name: str) -> bool:
+    """Whether loss `name` takes label weights (the segment task's losses must)."""
+    return LOSSES.get(name).weights_labels
+
+
+def loss_names() -> list[str]:
+    return LOSSES.names()
+
+
+@dataclass(frozen=True)
+class LossConfig(ComponentSection):
+    """The `loss` section: the label loss a run's task learns (and eval reports), and its hyper-parameters (its
+    dataclass, at its defaults where not given)."""
+
+    name: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss, SoftmaxLoss, FocalLoss, or one's own "
+                                            "(package.module:Name).", flag="label_loss", check=known_loss)
+    hparams: Any = setting(None, "The loss's hyper-parameters (YAML mapping); each is also a flag of its own name "
+                                 "(--label_smoothing 0.1, --focal_gamma 2).", flag="loss_hparams")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.name, str) and known_loss(self.name) is None:
+            object.__setattr__(self, "name", LOSSES.recorded_name(self.name))
+        cls = self.hparams_class(self.name)
+        if cls is not None and not isinstance(self.hparams, cls):
+            given = self.hparams
+            if dataclasses.is_dataclass(given) and not isinstance(given, type):
+                given = dataclasses.asdict(given)
+            object.__setattr__(self, "hparams", config_from_dict(cls, dict(given or {}), f"--label_loss {self.name}"))
+
+    @classmethod
+    def hparams_class(cls, name: str) -> Optional[type]:
+        return LOSSES.get(name).hparams if isinstance(name, str) and known_loss(name) is None else None
+
+    @classmethod
+    def hparam_flags(cls) -> list[tuple[dataclasses.Field, Any]]:
+        seen: dict[str, tuple[dataclasses.Field, Any]] = {}
+        for entry in LOSSES.entries():
+            types = typing.get_type_hints(entry.component.hparams)
+            for f in dataclasses.fields(entry.component.hparams):
+                seen.setdefault(f.name, (f, types[f.name]))
+        return list(seen.values())
+
+
+def create_loss(loss: LossConfig | str) -> nn.Module:
+    """The loss a `loss` section (or a name, at its defaults) describes."""
+    config = LossConfig(loss) if isinstance(loss, str) else loss
+    return LOSSES.get(config.name, "--label_loss").build(config.hparams)

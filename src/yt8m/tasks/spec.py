@@ -14,7 +14,7 @@ from yt8m.config import ConfigError, config_from_dict
 from yt8m.data.spec import FeatureSpec
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
-from yt8m.tasks.losses import LOSSES
+from yt8m.tasks.losses import LossConfig, known_loss
 from yt8m.tasks.teacher import DISTILL_LOSSES, DistillationConfig
 from yt8m.tasks.video import task_problems as label_task_problems
 
@@ -25,8 +25,8 @@ VERTICAL_TASK = "vertical"
 DEFAULT_VOCABULARY_COLUMN = "Vertical1"
 
 
-def _loss_names() -> list[str]:
-    return list(LOSSES)
+def _task_loss_problem(name: str) -> Optional[str]:
+    return None if name == "" else known_loss(name)
 
 
 def _distill_losses() -> list[str]:
@@ -68,7 +68,7 @@ class MainTask:
     train_data_pattern: str
     eval_data_pattern: str
     features: FeatureSpec
-    loss: str
+    loss: LossConfig
     best_metric: str
     distillation: DistillationConfig = DistillationConfig()
 
@@ -107,7 +107,9 @@ class TaskHead:
 class TaskObjective:
     """What a task learns and is judged on: its loss and weight, its best-tracking metric, whether it validates."""
 
-    loss: str = setting("", "The task's loss (default: --label_loss).", choices=_loss_names)
+    loss: str = setting("", "The task's loss (default: --label_loss).", check=_task_loss_problem)
+    loss_hparams: dict = setting({}, "The loss's hyper-parameters (default: the main flags' where the loss is "
+                                     "--label_loss, else the loss's defaults).")
     weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
     metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
                           choices=_metric_names)
@@ -250,7 +252,8 @@ def the_one_task(main: MainTask) -> TaskSpec:
                     label_source="segments" if main.features.segment_labels else "labels", vocabulary_file="",
                     vocabulary_column="", num_classes=main.features.num_classes)
     return TaskSpec("", data, TaskHead(head="", head_model="", head_hparams={}),
-                    TaskObjective(loss=main.loss, weight=1.0, metric=main.best_metric, validate=True),
+                    TaskObjective(loss=main.loss.name, loss_hparams=_hparams_mapping(main.loss), weight=1.0,
+                                  metric=main.best_metric, validate=True),
                     TaskDistillation(distillation.teacher, distillation.distill_temperature,
                                      distillation.distill_loss, distillation.distill_weight))
 
@@ -278,7 +281,9 @@ def _resolve(task: TaskConfig, tasks: TasksConfig, main: MainTask, first: str) -
         num_classes=num_classes)
     head = dataclasses.replace(task.head, head=first if task.head.head == "shared" else task.name,
                                head_hparams=dict(task.head.head_hparams))
-    objective = dataclasses.replace(objective, loss=objective.loss or main.loss,
+    loss = objective.loss or main.loss.name
+    main_hparams = _hparams_mapping(main.loss) if loss == main.loss.name else {}
+    objective = dataclasses.replace(objective, loss=loss, loss_hparams={**main_hparams, **objective.loss_hparams},
                                     metric=objective.metric or ("segment_map" if segments else "gap"))
     teacher = task.distillation
     return TaskSpec(task.name, resolved, head, objective,
@@ -308,7 +313,19 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
 
 def _known(loss: str) -> Optional[str]:
     """A loss to check against the task, None for a name that is none (--label_loss's own check says so)."""
-    return loss if loss in LOSSES else None
+    return loss if known_loss(loss) is None else None
+
+
+def _hparams_mapping(loss: LossConfig) -> dict[str, Any]:
+    return dataclasses.asdict(loss.hparams) if loss.hparams is not None else {}
+
+
+def task_loss(spec: TaskSpec) -> LossConfig:
+    """The loss section of a task: its loss and hyper-parameters (a ValueError names a bad one)."""
+    try:
+        return LossConfig(spec.objective.loss, spec.objective.loss_hparams)
+    except ConfigError as err:
+        raise ValueError(f"{spec.field('loss')}: " + "; ".join(err.problems)) from err
 
 
 def _spec_problems(spec: TaskSpec, first: TaskSpec, main: MainTask) -> list[str]:
@@ -316,6 +333,11 @@ def _spec_problems(spec: TaskSpec, first: TaskSpec, main: MainTask) -> list[str]
     data, objective = spec.data, spec.objective
     problems = label_task_problems(spec.segments, _known(objective.loss), objective.metric, spec.field("loss"),
                                    spec.field("metric"))
+    if _known(objective.loss):
+        try:
+            task_loss(spec)
+        except ValueError as err:
+            problems.append(str(err))
     if data.label_source == "vocabulary" and not data.vocabulary_file:
         problems.append(f"{where}: label_source vocabulary needs vocabulary_file (or --vocabulary_file)")
     if spec.segments and not main.features.frame_features:

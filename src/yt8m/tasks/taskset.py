@@ -25,7 +25,7 @@ from yt8m.models.multihead import HeadView, MultiTaskModel
 from yt8m.tasks.base import Output, Task
 from yt8m.tasks.labels import LabelMappedTask, read_vocabulary_mapping
 from yt8m.tasks.losses import create_loss
-from yt8m.tasks.spec import MainTask, TasksConfig, TaskSpec, key_of, resolve_tasks, the_one_task
+from yt8m.tasks.spec import MainTask, TasksConfig, TaskSpec, key_of, resolve_tasks, task_loss, the_one_task
 from yt8m.tasks.spec import best_metric_key as spec_best_metric_key
 from yt8m.tasks.teacher import DistillationTask, Teacher
 from yt8m.tasks.video import DEFAULT_TOP_K, label_task
@@ -142,7 +142,7 @@ def one_task_set(main: MainTask, top_n: int, loss_fn: Optional[nn.Module] = None
     """The task set of a run without tasks, with `loss_fn` as its task's loss (default: the main loss's)."""
     spec = the_one_task(main)
     classes = main.features.num_classes
-    task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(spec.objective.loss), classes,
+    task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(task_loss(spec)), classes,
                       top_n=top_n)
     return TaskSet([spec], {"": task}, [TaskSource(spec.data.train_data_pattern, spec.segments, classes, [""])],
                    {"": classes})
@@ -185,7 +185,7 @@ def plan_tasks(tasks_config: TasksConfig, main: MainTask, top_n: int, top_k: int
 def _label_task(spec: TaskSpec, records: int, top_k: int, top_n: int) -> tuple[Task, int]:
     """The task of the spec's labels and its number of classes: the record's, or mapped through a vocabulary
     column."""
-    loss, data = create_loss(spec.objective.loss), spec.data
+    loss, data = create_loss(task_loss(spec)), spec.data
     if data.label_source != "vocabulary":
         return label_task(spec.segments, loss, records, top_k, top_n), records
     where = f"task {spec.name}"

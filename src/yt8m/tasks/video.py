@@ -14,7 +14,7 @@ from yt8m.data.spec import FeatureSpec
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.tasks.base import Output, Task
-from yt8m.tasks.losses import WEIGHTED_LOSSES, create_loss
+from yt8m.tasks.losses import LossConfig, create_loss, weights_labels
 from yt8m.tasks.segment import SEGMENT_METRICS, SegmentTask
 
 VIDEO_METRICS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "loss", "num_videos")
@@ -64,7 +64,8 @@ def label_task(segments: bool, loss_fn: nn.Module, num_classes: int, top_k: int 
     return SegmentTask(loss_fn, num_classes, top_n) if segments else VideoTask(loss_fn, num_classes, top_k)
 
 
-def features_task(features: FeatureSpec, loss: str, top_k: int = DEFAULT_TOP_K, top_n: int = DEFAULT_TOP_N) -> Task:
+def features_task(features: FeatureSpec, loss: LossConfig, top_k: int = DEFAULT_TOP_K,
+                  top_n: int = DEFAULT_TOP_N) -> Task:
     """The task of what a run's features say it reads (its classes, video labels or segment ratings), learning
     `loss` (--label_loss); `top_k`: the video task's GAP depth (eval's --top_k), `top_n` the segment task's K."""
     return label_task(features.segment_labels, create_loss(loss), features.num_classes, top_k, top_n)
@@ -79,9 +80,9 @@ def task_problems(segments: bool, loss: Optional[str], metric: Optional[str] = N
     """What a label task is asked that it lacks: a loss that cannot weight the rated classes of segments, a metric
     it does not report (None: not asked). `loss_field` and `metric_field` name the fields as the config does."""
     problems = []
-    if segments and loss is not None and loss not in WEIGHTED_LOSSES:
-        problems.append(f"{loss_field} {loss} cannot weight the rated classes of --segment_labels: use "
-                        f"{' or '.join(WEIGHTED_LOSSES)}")
+    if segments and loss is not None and not weights_labels(loss):
+        problems.append(f"{loss_field} {loss} cannot weight the rated classes of --segment_labels: use a loss that "
+                        "takes label_weights (CrossEntropyLoss, HingeLoss, FocalLoss)")
     names = metric_names(segments)
     if metric is not None and metric not in names:
         kind = "segment" if segments else "video-level (no --segment_labels)"

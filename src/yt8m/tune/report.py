@@ -270,7 +270,7 @@ def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dic
     path, checkpoint = found
     trained = build_model_from_payload(checkpoint, path)
     batches = YT8MDataset(pattern, trained.features, config.schedule.batch_size)
-    return evaluate_model(trained.network, batches, features_task(trained.features, config.loss.name,
+    return evaluate_model(trained.network, batches, features_task(trained.features, config.loss,
                                                                   top_n=config.validation.top_n))
 
 

@@ -1,0 +1,189 @@
+"""A registry of one kind of component (models, losses, metrics): the built-ins, the components an installed
+package declares under the kind's entry-point group, those a module registers, and any class an import path names.
+
+Configs record a component by the name that finds it again in any process: a built-in's or an entry point's name,
+or `module:Name` for a component of a module's own (one defined in __main__ is known to its process only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+
+from yt8m.fields import closest
+
+T = TypeVar("T")
+MAIN_MODULE = "__main__"
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """A registered component, the name configs record it by, and where it came from (for messages)."""
+
+    component: T
+    recorded_name: str
+    origin: str
+    source: Any = None  # the class or function the component was made from
+
+
+def is_import_path(name: str) -> bool:
+    """`package.module:Name` or `package.module.Name`; a registered name has neither ':' nor '.'."""
+    return ":" in name or "." in name
+
+
+def split_import_path(path: str) -> tuple[str, str]:
+    """(module, attribute) of an import path; a ValueError for one that names no attribute of a module."""
+    module, sep, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module or not attribute or (":" in path and ":" in attribute):
+        raise ValueError(f"{path!r} is not an import path: write package.module:Name (or package.module.Name)")
+    return module, attribute
+
+
+def import_object(path: str) -> Any:
+    """The object an import path names; a ValueError naming the module and the exception where it does not import
+    (any exception the module raises while importing included: it is the user's code failing)."""
+    module_name, attribute = split_import_path(path)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - a user module's import may fail any way; reported in one line
+        raise ValueError(f"{path}: cannot import module {module_name!r} ({type(err).__name__}: {err})") from err
+    obj: Any = module
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{path}: module {module_name!r} has no attribute {attribute!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def object_path(obj: Any) -> Optional[str]:
+    """`module:QualName` for a class or function another process can import; None for one of __main__ (a
+    notebook's or a script's own) or defined inside a function."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if not module or module == MAIN_MODULE or "<locals>" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+class Registry(Generic[T]):
+    """Components of one kind by name. `adopt(name, obj)` turns what a name or path finds (a class, a function) into
+    the component, raising TypeError with what it lacks; the registry adds where it came from."""
+
+    def __init__(self, kind: str, group: str, adopt: Callable[[str, Any], T]):
+        self.kind, self.group = kind, group
+        self._adopt = adopt
+        self._entries: dict[str, Entry[T]] = {}
+        self._builtin: set[str] = set()
+        self._entry_points_loaded = False
+
+    def add(self, name: str, component: T, obj: Any = None, builtin: bool = False, origin: str = "") -> None:
+        """Register `component` as `name`; `obj`, the class or function it was made from, gives the path configs
+        record for a component of a module's own. A name taken already is refused, naming both."""
+        if name in self._entries:
+            raise ValueError(f"{origin or self.kind + ' ' + name}: the {self.kind} name {name!r} is taken by "
+                             f"{self._entries[name].origin}: rename it")
+        recorded = name if builtin or origin.startswith("entry point") else object_path(obj) or name
+        self._entries[name] = Entry(component, recorded, origin or ("the built-in " + self.kind if builtin else
+                                                                     f"{self.kind} {recorded}"), obj)
+        if builtin:
+            self._builtin.add(name)
+
+    def remove(self, name: str) -> None:
+        del self._entries[name]
+        self._builtin.discard(name)
+
+    @contextlib.contextmanager
+    def scoped(self, name: str, component: T, obj: Any = None) -> Iterator[T]:
+        """Within the block, `component` is registered as `name`; after, it is gone again (a test's or a notebook's
+        component, without leaving the registry changed)."""
+        self.add(name, component, obj)
+        try:
+            yield component
+        finally:
+            self.remove(name)
+
+    def get(self, name: str, field: str = "") -> T:
+        """The component a config names: registered, an installed package's entry point, or an import path. A
+        ValueError (prefixed `field`) says why not, with the names it knows."""
+        entry = self.entry(name)
+        if entry is None:
+            raise ValueError(f"{field + ' ' if field else ''}{self.unknown(name)}")
+        return entry.component
+
+    def entry(self, name: str) -> Optional[Entry[T]]:
+        """The entry of `name`, loading the import path it may be (a ValueError where that fails); None for a bare
+        name nothing registered."""
+        if name not in self._entries and not is_import_path(name):
+            self.load_entry_points()
+        if name in self._entries:
+            return self._entries[name]
+        if not is_import_path(name):
+            return None
+        obj = import_object(name)
+        registered = self._entry_of(obj)  # a registered component, named by its path: the registered one
+        if registered is not None:
+            return registered
+        component = self._adopt_named(name, obj, f"{self.kind} {name}")
+        module, attribute = split_import_path(name)
+        self._entries[name] = Entry(component, f"{module}:{attribute}", f"{self.kind} {module}:{attribute}", obj)
+        return self._entries[name]
+
+    def recorded_name(self, name: str) -> str:
+        """What a config records for `name`: the name that finds the component again in another process."""
+        entry = self.entry(name)
+        return entry.recorded_name if entry is not None else name
+
+    def names(self) -> list[str]:
+        """Every registered name (entry points included): for --help, errors and did-you-mean."""
+        self.load_entry_points()
+        return sorted(name for name in self._entries if not is_import_path(name))
+
+    def entries(self, load: bool = True) -> list[Entry[T]]:
+        """Every component, in registration order (built-ins first), import paths loaded so far included; `load`:
+        installed packages' entry points too (not while the built-ins register: their package is half imported)."""
+        if load:
+            self.load_entry_points()
+        return list(self._entries.values())
+
+    def unknown(self, name: str) -> str:
+        """Why `name` finds nothing, with the known names and how to name one's own."""
+        known = self.names()
+        return (f"{name!r} is not a {self.kind}{closest(name, known)} (known: {', '.join(known)}; one of your own: "
+                f"package.module:Name, or an entry point of group {self.group})")
+
+    def problem(self, name: str) -> Optional[str]:
+        """The `check` of a config field naming a component: None, or why `name` finds none."""
+        try:
+            return None if self.entry(name) is not None else self.unknown(name)
+        except (ValueError, TypeError) as err:
+            return str(err)
+
+    def load_entry_points(self) -> None:
+        """Register the components installed packages declare under the group (once per process)."""
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for point in importlib.metadata.entry_points(group=self.group):
+            origin = f"entry point {point.name} = {point.value} ({self.group}"
+            origin += f", package {point.dist.name})" if point.dist is not None else ")"
+            try:
+                obj = point.load()
+            except Exception as err:  # noqa: BLE001 - an installed package's import may fail any way
+                raise ValueError(f"{origin}: cannot import ({type(err).__name__}: {err})") from err
+            registered = self._entry_of(obj)
+            if registered is not None and self._entries.get(point.name) is registered:
+                # Its module registered it under the same name as it imported: recorded by the entry point's name.
+                self._entries[point.name] = Entry(registered.component, point.name, origin, obj)
+                continue
+            self.add(point.name, self._adopt_named(point.name, obj, origin), obj, origin=origin)
+
+    def _entry_of(self, obj: Any) -> Optional[Entry[T]]:
+        return next((entry for entry in self._entries.values() if entry.source is obj), None)
+
+    def _adopt_named(self, name: str, obj: Any, origin: str) -> T:
+        try:
+            return self._adopt(name, obj)
+        except TypeError as err:
+            raise ValueError(f"{origin}: {err}") from err
