@@ -198,8 +198,9 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     config = load_config(TrainConfig, str(OLD_RUNS / run / "config.yaml"))
     flat = yaml.safe_load((OLD_RUNS / run / "config.yaml").read_text())
     values = config_values(config)
-    # Added since, at its default: the loss's hyper-parameter (CrossEntropyLoss's label smoothing).
-    assert set(values) - set(flat) == {"label_smoothing"} and values["label_smoothing"] == 0.0
+    # Added since, at their defaults: the loss's hyper-parameter (CrossEntropyLoss's label smoothing), --metrics.
+    assert set(values) - set(flat) == {"label_smoothing", "metrics"}
+    assert (values["label_smoothing"], values["metrics"]) == (0.0, [])
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}
 

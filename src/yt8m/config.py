@@ -417,11 +417,14 @@ def with_values(config: C, **changes: Any) -> C:
 def read_section(document: dict[str, Any], name: str, section: type[C], source: str) -> C:
     """One section of a stored config (a run's config.yaml or checkpoint), whichever form it has: the mapping under
     `name` (nested), or its settings' flat names. For the layers that read what a run stored without the command's
-    whole config (a checkpoint's model, a teacher's features); its values are not checked again."""
+    whole config (a checkpoint's model, a teacher's features); its values are not checked again. `section` may be a
+    part of the stored section (the fields a layer reads): the others are left out."""
     holder = _holder(name, section)
     names = set(flag_names(holder))
-    values = {key: value for key, value in document.items()
-              if key in names or key == name and isinstance(value, dict)}
+    values: dict[str, Any] = {key: value for key, value in document.items() if key in names}
+    if isinstance(document.get(name), dict):
+        fields = {f.name for f in dataclasses.fields(section)}
+        values[name] = {key: value for key, value in document[name].items() if key in fields}
     stored: C = getattr(config_from_dict(holder, values, source, check_values=False), name)
     return stored
 

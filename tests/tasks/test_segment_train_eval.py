@@ -122,8 +122,9 @@ def test_best_metric_segment_map_picks_the_best_export(segment_data, video_run, 
                                                      "segment_map, gap, loss"),
     ({"best_metric": "segment_map"}, "--best_metric segment_map is not a video-level (no --segment_labels) metric"),
     ({"segment_labels": True, "label_loss": "SoftmaxLoss"}, "--label_loss SoftmaxLoss cannot weight the rated "
-                                                            "classes of --segment_labels: use CrossEntropyLoss or "
-                                                            "HingeLoss"),
+                                                            "classes of --segment_labels: use a loss that takes "
+                                                            "label_weights (CrossEntropyLoss, HingeLoss, FocalLoss)"),
+    ({"segment_labels": True, "metrics": ["micro_f1"]}, "--metrics 'micro_f1' is not a metric"),
     ({"segment_labels": True, "frame_features": False, "model": "LogisticModel"},
      "--segment_labels reads the segments of frame-level data: set --frame_features"),
 ])

@@ -13,6 +13,7 @@ from yt8m.fields import setting
 from yt8m.models.config import ModelConfig
 from yt8m.runtime import DEVICE_HELP, device_problem
 from yt8m.tasks.losses import LossConfig
+from yt8m.tasks.metrics import metrics_problem
 
 TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
 
@@ -44,6 +45,9 @@ class ReportConfig:
 
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
     top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
+    metrics: list[str] = setting([], "Metrics of one's own to report beside the task's own (NAME, import path "
+                                     "package.module:Name, or NAME(arg=value)); default: those the run validated "
+                                     "with (its --metrics and --best_metric).", check=metrics_problem)
     per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
                                  "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
                                  "it: AP against training frequency, AP by vertical.")

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
@@ -43,6 +44,7 @@ from yt8m.distributed.ranks import (
 )
 from yt8m.eval.config import EvalConfig, WatchConfig
 from yt8m.eval.per_class import write_per_class
+from yt8m.fields import setting
 from yt8m.io import storage
 from yt8m.io.checkpoints import (
     CONFIG_FILE,
@@ -61,6 +63,7 @@ from yt8m.models.config import MODEL_IDENTITY_FIELDS, ModelConfig
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.base import Task
 from yt8m.tasks.losses import LossConfig
+from yt8m.tasks.metrics import is_own_metric
 from yt8m.tasks.video import features_task, task_problems
 
 log = logging.getLogger("yt8m.eval")
@@ -137,13 +140,24 @@ def resolve_eval_config(values: dict[str, Any], source: str = "arguments") -> Ev
     return config
 
 
+@dataclass(frozen=True)
+class ValidatedMetrics:
+    """What eval reads of a run's validation section: the metrics it reported beside its task's own."""
+
+    best_metric: str = setting("gap", "The run's --best_metric.")
+    metrics: list[str] = setting([], "The run's --metrics.")
+
+
 def _trained_values(document: dict[str, Any], path: str) -> dict[str, Any]:
     """The flat values eval takes from a train dir's config: its features, model and loss, and its readers'."""
     features = read_section(document, "features", FeatureSpec, path)
     model = read_section(document, "model", ModelConfig, path)
     data = read_section(document, "data", DataConfig, path)
+    validation = read_section(document, "validation", ValidatedMetrics, path)
+    best = validation.best_metric.rpartition("/")[2]
     values = {**config_values(features), **config_values(model),
-              **config_values(read_section(document, "loss", LossConfig, path))}
+              **config_values(read_section(document, "loss", LossConfig, path)),
+              "metrics": [*validation.metrics, *([] if is_own_metric(best) else [best])]}
     return {**values, "num_readers": data.num_readers, "skip_corrupt": data.skip_corrupt}
 
 
@@ -201,7 +215,8 @@ def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[
                           ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=device.type == "cuda") if dataset.paths else []
-    task = features_task(config.features, config.loss, config.report.top_k, config.report.top_n)
+    task = features_task(config.features, config.loss, config.report.top_k, config.report.top_n,
+                         config.report.metrics)
     writer = summary_writer(os.path.join(watch.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again

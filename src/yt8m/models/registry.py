@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Iterator, Optional, Sequence, TypeVar
 
 from torch import nn
 
@@ -51,14 +51,6 @@ def adopt_model(name: str, obj: Any, hparams: Optional[type] = None) -> ModelEnt
 MODELS: Registry[ModelEntry] = Registry("model", ENTRY_POINT_GROUP, adopt_model)
 
 
-@typing.overload
-def register_model(model: M) -> M: ...
-
-
-@typing.overload
-def register_model(model: Optional[type] = None) -> Callable[[M], M]: ...
-
-
 def register_model(model: Any = None) -> Any:
     """Class decorator: make a model available by its class name (`--model MyModel`); as `@register_model`, or
     `@register_model(HParams)` for a BaseModel whose constructor's `hparams` annotation is a base class's.
@@ -74,7 +66,8 @@ def register_model(model: Any = None) -> Any:
         ... class TwoLayer(nn.Module):
         ...     def __init__(self, feature_size: int, num_classes: int, hidden: int = 64):
         ...         super().__init__()
-        ...         self.layers = nn.Sequential(nn.Linear(feature_size, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+        ...         self.layers = nn.Sequential(nn.Linear(feature_size, hidden), nn.ReLU(),
+        ...                                     nn.Linear(hidden, num_classes))
         ...     def forward(self, features):
         ...         return self.layers(features)
         >>> create_model("TwoLayer", 8, 3, hidden=16)(torch.rand(2, 8))["predictions"].shape
@@ -103,6 +96,9 @@ def registered_model(cls: type[nn.Module], hparams: Optional[type] = None) -> It
 def _base_model_hparams(cls: type[BaseModel], hparams: Optional[type]) -> type:
     if hparams is None:
         hparams = annotated_hparams(cls)
+    if hparams is None:
+        raise TypeError(f"{cls.__name__}.__init__ takes no `hparams` annotated with its hyper-parameters' frozen "
+                        "dataclass: annotate it, or register the model as register_model(HParams)")
     if not is_frozen_dataclass(hparams):
         raise TypeError(f"{cls.__name__}: its hyper-parameters {getattr(hparams, '__name__', hparams)} must be a "
                         "frozen dataclass")

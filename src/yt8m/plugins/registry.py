@@ -11,7 +11,7 @@ import contextlib
 import importlib
 import importlib.metadata
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 from yt8m.fields import closest
 
@@ -48,7 +48,7 @@ def import_object(path: str) -> Any:
     module_name, attribute = split_import_path(path)
     try:
         module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - a user module's import may fail any way; reported in one line
+    except Exception as err:  # a user module's import may fail any way: reported in one line
         raise ValueError(f"{path}: cannot import module {module_name!r} ({type(err).__name__}: {err})") from err
     obj: Any = module
     for part in attribute.split("."):
@@ -71,8 +71,8 @@ class Registry(Generic[T]):
     """Components of one kind by name. `adopt(name, obj)` turns what a name or path finds (a class, a function) into
     the component, raising TypeError with what it lacks; the registry adds where it came from."""
 
-    def __init__(self, kind: str, group: str, adopt: Callable[[str, Any], T]):
-        self.kind, self.group = kind, group
+    def __init__(self, kind: str, group: str, adopt: Callable[[str, Any], T], also_known: Sequence[str] = ()):
+        self.kind, self.group, self.also_known = kind, group, tuple(also_known)
         self._adopt = adopt
         self._entries: dict[str, Entry[T]] = {}
         self._builtin: set[str] = set()
@@ -148,10 +148,11 @@ class Registry(Generic[T]):
         return list(self._entries.values())
 
     def unknown(self, name: str) -> str:
-        """Why `name` finds nothing, with the known names and how to name one's own."""
-        known = self.names()
-        return (f"{name!r} is not a {self.kind}{closest(name, known)} (known: {', '.join(known)}; one of your own: "
-                f"package.module:Name, or an entry point of group {self.group})")
+        """Why `name` finds nothing, with the known names (`also_known`: those found elsewhere, such as the metrics a
+        task computes itself) and how to name one's own."""
+        known = [*self.also_known, *self.names()]
+        return (f"{name!r} is not a {self.kind}{closest(name, known)} (known: {', '.join(known) or 'none'}; one of "
+                f"your own: package.module:Name, or an entry point of group {self.group})")
 
     def problem(self, name: str) -> Optional[str]:
         """The `check` of a config field naming a component: None, or why `name` finds none."""
@@ -170,7 +171,7 @@ class Registry(Generic[T]):
             origin += f", package {point.dist.name})" if point.dist is not None else ")"
             try:
                 obj = point.load()
-            except Exception as err:  # noqa: BLE001 - an installed package's import may fail any way
+            except Exception as err:  # an installed package's import may fail any way
                 raise ValueError(f"{origin}: cannot import ({type(err).__name__}: {err})") from err
             registered = self._entry_of(obj)
             if registered is not None and self._entries.get(point.name) is registered:

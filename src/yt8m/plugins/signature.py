@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import typing
 from typing import Any, Callable, Optional, Sequence
 
 from yt8m.fields import setting
@@ -26,10 +25,10 @@ def is_frozen_dataclass(kind: Any) -> bool:
 
 def annotated_hparams(cls: type) -> Optional[type]:
     """The dataclass the constructor's `hparams` argument is annotated with; None where it takes no such argument."""
-    if HPARAMS_ARGUMENT not in inspect.signature(cls).parameters:
+    parameters = _evaluated_parameters(cls)
+    if HPARAMS_ARGUMENT not in parameters:
         return None
-    hints = _hints(cls.__init__)
-    kind = hints.get(HPARAMS_ARGUMENT)
+    kind = parameters[HPARAMS_ARGUMENT].annotation
     if not is_frozen_dataclass(kind):
         raise TypeError(f"{cls.__name__}.__init__'s {HPARAMS_ARGUMENT} argument must be annotated with a frozen "
                         f"dataclass (its hyper-parameters), got {kind!r}")
@@ -41,15 +40,15 @@ def signature_hparams(component: Callable, given: Sequence[str], base: Optional[
     its annotation's type (or its default's); `base`'s fields come first. An argument without a default, or of no
     type one can tell, is a TypeError: it would be a flag without a value or a type."""
     name = getattr(component, "__name__", type(component).__name__)
-    hints = _hints(component.__init__ if isinstance(component, type) else component)
     fields = []
-    for parameter in inspect.signature(component).parameters.values():
+    for parameter in _evaluated_parameters(component).values():
         if parameter.name in given or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if parameter.default is inspect.Parameter.empty:
             raise TypeError(f"{name}'s argument {parameter.name} needs a default (it is a hyper-parameter: a flag "
                             f"and config field whose default is the argument's)")
-        kind = hints.get(parameter.name, _type_of(parameter.default))
+        annotated = parameter.annotation is not inspect.Parameter.empty and not isinstance(parameter.annotation, str)
+        kind = parameter.annotation if annotated else _type_of(parameter.default)
         if kind is None:
             raise TypeError(f"{name}'s argument {parameter.name} needs a type annotation (its default is None)")
         fields.append((parameter.name, kind, setting(parameter.default, f"{name}'s argument {parameter.name}.")))
@@ -60,8 +59,10 @@ def _type_of(default: Any) -> Optional[type]:
     return None if default is None else type(default)
 
 
-def _hints(function: Callable) -> dict[str, Any]:
+def _evaluated_parameters(component: Callable) -> dict[str, inspect.Parameter]:
+    """The parameters of calling `component`, their annotations evaluated (left as text where they do not resolve:
+    the defaults' types stand in)."""
     try:
-        return typing.get_type_hints(function)
-    except Exception:  # noqa: BLE001 - an annotation that does not resolve: fall back to the defaults' types
-        return {}
+        return dict(inspect.signature(component, eval_str=True).parameters)
+    except Exception:  # an annotation naming what its module cannot resolve
+        return dict(inspect.signature(component).parameters)

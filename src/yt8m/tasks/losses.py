@@ -9,6 +9,7 @@ loss's hyper-parameters are its dataclass's fields (or its constructor's keyword
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from dataclasses import dataclass
@@ -196,16 +197,20 @@ def adopt_loss(name: str, obj: Any) -> LossEntry:
         _check_call(name, obj.forward, skip_self=True)
         own = annotated_hparams(obj)
         hparams = own or signature_hparams(obj, ())
-        build = obj if own else (lambda values, cls=obj: cls(**dataclasses.asdict(values)))
+        build: Callable[[Any], nn.Module] = obj if own else functools.partial(_by_keyword, obj)
         takes_weights = "label_weights" in inspect.signature(obj.forward).parameters
         return LossEntry(build, hparams, getattr(obj, "weights_labels", takes_weights))
     if inspect.isfunction(obj):
         _check_call(name, obj, skip_self=False)
         hparams = signature_hparams(obj, CALL)
-        return LossEntry(lambda values, function=obj: FunctionLoss(function, values), hparams,
+        return LossEntry(functools.partial(FunctionLoss, obj), hparams,
                          "label_weights" in inspect.signature(obj).parameters)
     raise TypeError(f"{obj!r} is not a loss: a loss is an nn.Module class or a function called as (output, labels"
                     "[, label_weights]) that returns the batch's loss")
+
+
+def _by_keyword(cls: type[nn.Module], hparams: Any) -> nn.Module:
+    return cls(**dataclasses.asdict(hparams))
 
 
 def _check_call(name: str, function: Callable, skip_self: bool) -> None:

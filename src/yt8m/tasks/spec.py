@@ -12,10 +12,11 @@ from typing import Any, Optional
 
 from yt8m.config import ConfigError, config_from_dict
 from yt8m.data.spec import FeatureSpec
-from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
 from yt8m.tasks.losses import LossConfig, known_loss
+from yt8m.tasks.metrics import canonical_metric, is_own_metric, metric_problem, metrics_problem
 from yt8m.tasks.teacher import DISTILL_LOSSES, DistillationConfig
+from yt8m.tasks.video import metric_task_problems
 from yt8m.tasks.video import task_problems as label_task_problems
 
 LABEL_SOURCES = ("labels", "vocabulary", "segments", "teacher")
@@ -33,8 +34,10 @@ def _distill_losses() -> list[str]:
     return list(DISTILL_LOSSES)
 
 
-def _metric_names() -> list[str]:
-    return list(HIGHER_IS_BETTER)
+def _task_metric_problem(name: str) -> Optional[str]:
+    return None if name == "" else metric_problem(name)
+
+
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class MainTask:
     loss: LossConfig
     best_metric: str
     distillation: DistillationConfig = DistillationConfig()
+    metrics: tuple[str, ...] = ()  # --metrics: those of one's own every task reports
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,9 @@ class TaskObjective:
                                      "--label_loss, else the loss's defaults).")
     weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
     metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
-                          choices=_metric_names)
+                          check=_task_metric_problem)
+    metrics: list[str] = setting([], "Metrics of one's own the task reports beside its own (default: --metrics).",
+                                 check=metrics_problem)
     validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
 
 
@@ -253,7 +259,8 @@ def the_one_task(main: MainTask) -> TaskSpec:
                     vocabulary_column="", num_classes=main.features.num_classes)
     return TaskSpec("", data, TaskHead(head="", head_model="", head_hparams={}),
                     TaskObjective(loss=main.loss.name, loss_hparams=_hparams_mapping(main.loss), weight=1.0,
-                                  metric=main.best_metric, validate=True),
+                                  metric=canonical_metric(main.best_metric), validate=True,
+                                  metrics=_reported([*main.metrics, main.best_metric])),
                     TaskDistillation(distillation.teacher, distillation.distill_temperature,
                                      distillation.distill_loss, distillation.distill_weight))
 
@@ -283,8 +290,12 @@ def _resolve(task: TaskConfig, tasks: TasksConfig, main: MainTask, first: str) -
                                head_hparams=dict(task.head.head_hparams))
     loss = objective.loss or main.loss.name
     main_hparams = _hparams_mapping(main.loss) if loss == main.loss.name else {}
+    metric = canonical_metric(objective.metric or ("segment_map" if segments else "gap"))
+    best_task, _, best = main.best_metric.rpartition("/")
+    best_here = [best] if (best_task or first) == task.name else []
     objective = dataclasses.replace(objective, loss=loss, loss_hparams={**main_hparams, **objective.loss_hparams},
-                                    metric=objective.metric or ("segment_map" if segments else "gap"))
+                                    metric=metric,
+                                    metrics=_reported([*(objective.metrics or main.metrics), metric, *best_here]))
     teacher = task.distillation
     return TaskSpec(task.name, resolved, head, objective,
                     TaskDistillation(teacher.teacher, teacher.distill_temperature, teacher.distill_loss))
@@ -297,7 +308,7 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
     if not tasks.multitask:
         spec = the_one_task(main)
         return label_task_problems(spec.segments, _known(spec.objective.loss), spec.objective.metric,
-                                   spec.field("loss"), spec.field("metric"))
+                                   spec.field("loss"), spec.field("metric")) + _reported_problems(spec)
     parsed, problems = parse_task_configs(tasks)
     if not parsed:
         return problems or ["tasks: the list is empty"]
@@ -309,6 +320,18 @@ def task_problems(tasks: TasksConfig, main: MainTask) -> list[str]:
     if not any(spec.objective.weight for spec in specs):
         problems.append("tasks: every task's weight is 0: the loss would be 0 and nothing would be learned")
     return problems + best_metric_problems(main.best_metric, specs)
+
+
+def _reported_problems(spec: TaskSpec) -> list[str]:
+    """Why the task cannot report the metrics of one's own it is given (--metrics, its `metrics`)."""
+    field = "--metrics" if not spec.name else f"task {spec.name}: metrics"
+    return [problem for name in spec.objective.metrics if name != spec.objective.metric
+            for problem in metric_task_problems(spec.segments, name, field)]
+
+
+def _reported(names: list[str]) -> list[str]:
+    """The metrics of one's own among `names` (a task reports its own anyway), by their results keys, once each."""
+    return list(dict.fromkeys(canonical_metric(name) for name in names if not is_own_metric(name)))
 
 
 def _known(loss: str) -> Optional[str]:
@@ -332,7 +355,7 @@ def _spec_problems(spec: TaskSpec, first: TaskSpec, main: MainTask) -> list[str]
     where = f"task {spec.name}"
     data, objective = spec.data, spec.objective
     problems = label_task_problems(spec.segments, _known(objective.loss), objective.metric, spec.field("loss"),
-                                   spec.field("metric"))
+                                   spec.field("metric")) + _reported_problems(spec)
     if _known(objective.loss):
         try:
             task_loss(spec)
@@ -363,4 +386,5 @@ def best_metric_problems(best_metric: str, specs: list[TaskSpec]) -> list[str]:
 
 def best_metric_key(best_metric: str, specs: list[TaskSpec]) -> str:
     """--best_metric as the key of the results: TASK/METRIC; a plain METRIC means the first task's."""
-    return best_metric if "/" in best_metric else key_of(specs[0].name, best_metric)
+    task, _, metric = best_metric.rpartition("/")
+    return key_of(task if task else specs[0].name, canonical_metric(metric))

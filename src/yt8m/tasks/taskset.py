@@ -143,7 +143,7 @@ def one_task_set(main: MainTask, top_n: int, loss_fn: Optional[nn.Module] = None
     spec = the_one_task(main)
     classes = main.features.num_classes
     task = label_task(spec.segments, loss_fn if loss_fn is not None else create_loss(task_loss(spec)), classes,
-                      top_n=top_n)
+                      top_n=top_n, metrics=spec.objective.metrics)
     return TaskSet([spec], {"": task}, [TaskSource(spec.data.train_data_pattern, spec.segments, classes, [""])],
                    {"": classes})
 
@@ -187,14 +187,14 @@ def _label_task(spec: TaskSpec, records: int, top_k: int, top_n: int) -> tuple[T
     column."""
     loss, data = create_loss(task_loss(spec)), spec.data
     if data.label_source != "vocabulary":
-        return label_task(spec.segments, loss, records, top_k, top_n), records
+        return label_task(spec.segments, loss, records, top_k, top_n, spec.objective.metrics), records
     where = f"task {spec.name}"
     mapping = read_vocabulary_mapping(data.vocabulary_file, data.vocabulary_column, records, where)
     classes = len(mapping.class_names)
     if spec.num_classes not in (None, classes):
         raise ValueError(f"{where}: num_classes is {spec.num_classes}, but {data.vocabulary_column} of "
                          f"{data.vocabulary_file} has {classes} values")
-    return LabelMappedTask(label_task(False, loss, classes, top_k), mapping), classes
+    return LabelMappedTask(label_task(False, loss, classes, top_k, metrics=spec.objective.metrics), mapping), classes
 
 
 def _record_classes(spec: TaskSpec, main: MainTask) -> int:

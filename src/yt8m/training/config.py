@@ -98,4 +98,4 @@ class TrainConfig:
     def main_task(self) -> MainTask:
         """What the run's tasks default to: its main data, features, loss, best metric and teacher."""
         return MainTask(self.data.train_data_pattern, self.validation.eval_data_pattern, self.features,
-                        self.loss, self.validation.best_metric, self.distillation)
+                        self.loss, self.validation.best_metric, self.distillation, tuple(self.validation.metrics))

@@ -25,6 +25,7 @@ from yt8m.fields import setting
 from yt8m.io.checkpoints import exported_checkpoint
 from yt8m.io.summaries import summary_writer
 from yt8m.runtime import reader_workers
+from yt8m.tasks.metrics import higher_is_better, is_own_metric, metric_problem, metrics_problem
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.best_models import Exporters
 from yt8m.training.data import source_spec
@@ -37,11 +38,14 @@ TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked
 
 
 def best_metric_problem(name: str) -> Optional[str]:
-    """The check of --best_metric: a metric of the tasks (its task's own are checked with the tasks)."""
-    if name.rpartition("/")[2] in HIGHER_IS_BETTER:
+    """The check of --best_metric: a metric (its task's own are checked with the tasks)."""
+    metric = name.rpartition("/")[2]
+    if is_own_metric(metric) or metric_problem(metric) is None:
         return None
     form = "TASK/METRIC with METRIC" if "/" in name else ""
-    return f"must be {form} one of {', '.join(HIGHER_IS_BETTER)}, got {name!r}".replace("  ", " ")
+    return (f"must be {form} one of {', '.join(HIGHER_IS_BETTER)} or a metric of one's own, got {name!r}: "
+            f"{metric_problem(metric)}").replace("  ", " ")
+
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,13 @@ class ValidationConfig:
     eval_start_delay_secs: float = setting(0.0, "Evaluate no checkpoint in the first N seconds of training (the "
                                                 "final one is always evaluated).", at_least=0)
     best_metric: str = setting("gap", "Validation metric that picks the best model: gap, map, map_all_classes, "
-                                      "hit_at_one, perr, segment_map (--segment_labels; higher is better) or loss "
-                                      "(lower is better); with tasks TASK/METRIC (METRIC: the first task's).",
+                                      "hit_at_one, perr, segment_map (--segment_labels; higher is better), loss "
+                                      "(lower is better), or a metric of one's own (see --metrics); with tasks "
+                                      "TASK/METRIC (METRIC: the first task's).",
                                check=best_metric_problem)
+    metrics: list[str] = setting([], "Metrics of one's own every task reports beside its own, each a registered name, "
+                                     "entry point or import path (package.module:Name), with arguments as "
+                                     "NAME(arg=value); --best_metric's is added.", check=metrics_problem)
     top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
     keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).",
                                      at_least=0)
@@ -263,7 +271,7 @@ class TrainEvaluator:
 
 def better(metric: str, value: float, best: float) -> bool:
     """Whether `value` of `metric` improves on `best`."""
-    return value > best if HIGHER_IS_BETTER[metric] else value < best
+    return value > best if higher_is_better(metric) else value < best
 
 
 def best_export_checkpoint(train_dir: str, step: int) -> str:

@@ -18,12 +18,12 @@ from optuna.trial import FrozenTrial, TrialState
 from yt8m.config import load_config, save_config, with_values
 from yt8m.data.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
-from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
 from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
 from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.optional import available
+from yt8m.tasks.metrics import metric_meaning
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
 from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir, trial_value
@@ -230,7 +230,7 @@ def print_leaderboard(study: optuna.Study, spec: TuneSpec) -> None:
     plain_metric = spec.metric.rpartition("/")[2]
     lines = [f"study '{spec.settings.study.study_name}' ({spec.direction} validation {spec.metric}): "
              f"{describe_counts(state_counts(study))}",
-             f"{spec.metric}: {METRIC_MEANINGS[plain_metric]}",
+             f"{spec.metric}: {metric_meaning(plain_metric)}",
              format_leaderboard(leaderboard(study), spec.metric)]
     best = best_trial(study)
     if best is not None:

@@ -16,10 +16,11 @@ from typing import Any, Optional, cast
 
 import optuna
 
-from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_yaml
+from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_components, load_yaml
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import setting
 from yt8m.models.registry import hparam_fields
+from yt8m.tasks.metrics import canonical_metric, higher_is_better, is_own_metric, metric_problem
 from yt8m.tasks.spec import TaskConfig, TasksConfig, reads_segments, task_entries
 from yt8m.tasks.video import metric_names
 from yt8m.training.checks import train_config_problems
@@ -191,9 +192,11 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     document = load_yaml(path)
     problems = [f"{path}: unknown section '{name}' (sections: {', '.join(SECTIONS)})"
                 for name in document if name not in SECTIONS]
+    _load_named_components(_section(path, document, "train", []), _section(path, document, "search", []))
     train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
     search = _read_search(path, _section(path, document, "search", problems), train, problems)
     metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
+    train = _reporting(train, metric)
     _check_objective_task(path, train, search, metric, problems)
     tune_section = dict(_section(path, document, "tune", problems))
     raw_enqueue = tune_section.pop("enqueue", [])
@@ -225,6 +228,24 @@ def _collect(problems: list[str], build, *args: Any) -> Any:
     except ConfigError as err:
         problems.extend(err.problems)
         return None
+
+
+def _load_named_components(train: dict, search: dict) -> None:
+    """Import the components train: and the choices of search: name by import path, so that their
+    hyper-parameters are fields a search can vary."""
+    load_components(TrainConfig, train)
+    for name, spec in search.items():
+        choices = spec.get("choices") if isinstance(spec, dict) else None
+        for choice in choices if isinstance(choices, list) else []:
+            load_components(TrainConfig, {name: choice})
+
+
+def _reporting(train: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The fixed fields, with the objective among the metrics trials report where it is one of one's own."""
+    plain = metric.rpartition("/")[2]
+    if is_own_metric(plain):
+        return train
+    return {**train, "metrics": list(dict.fromkeys([*(train.get("metrics") or []), plain]))}
 
 
 def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str, Any], str]:
@@ -490,12 +511,14 @@ def _read_objective(path: str, section: dict, problems: list[str]) -> tuple[str,
     if unknown:
         problems.append(f"{path}: objective: unknown key(s) {', '.join(unknown)} (allowed: metric, direction)")
     metric = section.get("metric", "gap")
-    plain = metric.rpartition("/")[2]  # TASK/METRIC with tasks
-    if plain not in METRIC_DIRECTIONS:
+    task, _, plain = metric.rpartition("/")  # TASK/METRIC with tasks
+    if not is_own_metric(plain) and metric_problem(plain) is not None:
         problems.append(f"{path}: objective.metric {metric!r} is not a validation metric "
-                        f"(use one of: {', '.join(METRIC_DIRECTIONS)}; with tasks, TASK/METRIC)")
+                        f"(use one of: {', '.join(METRIC_DIRECTIONS)}, or a metric of one's own; with tasks, "
+                        f"TASK/METRIC): {metric_problem(plain)}")
         return "gap", "maximize"
-    direction = section.get("direction", METRIC_DIRECTIONS[plain])
+    metric = f"{task}/{canonical_metric(plain)}" if task else canonical_metric(plain)
+    direction = section.get("direction", "maximize" if higher_is_better(plain) else "minimize")
     if direction not in ("maximize", "minimize"):
         problems.append(f"{path}: objective.direction {direction!r} must be maximize or minimize")
     return metric, direction
@@ -519,7 +542,7 @@ def _check_objective_task(path: str, train: dict[str, Any], search: list[Param],
     segments = reads_segments(chosen.get("label_source", "labels"), chosen.get("train_data_pattern", ""),
                               main_pattern, segment_labels) if chosen else segment_labels
     names = metric_names(segments)
-    if plain not in names:
+    if plain not in names and (is_own_metric(plain) or segments):
         source = f"task {chosen.get('name')} reads segment ratings" if chosen else "train: segment_labels"
         kind = f"segment ({source})" if segments else "video-level"
         problems.append(f"{path}: objective.metric {metric!r} is not a {kind} metric (use one of: "

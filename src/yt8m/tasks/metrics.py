@@ -1,0 +1,209 @@
+"""Metrics by name: a task's own (GAP, mAP, Hit@1, PERR, loss; segment mAP) and metrics of one's own, a class fed
+every validation batch's predictions and labels, named in --best_metric, --metrics, a task's metric or a tuning
+objective, by registered name, entry point (group yt8m.metrics) or import path, with arguments as NAME(arg=value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional, Protocol
+
+import numpy as np
+import yaml
+
+from yt8m.config import ConfigError, config_from_dict
+from yt8m.eval.metrics import HIGHER_IS_BETTER, METRIC_MEANINGS, EvaluationMetrics
+from yt8m.plugins.registry import Registry
+from yt8m.plugins.signature import annotated_hparams, signature_hparams
+
+# What yt8m gives a metric's constructor; its other arguments are the metric's own, given as NAME(arg=value).
+GIVEN = ("num_classes",)
+METHODS = ("update", "compute", "merge")
+_REQUEST = re.compile(r"^\s*(?P<name>[^()\s]+)\s*(?:\((?P<args>.*)\))?\s*$")
+
+
+class Metric(Protocol):
+    """A metric of one's own, made per evaluation as `Metric(num_classes, **arguments)`.
+
+    `update` gets each batch's predictions [videos, classes] (probabilities, float32) and labels (0/1, same shape);
+    `compute` gives the value over everything updated; `merge` adds another process's metric of the same kind (under
+    torchrun, each evaluates its own shards and rank 0 merges them). `higher_is_better` says which way is better: it
+    picks the best model, drives early stopping and a tuning objective's direction.
+    """
+
+    higher_is_better: bool
+
+    def update(self, predictions: np.ndarray, labels: np.ndarray) -> None: ...
+
+    def compute(self) -> float: ...
+
+    def merge(self, other: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class MetricEntry:
+    """A registered metric: its class, its arguments' dataclass, and which way is better."""
+
+    cls: type
+    hparams: type
+    higher_is_better: bool
+    takes_hparams: bool  # the constructor takes the dataclass whole (`hparams`), not keyword arguments
+
+
+def adopt_metric(name: str, obj: Any) -> MetricEntry:
+    """What a name or import path finds, as a metric: a class with update, compute and merge, a bool
+    `higher_is_better`, and a constructor taking num_classes (and its own arguments, with defaults)."""
+    if not isinstance(obj, type):
+        raise TypeError(f"{obj!r} is not a metric: a metric is a class with update(predictions, labels), compute() "
+                        "and merge(other), and a bool higher_is_better")
+    missing = [method for method in METHODS if not callable(getattr(obj, method, None))]
+    if missing:
+        raise TypeError(f"{obj.__name__} is not a metric: it lacks {', '.join(missing)} (a metric has "
+                        "update(predictions, labels), compute() and merge(other))")
+    direction = getattr(obj, "higher_is_better", None)
+    if not isinstance(direction, bool):
+        raise TypeError(f"{obj.__name__} lacks higher_is_better = True or False (which way a better model moves it)")
+    if "num_classes" not in inspect.signature(obj).parameters:
+        raise TypeError(f"{obj.__name__}.__init__ must take num_classes (the task's classes)")
+    own = annotated_hparams(obj)
+    return MetricEntry(obj, own or signature_hparams(obj, GIVEN), direction, own is not None)
+
+
+METRICS: Registry[MetricEntry] = Registry("metric", "yt8m.metrics", adopt_metric, also_known=tuple(HIGHER_IS_BETTER))
+
+
+@dataclass(frozen=True)
+class MetricRequest:
+    """A metric as a config names it: NAME, or NAME(arg=value, ...) with its arguments typed by its dataclass."""
+
+    name: str
+    arguments: Any  # the metric's hyper-parameters' dataclass instance; None for a task's own metric
+
+    @property
+    def key(self) -> str:
+        """Its name in results: as written, with the arguments given (canonical order) where they differ."""
+        if self.arguments is None:
+            return self.name
+        defaults = type(self.arguments)()
+        given = [f"{f.name}={getattr(self.arguments, f.name)!r}" for f in dataclasses.fields(self.arguments)
+                 if getattr(self.arguments, f.name) != getattr(defaults, f.name)]
+        return f"{self.name}({', '.join(given)})" if given else self.name
+
+    def build(self, num_classes: int) -> Metric:
+        entry = METRICS.get(self.name)
+        if entry.takes_hparams:
+            return entry.cls(num_classes=num_classes, hparams=self.arguments)
+        return entry.cls(num_classes=num_classes, **dataclasses.asdict(self.arguments))
+
+
+def is_own_metric(name: str) -> bool:
+    """A task's own metric (gap, map, ..., segment_map), which its accumulator computes."""
+    return name in HIGHER_IS_BETTER
+
+
+def parse_metric(text: str) -> MetricRequest:
+    """A metric named in a config; a ValueError says what is wrong with it (one line)."""
+    match = _REQUEST.match(text)
+    if match is None:
+        raise ValueError(f"metric {text!r}: write NAME or NAME(arg=value, ...)")
+    name, arguments = match["name"], match["args"]
+    if is_own_metric(name):
+        if arguments is not None:
+            raise ValueError(f"metric {text!r}: {name} takes no arguments")
+        return MetricRequest(name, None)
+    entry = METRICS.get(name)
+    try:
+        return MetricRequest(METRICS.recorded_name(name),
+                             config_from_dict(entry.hparams, _arguments(text, arguments), source=f"metric {name}"))
+    except ConfigError as err:
+        raise ValueError(f"metric {text!r}: " + "; ".join(err.problems)) from err
+
+
+def _arguments(text: str, arguments: Optional[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for part in filter(None, (piece.strip() for piece in (arguments or "").split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"metric {text!r}: {part!r} is not arg=value")
+        values[key.strip()] = yaml.safe_load(value)
+    return values
+
+
+def canonical_metric(text: str) -> str:
+    """A metric name as results key it (an import path as module:Name, arguments in canonical form); `text` itself
+    where it names no metric (the checks say so)."""
+    try:
+        return parse_metric(text).key
+    except ValueError:
+        return text
+
+
+def metric_problem(text: str) -> Optional[str]:
+    """The check of a metric name: None, or why it names no metric."""
+    try:
+        parse_metric(text)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def metric_meaning(name: str) -> str:
+    """What a metric says, in one line, for the reports people read."""
+    if is_own_metric(name):
+        return METRIC_MEANINGS[name]
+    better = "higher" if higher_is_better(name) else "lower"
+    return f"{name}: a metric of one's own ({better} is better)"
+
+
+def metrics_problem(names: list[str]) -> Optional[str]:
+    """The check of a list of metric names: None, or why the first bad one names no metric."""
+    return next(filter(None, map(metric_problem, names)), None)
+
+
+def higher_is_better(text: str) -> bool:
+    """Which way is better for a metric name (a task's own, or one of one's own)."""
+    request = parse_metric(text)
+    return HIGHER_IS_BETTER[request.name] if request.arguments is None else METRICS.get(request.name).higher_is_better
+
+
+class MetricSet:
+    """A video task's accumulator (EvaluationMetrics) with metrics of one's own beside it: each batch goes to all,
+    `get()` gives all their values, and processes merge all (yt8m.distributed.across_ranks)."""
+
+    def __init__(self, own: EvaluationMetrics, extra: Iterable[tuple[str, Metric]]):
+        self.own, self.extra = own, list(extra)
+
+    def __enter__(self) -> "MetricSet":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.own.close()
+
+    @property
+    def num_labels(self) -> int:
+        return self.own.num_labels
+
+    def accumulate(self, predictions: np.ndarray, labels: np.ndarray, loss: float = 0.0) -> None:
+        self.own.accumulate(predictions, labels, loss)
+        for _, metric in self.extra:
+            metric.update(predictions, labels)
+
+    def get(self) -> dict[str, Any]:
+        return {**self.own.get(), **{key: float(metric.compute()) for key, metric in self.extra}}
+
+    def per_class(self) -> dict[str, np.ndarray]:
+        return self.own.per_class()
+
+    def totals(self) -> dict[str, Any]:
+        return {**self.own.totals(), "extra": [metric for _, metric in self.extra]}
+
+    def pooled_blocks(self) -> Iterator[np.ndarray]:
+        return self.own.pooled_blocks()
+
+    def extend(self, totals: dict[str, Any], pooled_blocks: Iterable[np.ndarray]) -> None:
+        self.own.extend(totals, pooled_blocks)
+        for (_, metric), other in zip(self.extra, totals["extra"]):
+            metric.merge(other)
