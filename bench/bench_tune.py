@@ -112,7 +112,7 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 def real(args: argparse.Namespace) -> None:
-    from yt8m.tune.report import evaluate_train_dir
+    from yt8m.tuning.report import evaluate_train_dir
 
     def shards(split: str) -> str:
         return ",".join(str(REAL_SHARDS / f"validate{i:04d}.tfrecord") for i in REAL_SPLITS[split])

@@ -54,7 +54,7 @@ def test_a_job_killed_mid_study_fails_the_command(tmp_path, shards, request):
 
 def test_two_jobs_pruning_the_same_trial_at_once_both_go_on(tmp_path, monkeypatch):
     """--keep_best 1 after two trials: the other job removes trial 0's checkpoints while this one is about to."""
-    from yt8m.tune import objective
+    from yt8m.tuning import objective
 
     study = optuna.create_study(direction="maximize")
     for number, value in enumerate((0.1, 0.9)):

@@ -247,9 +247,10 @@ def test_torch_compile_traces_through_the_kernels(name, ops):
     eager_model = copy.deepcopy(compiled_model)
     features = torch.randn(6, 12, 24) if name == "DbofModel" else torch.randn(6, 24)
     labels = torch.rand(6, 30) < 0.2
+    loss_fn = create_loss("CrossEntropyLoss")
 
     def loss_of(model):
-        return create_loss("CrossEntropyLoss")(model(features), labels)
+        return loss_fn(model(features), labels)
 
     torch._dynamo.reset()
     torch.manual_seed(1)

@@ -27,7 +27,7 @@ from yt8m.tasks.segment import SEGMENT_METRICS, SegmentTask
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
 from yt8m.io.checkpoints import list_exports, read_export_metrics
-from yt8m.tune.space import load_tune_spec
+from yt8m.tuning.space import load_tune_spec
 
 NUM_CLASSES = 12
 FEATURE_SIZES = (16, 8)

@@ -24,9 +24,9 @@ from tune_fixtures import FEATURE_SIZES, NUM_CLASSES, SEARCH, shards, tune_file 
 from yt8m import cli
 from yt8m.config import config_values, load_config
 from yt8m.training import TrainConfig
-from yt8m.tune.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
-from yt8m.tune.objective import TrialObjective
-from yt8m.tune.study import (
+from yt8m.tuning.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
+from yt8m.tuning.objective import TrialObjective
+from yt8m.tuning.study import (
     FileLock,
     create_pruner,
     create_sampler,
@@ -707,7 +707,7 @@ def test_an_interrupt_lost_in_a_finalizer_ends_the_process():
     """Python only prints an exception raised inside a weakref callback or __del__; a SIGTERM's KeyboardInterrupt
     landed there in half the parent deaths and left the job training. Now the process ends (exit 130)."""
     script = ("import os, signal\n"
-              "from yt8m.tune.runner import _ending_on_lost_interrupt, interrupt_once\n"
+              "from yt8m.tuning.runner import _ending_on_lost_interrupt, interrupt_once\n"
               "signal.signal(signal.SIGTERM, interrupt_once)\n"
               "class Finalized:\n"
               "    def __del__(self):\n"

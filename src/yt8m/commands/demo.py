@@ -26,9 +26,9 @@ from yt8m.inference.predict import run_predict
 from yt8m.io.files import write_file_atomically
 from yt8m.runtime import setup_logging
 from yt8m.training import TrainConfig, train
-from yt8m.tune.runner import run_tune
-from yt8m.tune.space import load_tune_spec
-from yt8m.tune.study import describe_counts
+from yt8m.tuning.runner import run_tune
+from yt8m.tuning.space import load_tune_spec
+from yt8m.tuning.study import describe_counts
 
 log = logging.getLogger("yt8m.demo")
 REPORTED_METRICS = ("gap", "map", "hit_at_one", "perr")

@@ -10,9 +10,9 @@ from typing import Sequence
 
 from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
-from yt8m.tune.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
-from yt8m.tune.space import load_tune_spec
-from yt8m.tune.study import STUDY_FILE, load_existing_study
+from yt8m.tuning.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
+from yt8m.tuning.space import load_tune_spec
+from yt8m.tuning.study import STUDY_FILE, load_existing_study
 
 
 def main(argv: Sequence[str]) -> int:

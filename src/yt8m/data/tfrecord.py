@@ -363,6 +363,12 @@ def read_records(path: str, skip_corrupt: bool = False,
             yield offset, bytes(view[start:end])
 
 
+def framed_record(payload: bytes) -> bytes:
+    """A record as TFRecord files hold it: its length and the length's masked CRC32C, the payload, its CRC32C."""
+    length = _UINT64.pack(len(payload))
+    return b"".join((length, _UINT32.pack(masked_crc32c(length)), payload, _UINT32.pack(masked_crc32c(payload))))
+
+
 class TFRecordWriter:
     """Write records with TensorFlow's framing; `compression="GZIP"` compresses the whole stream."""
 
@@ -375,9 +381,7 @@ class TFRecordWriter:
         self._stream: BinaryIO = gzip.GzipFile(fileobj=self._file, mode="wb") if kind == "GZIP" else self._file
 
     def write(self, payload: bytes) -> None:
-        length = _UINT64.pack(len(payload))
-        self._stream.write(b"".join((length, _UINT32.pack(masked_crc32c(length)),
-                                     payload, _UINT32.pack(masked_crc32c(payload)))))
+        self._stream.write(framed_record(payload))
 
     def close(self) -> None:
         if self._stream is not self._file:

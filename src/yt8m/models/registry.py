@@ -61,6 +61,7 @@ def register_model(model: Any = None) -> Any:
     a name another model also has must agree with it in type (they are one flag); its default is the model's own.
 
     Example:
+        >>> import torch
         >>> from torch import nn
         >>> @register_model
         ... class TwoLayer(nn.Module):
@@ -144,7 +145,7 @@ def hparam_fields(load: bool = True) -> list[tuple[dataclasses.Field, Any]]:
     seen: dict[str, tuple[dataclasses.Field, Any]] = {}
     defaults: dict[str, dict[str, Any]] = {}
     for entry in MODELS.entries(load):
-        model, cls = entry.recorded_name, entry.component.hparams
+        model, cls = entry.name, entry.component.hparams
         types = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             seen.setdefault(f.name, (f, types[f.name]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
@@ -24,9 +25,16 @@ class Entry(Generic[T]):
     """A registered component, the name configs record it by, and where it came from (for messages)."""
 
     component: T
-    recorded_name: str
+    name: str
     origin: str
     source: Any = None  # the class or function the component was made from
+    fixed_name: Optional[str] = None  # a built-in's, an entry point's or an import path's: the name recorded
+
+    @property
+    def recorded_name(self) -> str:
+        """The name another process finds the component by: a module's own is found by its import path once its
+        module holds it (a decorator runs before the module binds the class's name: read when asked)."""
+        return self.fixed_name or object_path(self.source) or self.name
 
 
 def is_import_path(name: str) -> bool:
@@ -59,12 +67,16 @@ def import_object(path: str) -> Any:
 
 
 def object_path(obj: Any) -> Optional[str]:
-    """`module:QualName` for a class or function another process can import; None for one of __main__ (a
-    notebook's or a script's own) or defined inside a function."""
+    """`module:QualName` for a class or function another process can import: found under that name in its module.
+    None for one of __main__ (a notebook's or a script's own), one defined inside a function, or one its module does
+    not hold under its name."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
-    if not module or module == MAIN_MODULE or "<locals>" in qualname:
+    if not module or module == MAIN_MODULE or "<locals>" in qualname or module not in sys.modules:
         return None
-    return f"{module}:{qualname}"
+    found: Any = sys.modules[module]
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module}:{qualname}" if found is obj else None
 
 
 class Registry(Generic[T]):
@@ -84,9 +96,9 @@ class Registry(Generic[T]):
         if name in self._entries:
             raise ValueError(f"{origin or self.kind + ' ' + name}: the {self.kind} name {name!r} is taken by "
                              f"{self._entries[name].origin}: rename it")
-        recorded = name if builtin or origin.startswith("entry point") else object_path(obj) or name
-        self._entries[name] = Entry(component, recorded, origin or ("the built-in " + self.kind if builtin else
-                                                                     f"{self.kind} {recorded}"), obj)
+        fixed = name if builtin or origin.startswith("entry point") else None
+        self._entries[name] = Entry(component, name, origin or ("the built-in " + self.kind if builtin else
+                                                                 f"{self.kind} {name}"), obj, fixed)
         if builtin:
             self._builtin.add(name)
 
@@ -127,7 +139,8 @@ class Registry(Generic[T]):
             return registered
         component = self._adopt_named(name, obj, f"{self.kind} {name}")
         module, attribute = split_import_path(name)
-        self._entries[name] = Entry(component, f"{module}:{attribute}", f"{self.kind} {module}:{attribute}", obj)
+        path = f"{module}:{attribute}"
+        self._entries[name] = Entry(component, name, f"{self.kind} {path}", obj, path)
         return self._entries[name]
 
     def recorded_name(self, name: str) -> str:
@@ -176,7 +189,7 @@ class Registry(Generic[T]):
             registered = self._entry_of(obj)
             if registered is not None and self._entries.get(point.name) is registered:
                 # Its module registered it under the same name as it imported: recorded by the entry point's name.
-                self._entries[point.name] = Entry(registered.component, point.name, origin, obj)
+                self._entries[point.name] = Entry(registered.component, point.name, origin, obj, point.name)
                 continue
             self.add(point.name, self._adopt_named(point.name, obj, origin), obj, origin=origin)
 

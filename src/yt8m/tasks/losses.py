@@ -13,7 +13,7 @@ import functools
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -221,8 +221,26 @@ def _check_call(name: str, function: Callable, skip_self: bool) -> None:
 
 
 LOSSES: Registry[LossEntry] = Registry("loss", "yt8m.losses", adopt_loss)
+L = TypeVar("L", bound=Callable)
 for _builtin in (CrossEntropyLoss, HingeLoss, SoftmaxLoss, FocalLoss):
     LOSSES.add(_builtin.__name__, adopt_loss(_builtin.__name__, _builtin), _builtin, builtin=True)
+
+
+def register_loss(loss: L) -> L:
+    """Decorator: make a loss available by its name (`--label_loss MyLoss`, a task's `loss: MyLoss`): an nn.Module
+    class whose forward takes (output, labels[, label_weights]), its hyper-parameters its constructor's `hparams`
+    dataclass or keyword arguments with defaults (flags of their own names); or such a function.
+
+    Example:
+        >>> @register_loss
+        ... def squared_error(output, labels, label_weights=None, scale: float = 1.0):
+        ...     return scale * ((output["predictions"] - labels.float()) ** 2).sum(1).mean()
+        >>> create_loss(LossConfig("squared_error", {"scale": 2.0}))  # doctest: +ELLIPSIS
+        FunctionLoss(...)
+        >>> LOSSES.remove("squared_error")
+    """
+    LOSSES.add(loss.__name__, adopt_loss(loss.__name__, loss), loss)
+    return loss
 
 
 def known_loss(name: str) -> Optional[str]:

@@ -9,7 +9,7 @@ import dataclasses
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional, Protocol
+from typing import Any, Iterable, Iterator, Optional, Protocol, TypeVar
 
 import numpy as np
 import yaml
@@ -73,6 +73,33 @@ def adopt_metric(name: str, obj: Any) -> MetricEntry:
 
 
 METRICS: Registry[MetricEntry] = Registry("metric", "yt8m.metrics", adopt_metric, also_known=tuple(HIGHER_IS_BETTER))
+
+
+K = TypeVar("K", bound=type)
+
+
+def register_metric(metric: K) -> K:
+    """Class decorator: make a metric available by its class name (`--best_metric MicroF1`, `--metrics`, a tuning
+    objective); see Metric for what it has.
+
+    Example:
+        >>> @register_metric
+        ... class MeanMaxScore:
+        ...     higher_is_better = True
+        ...     def __init__(self, num_classes: int):
+        ...         self.total, self.videos = 0.0, 0
+        ...     def update(self, predictions, labels):
+        ...         self.total += float(predictions.max(axis=1).sum()); self.videos += len(predictions)
+        ...     def compute(self):
+        ...         return self.total / self.videos
+        ...     def merge(self, other):
+        ...         self.total += other.total; self.videos += other.videos
+        >>> parse_metric("MeanMaxScore").key
+        'MeanMaxScore'
+        >>> METRICS.remove("MeanMaxScore")
+    """
+    METRICS.add(metric.__name__, adopt_metric(metric.__name__, metric), metric)
+    return metric
 
 
 @dataclass(frozen=True)

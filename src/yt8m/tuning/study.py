@@ -22,7 +22,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.training.config import ScheduleConfig
-from yt8m.tune.space import PruningSettings, SamplingSettings, StudySettings, TuneSpec
+from yt8m.tuning.space import PruningSettings, SamplingSettings, StudySettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
 

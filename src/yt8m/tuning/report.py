@@ -26,9 +26,9 @@ from yt8m.optional import available
 from yt8m.tasks.metrics import metric_meaning
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
-from yt8m.tune.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir, trial_value
-from yt8m.tune.space import TuneSpec
-from yt8m.tune.study import (
+from yt8m.tuning.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir, trial_value
+from yt8m.tuning.space import TuneSpec
+from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
     RETRY_OF_ATTR,
     FileLock,

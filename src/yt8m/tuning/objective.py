@@ -18,9 +18,9 @@ from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
-from yt8m.tune.limits import RunLimits, StudyDeadline, TrialTimeLimit
-from yt8m.tune.space import TuneSpec, objective_key, report_schedule
-from yt8m.tune.study import (
+from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit
+from yt8m.tuning.space import TuneSpec, objective_key, report_schedule
+from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
     INTERRUPTED_PREFIX,
     WORKER_ATTR,

@@ -18,16 +18,16 @@ import optuna
 import torch
 import yaml
 
-from yt8m.config import config_values
+from yt8m.config import config_from_dict, config_values, flag_names
 from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging
-from yt8m.tune.limits import RunLimits, StudyDeadline
-from yt8m.tune.objective import TrialObjective, remove_checkpoints_beyond_best
-from yt8m.tune.report import write_leaderboard_and_best, write_report
-from yt8m.tune.space import TuneSpec
-from yt8m.tune.study import (
+from yt8m.tuning.limits import RunFlags, RunLimits, StudyDeadline
+from yt8m.tuning.objective import TrialObjective, remove_checkpoints_beyond_best
+from yt8m.tuning.report import LEADERBOARD_TXT, write_leaderboard_and_best, write_report
+from yt8m.tuning.space import TuneSettings, TuneSpec, load_tune_spec
+from yt8m.tuning.study import (
     STUDY_FILE,
     FileLock,
     describe_counts,
@@ -77,6 +77,33 @@ def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[opt
                     "again to resume the study", settings.study.timeout)
     return study, {**write_report(study, spec), "interrupted": interrupted, "timed_out": timed_out,
                    "failed_jobs": failed_jobs}
+
+
+def tune_from_file(path: str, values: dict[str, Any]) -> tuple[optuna.Study, TuneSpec, dict[str, Any]]:
+    """`yt8m tune --config PATH` with flag values `values` (the `tune:` settings and RunFlags, by flag name): the
+    study, the tuning file as run, and the summary; a ChildProcessError where a job died, a ValueError where no trial
+    completed (the reasons are in the study's leaderboard)."""
+    overrides = {name: value for name, value in values.items() if name in flag_names(TuneSettings)}
+    unknown = sorted(set(values) - set(overrides) - set(flag_names(RunFlags)))
+    if unknown:
+        raise ValueError(f"unknown tune setting(s) {', '.join(unknown)} (settings: "
+                         f"{', '.join([*flag_names(TuneSettings), *flag_names(RunFlags)])})")
+    flags = config_from_dict(RunFlags, {name: value for name, value in values.items()
+                                        if name in flag_names(RunFlags)}, source="flags")
+    spec = with_data_patterns(load_tune_spec(path, overrides), flags.train_data_pattern, flags.eval_data_pattern)
+    study, summary = run_tune(spec, flags.trial_timeout)
+    return study, spec, summary
+
+
+def raise_failures(summary: dict[str, Any]) -> None:
+    """The one-line error of a study run whose jobs died, or in which no trial completed."""
+    if summary["failed_jobs"]:
+        raise ChildProcessError(f"{', '.join(summary['failed_jobs'])} died; the other jobs carried on, and a dead "
+                                "job's trial is re-queued as interrupted: run the same command again to finish the "
+                                "study")
+    if summary["best_value"] is None:
+        raise ValueError(f"no trial completed ({describe_counts(summary['n_trials'])}): the reasons are in "
+                         f"{os.path.join(summary['study_dir'], LEADERBOARD_TXT)}")
 
 
 def _check_data(spec: TuneSpec) -> None:
