@@ -9,11 +9,28 @@ from typing import Callable, NamedTuple, Optional, Sequence
 import numpy as np
 
 from yt8m.data.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
-from yt8m.data.example_parse import (KIND_NAMES, Features, describe, example_features, feature_list, parse_features,
-                                     sequence_example, top_level)
+from yt8m.data.example_parse import (
+    KIND_NAMES,
+    Features,
+    describe,
+    example_features,
+    feature_list,
+    parse_features,
+    sequence_example,
+    top_level,
+)
 from yt8m.data.layout import uniform_frames
-from yt8m.data.wire import (ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64, LABELS_KEY, SEGMENT_LABELS_KEY,
-                            SEGMENT_SCORES_KEY, SEGMENT_START_TIMES_KEY, SEQUENCE_CONTEXT)
+from yt8m.data.wire import (
+    ID_KEYS,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    LABELS_KEY,
+    SEGMENT_LABELS_KEY,
+    SEGMENT_SCORES_KEY,
+    SEGMENT_START_TIMES_KEY,
+    SEQUENCE_CONTEXT,
+)
 from yt8m.data.wire_scan import RecordError
 
 CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases

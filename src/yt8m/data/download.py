@@ -33,7 +33,14 @@ from typing import IO, Any, Callable, Iterator, Optional, Sequence, TypeVar
 from tqdm import tqdm
 
 from yt8m.fields import quoted
-from yt8m.io.files import NAME_MAX_BYTES, WriteError, atomic_writer, temporary_owner, temporary_stem, write_file_atomically
+from yt8m.io.files import (
+    NAME_MAX_BYTES,
+    WriteError,
+    atomic_writer,
+    temporary_owner,
+    temporary_stem,
+    write_file_atomically,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

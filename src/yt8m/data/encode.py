@@ -8,8 +8,20 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.wire import (UINT64_MASK, ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, KIND_BYTES, KIND_FLOAT, KIND_INT64,
-                            LIST_VALUE, MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_LEN)
+from yt8m.data.wire import (
+    ENTRY_KEY,
+    ENTRY_VALUE,
+    EXAMPLE_FEATURES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    LIST_VALUE,
+    MAP_ENTRY,
+    SEQUENCE_CONTEXT,
+    SEQUENCE_FEATURE_LISTS,
+    UINT64_MASK,
+    WIRE_LEN,
+)
 
 SEGMENT_FIELDS = {
     "segment_start_times": KIND_INT64,

@@ -8,8 +8,21 @@ from typing import Optional
 import numpy as np
 
 from yt8m.data.layout import uniform_frames, walk_entries
-from yt8m.data.wire import (ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, KIND_BYTES, KIND_FLOAT, KIND_INT64, LIST_VALUE,
-                            MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_FIXED32, WIRE_LEN, WIRE_VARINT)
+from yt8m.data.wire import (
+    ENTRY_KEY,
+    ENTRY_VALUE,
+    EXAMPLE_FEATURES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    LIST_VALUE,
+    MAP_ENTRY,
+    SEQUENCE_CONTEXT,
+    SEQUENCE_FEATURE_LISTS,
+    WIRE_FIXED32,
+    WIRE_LEN,
+    WIRE_VARINT,
+)
 from yt8m.data.wire_scan import WireFormatError, iter_fields, read_varint
 
 # Why a hand-written scanner and not the `protobuf` package: upb parses a 4.7 kB YT8M Example in about

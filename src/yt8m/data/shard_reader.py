@@ -10,8 +10,14 @@ from typing import Callable, Generator, Iterator, NamedTuple, Optional
 import numpy as np
 
 from yt8m.data.batch import Batch
-from yt8m.data.batch_build import (RECORD_OVERHEAD_BYTES, BatchBuilder, DecodedSegment, batch_builder, segment_batch,
-                                   segment_examples)
+from yt8m.data.batch_build import (
+    RECORD_OVERHEAD_BYTES,
+    BatchBuilder,
+    DecodedSegment,
+    batch_builder,
+    segment_batch,
+    segment_examples,
+)
 from yt8m.data.batch_decode import PackedRecords
 from yt8m.data.batch_memory import BatchMemory
 from yt8m.data.decode import decode_segment_video

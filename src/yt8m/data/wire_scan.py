@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from yt8m.data.wire import (UINT64_MASK, WIRE_FIXED32, WIRE_FIXED64, WIRE_GROUP_END, WIRE_GROUP_START, WIRE_LEN,
-                            WIRE_VARINT)
+from yt8m.data.wire import (
+    UINT64_MASK,
+    WIRE_FIXED32,
+    WIRE_FIXED64,
+    WIRE_GROUP_END,
+    WIRE_GROUP_START,
+    WIRE_LEN,
+    WIRE_VARINT,
+)
 
 MAX_GROUP_DEPTH = 100  # protobuf's default recursion limit
 
