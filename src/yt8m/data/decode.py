@@ -123,7 +123,8 @@ class LabelIds(NamedTuple):
         """bool [videos, num_classes], True at each label id (repeats count once); `out`, if given, must be
         that array zero-filled, and is filled and returned."""
         if self.values.size and (self.values.min() < 0 or self.values.max() >= num_classes):
-            raise ValueError(f"label ids must lie in [0, {num_classes}), found {self.values.min()}..{self.values.max()}")
+            raise ValueError(f"label ids must lie in [0, {num_classes}), "
+                             f"found {self.values.min()}..{self.values.max()}")
         counts = np.diff(self.offsets)
         if out is None:
             out = np.zeros((len(counts), num_classes), dtype=bool)
@@ -461,9 +462,10 @@ def decode_segment_video(payload: bytes, feature_names: Sequence[str], feature_s
     beyond = np.flatnonzero(ratings.start_times + segment_size > len(frames))
     if len(beyond):
         index = int(beyond[0])
-        raise RecordError(f"feature 'segment_start_times': segment {index} (start {ratings.start_times[index]}, class "
-                          f"{ratings.labels[index]}) ends at frame {ratings.start_times[index] + segment_size}, past the "
-                          f"video's {len(frames)} frames (--segment_size {segment_size})", "segment_start_times")
+        raise RecordError(f"feature 'segment_start_times': segment {index} (start {ratings.start_times[index]}, "
+                          f"class {ratings.labels[index]}) ends at frame {ratings.start_times[index] + segment_size}, "
+                          f"past the video's {len(frames)} frames (--segment_size {segment_size})",
+                          "segment_start_times")
     return video_id, frames, ratings
 
 

@@ -1,11 +1,12 @@
 """Download YouTube-8M partitions by the dataset's own protocol (a plan of file names and MD5s, files from a mirror,
 `shard=i,N`): resumable through the plan's local copy, every file verified by MD5, retried, several at a time.
 
-The official downloader (http://data.yt8m.org/download.py) fetches `<host>/<version>/download_plans/<kind>_<split>.json`,
-a JSON object whose "files" maps each file name to its MD5, keeps it in the current folder as
-`<version>_<kind>_<split>_download_plan.json` and deletes each file from it once downloaded and verified; a file
-`<prefix><two letters>.<ext>` is stored as `<prefix><4-digit index of the letters>.<ext>`. This module keeps all
-of that, so a download started by either one can be finished by the other.
+The official downloader (http://data.yt8m.org/download.py) fetches
+`<host>/<version>/download_plans/<kind>_<split>.json`, a JSON object whose "files" maps each file name to its MD5,
+keeps it in the current folder as `<version>_<kind>_<split>_download_plan.json` and deletes each file from it once
+downloaded and verified; a file `<prefix><two letters>.<ext>` is stored as
+`<prefix><4-digit index of the letters>.<ext>`. This module keeps all of that, so a download started by either one
+can be finished by the other.
 """
 
 from __future__ import annotations
