@@ -4,7 +4,7 @@ checked as YT8M defines them, every error naming its field; batches of records g
 from __future__ import annotations
 
 import itertools
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
@@ -243,12 +243,14 @@ def _with_leftovers(packed: PackedRecords, fast: FastDecoded, decode_row: Callab
         rows, values = rows[order], values[order]
     if not bad_rows:
         offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(packed)))]).astype(np.int64)
-        return video_ids, LabelIds(values, offsets), None
+        # every row has its id: the native decoder's, or decode_row's for each it left
+        return cast(list[str], video_ids), LabelIds(values, offsets), None
     keep = np.ones(len(packed), bool)
     keep[bad_rows] = False
     new_rows = (np.cumsum(keep) - 1)[rows]
     offsets = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=int(keep.sum())))]).astype(np.int64)
-    kept_ids = [video_id for video_id, kept in zip(video_ids, keep.tolist()) if kept]
+    # every row kept has its id: the native decoder's, or decode_row's for each it left
+    kept_ids = [cast(str, video_id) for video_id, kept in zip(video_ids, keep.tolist()) if kept]
     return kept_ids, LabelIds(values, offsets), keep
 
 
