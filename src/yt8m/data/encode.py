@@ -66,7 +66,7 @@ def _map_entry(key: str, value: bytes) -> bytes:
 
 
 def _as_vector(name: str, values: object, dtype: type) -> np.ndarray:
-    array = np.asarray(values, dtype=dtype)
+    array: np.ndarray = np.asarray(values, dtype=dtype)
     if array.ndim != 1:
         raise ValueError(f"feature {name!r} must be one-dimensional, got shape {array.shape}")
     return array
