@@ -20,6 +20,8 @@ demo: $(STAMP)
 # the CPU): 1,187 tests in about 13 minutes on 2 cores.
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check src
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 wheel-test:  # the wheel, installed without extras in a fresh venv, runs the workflow (.ci/wheel_test.sh)

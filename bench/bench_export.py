@@ -27,12 +27,13 @@ NUM_CLASSES = 3862
 
 
 def make_inputs(model: torch.nn.Module, batch: int, frames: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """Raw features at the scale of dequantized YT8M values; frame-level videos of 50-100% of `frames`, zero-padded."""
+    """Video level: raw features at the scale of dequantized YT8M values. Frame level: uint8 frames as the shards store
+    them (what the models and their exports take, dequantized inside), videos of 50-100% of `frames`, zero-padded."""
     generator = torch.Generator().manual_seed(seed)
     if not model.frame_level:
         return (torch.rand(batch, FEATURE_SIZE, generator=generator) * 4 - 2,)
     num_frames = torch.randint(frames // 2, frames + 1, (batch,), generator=generator)
-    features = torch.rand(batch, frames, FEATURE_SIZE, generator=generator) * 4 - 2
+    features = torch.randint(0, 256, (batch, frames, FEATURE_SIZE), generator=generator, dtype=torch.uint8)
     return features * (torch.arange(frames) < num_frames[:, None]).unsqueeze(-1), num_frames
 
 

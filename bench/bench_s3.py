@@ -18,21 +18,22 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from s3_server import loopback_s3_server, s3_environment_set  # noqa: E402
-from yt8m.config import TrainConfig  # noqa: E402
+from yt8m.config import config_from_dict  # noqa: E402
 from yt8m.data.dataset import FeatureSpec  # noqa: E402
 from yt8m.data.throughput import read_throughput  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.runtime import reader_workers, setup_logging  # noqa: E402
-from yt8m.training import train  # noqa: E402
+from yt8m.training import TrainConfig, train  # noqa: E402
 
 BUCKET = "yt8m-bench"
 
 
 def train_once(pattern: str, train_dir: str, args: argparse.Namespace) -> dict:
-    config = TrainConfig(train_data_pattern=pattern, train_dir=train_dir, model="MoeModel",
-                         feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=3862,
-                         batch_size=args.batch_size, num_epochs=args.epochs, num_readers=args.readers,
-                         start_new_model=True, export_model_steps=10**9, log_every_steps=10**9, seed=1)
+    config = config_from_dict(TrainConfig, dict(
+        train_data_pattern=pattern, train_dir=train_dir, model="MoeModel", feature_names="mean_rgb,mean_audio",
+        feature_sizes="1024,128", num_classes=3862, batch_size=args.batch_size, num_epochs=args.epochs,
+        num_readers=args.readers, start_new_model=True, export_model_steps=10**9, log_every_steps=10**9, seed=1),
+        source="bench_s3")
     summary = train(config)
     return {"examples": summary["examples"], "seconds": summary["seconds"],
             "examples_per_sec": summary["examples_per_sec"], "input_wait_fraction": summary["input_wait_fraction"]}

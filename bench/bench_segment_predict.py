@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from yt8m.config import TrainConfig
+from yt8m.config import config_from_dict
 from yt8m.data.synthetic import write_synthetic
-from yt8m.training import train
+from yt8m.training import TrainConfig, train
 
 FRAMES = 300
 SEGMENT_SIZE = 5
@@ -50,9 +50,10 @@ def write_data(folder: str, segments: int, feature_sizes: tuple[int, int], shard
 
 def train_model(folder: str, model: str, feature_sizes: tuple[int, int]) -> str:
     train_dir = os.path.join(folder, f"run-{model}")
-    train(TrainConfig(train_data_pattern=os.path.join(folder, "segment", "train-*"), train_dir=train_dir, model=model,
-                      frame_features=True, feature_names="rgb,audio", feature_sizes=",".join(map(str, feature_sizes)),
-                      num_classes=NUM_CLASSES, batch_size=TRAIN_VIDEOS, max_steps=1, num_readers=0))
+    train(config_from_dict(TrainConfig, dict(
+        train_data_pattern=os.path.join(folder, "segment", "train-*"), train_dir=train_dir, model=model,
+        frame_features=True, feature_names="rgb,audio", feature_sizes=",".join(map(str, feature_sizes)),
+        num_classes=NUM_CLASSES, batch_size=TRAIN_VIDEOS, max_steps=1, num_readers=0), source="bench_segment_predict"))
     return train_dir
 
 

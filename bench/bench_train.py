@@ -15,7 +15,6 @@ Usage: .venv/bin/python bench/bench_train.py [--models LogisticModel,MoeModel,Db
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -31,17 +30,18 @@ configure_training_process()  # as `yt8m train` does, before torch loads; the ce
 import torch  # noqa: E402
 
 from yt8m import kernels  # noqa: E402
-from yt8m.config import TrainConfig  # noqa: E402
+from yt8m.config import config_from_dict  # noqa: E402
 from yt8m.data.batch import Batch  # noqa: E402
-from yt8m.data.dataset import FeatureSpec, YT8MDataset  # noqa: E402
+from yt8m.data.dataset import YT8MDataset  # noqa: E402
 from yt8m.data.synthetic import write_synthetic  # noqa: E402
 from yt8m.tasks.losses import create_loss  # noqa: E402
-from yt8m.models import create_model_from_config, is_frame_level  # noqa: E402
+from yt8m.models import is_frame_level  # noqa: E402
+from yt8m.models.config import build_model  # noqa: E402
 from yt8m.tasks.taskset import plan_tasks  # noqa: E402
 from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
-from yt8m.training import train  # noqa: E402
-from yt8m.training.loop import grad_scaler, model_loss  # noqa: E402
+from yt8m.training import TrainConfig, train  # noqa: E402
+from yt8m.training.stepper import grad_scaler, model_loss  # noqa: E402
 from yt8m.training.run import model_of  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
 
@@ -126,17 +126,17 @@ def time_matmuls(matmuls: list[tuple[str, list[list[int]]]], device: torch.devic
 
 def one_batch(config: TrainConfig) -> Batch:
     """The first batch, on the device the trainer would use."""
-    batch = next(iter(YT8MDataset(config.train_data_pattern, FeatureSpec.from_config(config), config.batch_size)))
-    return batch.to(resolve_device(config.device))
+    batch = next(iter(YT8MDataset(config.data.train_data_pattern, config.features, config.schedule.batch_size)))
+    return batch.to(resolve_device(config.runtime.device))
 
 
 def ceiling_examples_per_sec(config: TrainConfig, dtype: torch.dtype = torch.float32) -> tuple[float, int]:
     """The matmul ceiling with operands of `dtype`: float32, or bfloat16 for the same step under autocast."""
     torch.manual_seed(0)
-    device = resolve_device(config.device)
-    model = create_model_from_config(config).to(device).train()
+    device = resolve_device(config.runtime.device)
+    model = build_model(config.model, config.features).to(device).train()
     batch = one_batch(config)
-    matmuls = recorded_matmuls(model, batch, create_loss(config.label_loss))
+    matmuls = recorded_matmuls(model, batch, create_loss(config.loss.name))
     return batch.labels.shape[0] / time_matmuls(matmuls, device, dtype=dtype), len(matmuls)
 
 
@@ -144,20 +144,22 @@ def bare_step(config: TrainConfig):
     """One step of the model, loss and optimizer on one batch, on the trainer's device, as a function; and the
     batch's size."""
     torch.manual_seed(0)
-    device = resolve_device(config.device)
-    tasks = plan_tasks(config)  # with tasks: the multi-task model and loss
+    device = resolve_device(config.runtime.device)
+    # with tasks: the multi-task model and loss
+    tasks = plan_tasks(config.tasks, config.main_task(), config.validation.top_n)
     model = model_of(config, tasks).to(device)
     model.train()
-    optimizer = build_optimizer(config.optimizer, model.parameters(), config.base_learning_rate)
-    scaler = grad_scaler(config, device)
+    optimizer = build_optimizer(config.optimizer, model.parameters())
+    scaler = grad_scaler(config.runtime.mixed_precision, device)
     batch = one_batch(config)
-    forward_loss = torch.compile(model_loss) if config.compile else model_loss
-    penalties = l2_terms(model, config.regularization_penalty)
+    forward_loss = torch.compile(model_loss) if config.runtime.compile else model_loss
+    penalties = l2_terms(model, config.optimizer.regularization_penalty)
 
     def step() -> None:
-        with autocast(device, config.mixed_precision):
-            _, label_loss, loss = forward_loss(model, tasks, batch)
-        backward_and_update(loss, model, optimizer, scaler, config.clip_gradient_norm, penalties=penalties)
+        with autocast(device, config.runtime.mixed_precision):
+            _, label_loss, loss, _ = forward_loss(model, tasks, batch)
+        backward_and_update(loss, model, optimizer, scaler, config.optimizer.clip_gradient_norm,
+                            penalties=penalties)
         label_loss.item()
 
     return step, batch.labels.shape[0]
@@ -219,26 +221,27 @@ def interleaved_ms(steps_by_name: dict, steps: int) -> dict[str, dict[str, float
 
 def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespace) -> dict:
     frame = is_frame_level(model)
-    config = TrainConfig(**{**dict(
+    values = {**dict(
         train_data_pattern=pattern, train_dir=os.path.join(work_dir, model), model=model,
         feature_names="rgb,audio" if frame else "mean_rgb,mean_audio", feature_sizes="1024,128",
         frame_features=frame, batch_size=args.frame_batch_size if frame else args.batch_size,
         num_epochs=1000, max_steps=WARMUP_STEPS + args.steps, export_model_steps=10 ** 9,
         num_readers=args.num_readers, cache_in_memory=args.cache and not frame, start_new_model=True,
-        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5), **settings_given(args.set)})
+        compile=args.compile, mixed_precision=args.mixed_precision, log_every_steps=5), **settings_given(args.set)}
+    config = train_config(values)
     # The machine is shared and its load swings within seconds: the three measures alternate for a few
     # rounds and each keeps its best round (the least disturbed), as timeit does.
     rounds = {"trainer": [], "bare": [], "ceiling": [], "input_wait": []}
     settings = args.kernels or ["all"]
     by_setting = {setting: {"trainer": [], "bare": []} for setting in settings}
-    versus = {text: dataclasses.replace(config, train_dir=f"{config.train_dir}-versus{index}",
-                                        **settings_given([text]))
+    versus = {text: train_config({**values, "train_dir": f"{config.checkpoints.train_dir}-versus{index}",
+                                  **settings_given([text])})
               for index, text in enumerate(args.versus)}
     by_versus: dict[str, list[float]] = {text: [] for text in args.versus}
     for round_index in range(args.rounds):
         use_kernels(settings[0])
         ceiling, matmuls = ceiling_examples_per_sec(config)
-        if config.mixed_precision:
+        if config.runtime.mixed_precision:
             rounds.setdefault("bfloat16_ceiling", []).append(round(ceiling_examples_per_sec(config, torch.bfloat16)[0], 1))
         rounds["ceiling"].append(round(ceiling, 1))
         for setting in settings:
@@ -259,13 +262,14 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
                 rounds["input_wait"].append(summary["input_wait_fraction"])
     rounds["trainer"], rounds["bare"] = by_setting[settings[0]]["trainer"], by_setting[settings[0]]["bare"]
     trainer, bare, ceiling = max(rounds["trainer"]), max(rounds["bare"]), max(rounds["ceiling"])
-    result = {"model": model, "batch_size": config.batch_size, "cache_in_memory": config.cache_in_memory,
-              "compile": config.compile, "mixed_precision": config.mixed_precision, "num_readers": config.num_readers, "matmuls_per_step": matmuls,
+    result = {"model": model, "batch_size": config.schedule.batch_size, "cache_in_memory": config.data.cache_in_memory,
+              "compile": config.runtime.compile, "mixed_precision": config.runtime.mixed_precision,
+              "num_readers": config.data.num_readers, "matmuls_per_step": matmuls,
               "trainer_examples_per_sec": trainer, "bare_loop_examples_per_sec": bare,
               "matmul_ceiling_examples_per_sec": ceiling, "input_wait_fraction": min(rounds["input_wait"]),
               "trainer_over_ceiling": round(trainer / ceiling, 3), "trainer_over_bare_loop": round(trainer / bare, 3),
               "rounds": rounds}
-    if config.mixed_precision:
+    if config.runtime.mixed_precision:
         result["bfloat16_matmul_ceiling_examples_per_sec"] = max(rounds["bfloat16_ceiling"])
         result["trainer_over_bfloat16_ceiling"] = round(trainer / max(rounds["bfloat16_ceiling"]), 3)
     if model in STARTER_KIT:
@@ -283,6 +287,11 @@ def bench_model(model: str, pattern: str, work_dir: str, args: argparse.Namespac
         result["kernels"] = {"settings": by_setting,
                              "interleaved_bare_step_ms": interleaved_step_ms(config, settings, args.steps)}
     return result
+
+
+def train_config(values: dict) -> TrainConfig:
+    """The TrainConfig of flat `yt8m train` field values, as the command reads them (train checks it)."""
+    return config_from_dict(TrainConfig, values, source="bench_train")
 
 
 def settings_given(items: list[str]) -> dict:

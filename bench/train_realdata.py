@@ -13,14 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from yt8m.config import TrainConfig
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.config import config_from_dict
+from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.read_plan import ReadOptions
 from yt8m.eval.evaluate import evaluate_model
-from yt8m.tasks.video import task_from_config
+from yt8m.tasks.video import features_task
 from yt8m.runtime import setup_logging
 from yt8m.process_settings import configure_training_process
-from yt8m.training import TrainEvent, train
+from yt8m.training import TrainConfig, TrainEvent, train
 
 SHARDS = Path(__file__).resolve().parents[1].parent / "shared" / "realdata" / "yt8m_2018_video_validate"
 TRAIN_SHARDS = range(0, 48)
@@ -37,17 +37,16 @@ class EpochValidation:
     """Epoch-end hook: evaluate the live model on the validation shards and keep the GAP curve."""
 
     def __init__(self, config: TrainConfig) -> None:
-        dataset = YT8MDataset(shard_pattern(VALIDATE_SHARDS), FeatureSpec.from_config(config), 1024,
-                              ReadOptions(cache_in_memory=True))
+        dataset = YT8MDataset(shard_pattern(VALIDATE_SHARDS), config.features, 1024, ReadOptions(cache_in_memory=True))
         self.loader = make_loader(dataset, num_workers=0)
-        self.task = task_from_config(config)
+        self.task = features_task(config.features, config.loss.name, top_n=config.validation.top_n)
         self.curve: list[dict] = []
 
     def __call__(self, event: TrainEvent) -> None:
         if event.kind != "epoch_end":
             return
         metrics = evaluate_model(event.model, self.loader, self.task)
-        point = {"model": event.config.model, "epoch": event.epoch, "step": event.step,
+        point = {"model": event.config.model.name, "epoch": event.epoch, "step": event.step,
                  "train_loss": round(event.loss, 5), **{k: metrics[k] for k in ("gap", "map", "hit_at_one", "loss")}}
         self.curve.append(point)
         print(json.dumps(point), flush=True)
@@ -66,11 +65,11 @@ def main() -> int:
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="yt8m-realdata-")
     finals = {}
     for model in args.models.split(","):
-        config = TrainConfig(
+        config = config_from_dict(TrainConfig, dict(
             train_data_pattern=shard_pattern(TRAIN_SHARDS), train_dir=os.path.join(work_dir, model), model=model,
             feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", batch_size=args.batch_size,
             num_epochs=args.num_epochs, export_model_steps=10 ** 9, num_readers=1, cache_in_memory=True,
-            start_new_model=True, log_every_steps=10, mixed_precision=args.mixed_precision)
+            start_new_model=True, log_every_steps=10, mixed_precision=args.mixed_precision), source="train_realdata")
         validation = EpochValidation(config)
         summary = train(config, hooks=[validation])
         finals[model] = {"final_gap": validation.curve[-1]["gap"], "best_gap": max(p["gap"] for p in validation.curve),

@@ -70,11 +70,12 @@ class BatchBuilder:
     def add(self, packed: PackedRecords, source: Callable[[int], tuple[str, int]]) -> None:
         """Decode `packed` into the next rows; `source(i)` names record i's file and byte offset for errors."""
         rows = slice(self.count, self.count + len(packed))
-        on_error = None if self.skip is None else lambda err: self.skip(err.at(*source(err.batch_index)))
+        skip = self.skip
+        on_error = None if skip is None else lambda err: skip(_located(err, source))
         try:
             video_ids, labels = self.decode(packed, rows, on_error)
         except RecordError as err:
-            raise err.at(*source(err.batch_index)) from err
+            raise _located(err, source) from err
         self.count += len(video_ids)
         self.record_bytes += int((packed.ends - packed.starts).sum()) + RECORD_OVERHEAD_BYTES * len(packed)
         self.video_ids += video_ids
@@ -156,6 +157,12 @@ class _FrameBatchBuilder(BatchBuilder):
         batch = Batch(self.video_ids, self._sent(frames), LabelIds.concat(self.labels),
                       num_frames=torch.from_numpy(num_frames.copy()))
         return batch, self.record_bytes
+
+
+def _located(err: RecordError, source: Callable[[int], tuple[str, int]]) -> RecordError:
+    """The same error naming its record's file and byte offset (`source(i)` names record i's)."""
+    assert err.batch_index is not None, "the batch decoders set batch_index on each RecordError they raise or pass on"
+    return err.at(*source(err.batch_index))
 
 
 def _rows_together(frames: torch.Tensor, count: int, kept: int) -> torch.Tensor:

@@ -7,13 +7,16 @@ in decode.py, which has the rules in full and writes the errors; without the ext
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from yt8m.optional import load_extension
 
 native, _ = load_extension("yt8m.data._native")  # its use is logged by tfrecord, which loads it too
+
+# Byte offsets into a batch's data: an int array (a reader's chunk, a slice of it), or a sequence of ints.
+Offsets = Union[np.ndarray, Sequence[int]]
 
 
 class FastDecoded(NamedTuple):
@@ -30,12 +33,11 @@ class PackedRecords:
     """A batch's payloads in one uint8 array: record i is data[starts[i]:ends[i]] (back to back when `starts` is
     not given, as join makes them; a reader's buffer keeps the framing bytes between them)."""
 
-    def __init__(self, data: np.ndarray, ends: Sequence[int], starts: Optional[Sequence[int]] = None):
+    def __init__(self, data: np.ndarray, ends: Offsets, starts: Optional[Offsets] = None):
         self.data = data
         self.ends = np.ascontiguousarray(ends, dtype=np.int64)
-        if starts is None:
-            starts = np.concatenate([[0], self.ends])[:-1]
-        self.starts = np.ascontiguousarray(starts, dtype=np.int64)
+        self.starts = np.ascontiguousarray(np.concatenate([[0], self.ends])[:-1] if starts is None else starts,
+                                           dtype=np.int64)
 
     @classmethod
     def join(cls, payloads: Sequence[bytes]) -> "PackedRecords":
@@ -139,7 +141,8 @@ def _video_ids(buf: PackedRecords, ok: np.ndarray, id_start: np.ndarray, id_size
             for row, video_id in zip(rows.tolist(), chars.astype("<u4").view(f"<U{sizes[0]}")[:, 0].tolist()):
                 video_ids[row] = video_id
             return video_ids
-    data, id_starts, id_ends = memoryview(buf.data), id_start.tolist(), (id_start + id_size).tolist()
+    # ndarray.data: the array's memoryview (numpy's stubs give an array the buffer protocol from Python 3.12 only)
+    data, id_starts, id_ends = buf.data.data, id_start.tolist(), (id_start + id_size).tolist()
     for row in rows.tolist():
         try:
             video_ids[row] = str(data[id_starts[row]:id_ends[row]], "utf-8")

@@ -33,7 +33,7 @@ def fresh_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     count = int(np.prod(shape))
     # What torch.multiprocessing itself uses for a tensor it sends.
     storage = torch.UntypedStorage._new_shared(count * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,)).view(shape)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,), (1,)).view(shape)  # 1-D, contiguous
 
 
 # Buffers kept for reuse, at most: more are in use only while a consumer holds on to that many batches.
@@ -141,4 +141,6 @@ class BatchMemory:
         return None, fresh_shared(shape, dtype)
 
     def free_slot(self, ref: SlotRef) -> None:
+        """In a worker: give back a slot it took from `slots` (new_tensor) and will not send."""
+        assert self.slots is not None, "a slot is given back where new_tensor took it, from slots"
         self.slots.give_back(ref)

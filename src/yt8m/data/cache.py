@@ -44,6 +44,7 @@ class _FrameRows:
         self.chunk_of = self.first_frame = self.num_frames = np.zeros(0, np.int64)
 
     def add(self, batch: Batch) -> None:
+        assert batch.num_frames is not None  # a frame-level batch counts its videos' frames
         counts = batch.num_frames.numpy()
         real = np.arange(batch.features.shape[1]) < counts[:, None]
         self.parts.append((np.full(len(counts), len(self.chunks)), np.cumsum(counts) - counts, counts))

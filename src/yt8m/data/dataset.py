@@ -14,7 +14,7 @@ from yt8m.data.batch import Batch
 from yt8m.data.batch_build import finish_batch
 from yt8m.data.batch_memory import BatchMemory
 from yt8m.data.cache import CachedDataset, VideoCache
-from yt8m.data.delivery import batch_loader, in_process, worker_deliveries
+from yt8m.data.delivery import Delivery, batch_loader, in_process, worker_deliveries
 from yt8m.data.read_plan import ReadOptions, ReadPlan, reader_shares
 from yt8m.data.read_stats import ReadCounter, ReadStats
 from yt8m.data.shard_reader import ShardReader
@@ -74,7 +74,9 @@ class YT8MDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self.plan.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Batch | Delivery]:
+        """Batches; in a worker of make_loader's BatchLoader, Delivery items (a batch, or read counts or an error)
+        that BatchLoader turns back into batches."""
         if self.batch_loader_worker:
             return worker_deliveries(self._batches(), self.counter, self.spec.num_classes)
         return in_process(self._batches(), self.counter, self.spec.num_classes, self.memory.pin_memory)
@@ -85,6 +87,7 @@ class YT8MDataset(IterableDataset):
         if self.options.cache_in_memory:
             if self.cache is None:
                 self.load_cache()
+            assert self.cache is not None  # load_cache sets it (or raises)
             yield from self.cache
             return
         reader, readers = self.plan.reader()

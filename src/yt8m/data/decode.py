@@ -4,16 +4,33 @@ checked as YT8M defines them, every error naming its field; batches of records g
 from __future__ import annotations
 
 import itertools
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
 from yt8m.data.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
-from yt8m.data.example_parse import (KIND_NAMES, Features, describe, example_features, feature_list, parse_features,
-                                     sequence_example, top_level)
+from yt8m.data.example_parse import (
+    KIND_NAMES,
+    Features,
+    describe,
+    example_features,
+    feature_list,
+    parse_features,
+    sequence_example,
+    top_level,
+)
 from yt8m.data.layout import uniform_frames
-from yt8m.data.wire import (ID_KEYS, KIND_BYTES, KIND_FLOAT, KIND_INT64, LABELS_KEY, SEGMENT_LABELS_KEY,
-                            SEGMENT_SCORES_KEY, SEGMENT_START_TIMES_KEY, SEQUENCE_CONTEXT)
+from yt8m.data.wire import (
+    ID_KEYS,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    LABELS_KEY,
+    SEGMENT_LABELS_KEY,
+    SEGMENT_SCORES_KEY,
+    SEGMENT_START_TIMES_KEY,
+    SEQUENCE_CONTEXT,
+)
 from yt8m.data.wire_scan import RecordError
 
 CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases
@@ -106,7 +123,8 @@ class LabelIds(NamedTuple):
         """bool [videos, num_classes], True at each label id (repeats count once); `out`, if given, must be
         that array zero-filled, and is filled and returned."""
         if self.values.size and (self.values.min() < 0 or self.values.max() >= num_classes):
-            raise ValueError(f"label ids must lie in [0, {num_classes}), found {self.values.min()}..{self.values.max()}")
+            raise ValueError(f"label ids must lie in [0, {num_classes}), "
+                             f"found {self.values.min()}..{self.values.max()}")
         counts = np.diff(self.offsets)
         if out is None:
             out = np.zeros((len(counts), num_classes), dtype=bool)
@@ -225,12 +243,14 @@ def _with_leftovers(packed: PackedRecords, fast: FastDecoded, decode_row: Callab
         rows, values = rows[order], values[order]
     if not bad_rows:
         offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(packed)))]).astype(np.int64)
-        return video_ids, LabelIds(values, offsets), None
+        # every row has its id: the native decoder's, or decode_row's for each it left
+        return cast(list[str], video_ids), LabelIds(values, offsets), None
     keep = np.ones(len(packed), bool)
     keep[bad_rows] = False
     new_rows = (np.cumsum(keep) - 1)[rows]
     offsets = np.concatenate([[0], np.cumsum(np.bincount(new_rows, minlength=int(keep.sum())))]).astype(np.int64)
-    kept_ids = [video_id for video_id, kept in zip(video_ids, keep.tolist()) if kept]
+    # every row kept has its id: the native decoder's, or decode_row's for each it left
+    kept_ids = [cast(str, video_id) for video_id, kept in zip(video_ids, keep.tolist()) if kept]
     return kept_ids, LabelIds(values, offsets), keep
 
 
@@ -444,9 +464,10 @@ def decode_segment_video(payload: bytes, feature_names: Sequence[str], feature_s
     beyond = np.flatnonzero(ratings.start_times + segment_size > len(frames))
     if len(beyond):
         index = int(beyond[0])
-        raise RecordError(f"feature 'segment_start_times': segment {index} (start {ratings.start_times[index]}, class "
-                          f"{ratings.labels[index]}) ends at frame {ratings.start_times[index] + segment_size}, past the "
-                          f"video's {len(frames)} frames (--segment_size {segment_size})", "segment_start_times")
+        raise RecordError(f"feature 'segment_start_times': segment {index} (start {ratings.start_times[index]}, "
+                          f"class {ratings.labels[index]}) ends at frame {ratings.start_times[index] + segment_size}, "
+                          f"past the video's {len(frames)} frames (--segment_size {segment_size})",
+                          "segment_start_times")
     return video_id, frames, ratings
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pickle
 import traceback
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol, cast
 
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from yt8m.data.batch import Batch
 from yt8m.data.batch_build import ROW_FRAMES, finish_batch
@@ -78,14 +78,17 @@ class BatchLoader(DataLoader):
     process, with their read counts, added to the dataset's `read_stats`. A data error in a worker (RecordError,
     CorruptRecordError, another ValueError or OSError) is raised here as it was there: same type, same message."""
 
-    def __iter__(self) -> Iterator[Batch]:
-        dataset: DeliveringDataset = self.dataset
+    # A generator of whole batches where DataLoader's own __iter__ returns its iterator object: callers only iterate.
+    def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]
+        dataset = self.delivering
         if self.num_workers == 0:  # the batches themselves (pinned by the DataLoader where asked)
             yield from super().__iter__()
             return
-        # held here while the workers run: the pinning thread finds it by its token, which holds it only weakly
-        slots = dataset.memory.slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, _slot_bytes(dataset),
-                                                   self.multiprocessing_context or torch.multiprocessing)
+        # DataLoader sets 2 where workers run and none was given
+        assert self.prefetch_factor is not None, "a DataLoader with workers has a prefetch_factor"
+        slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, _slot_bytes(dataset),
+                            self.multiprocessing_context or torch.multiprocessing)
+        dataset.memory.slots = slots
         try:
             deliveries = super().__iter__()  # starts the workers, which take the slots with the dataset
         finally:
@@ -97,18 +100,28 @@ class BatchLoader(DataLoader):
                 dataset.counter.absorb(delivery.read_stats)
             if delivery.batch is not None:
                 yield finish_batch(delivery.batch, dataset.spec.num_classes, self.pin_memory)
+        # Held until here, while the workers run: the pinning thread finds the slots by their token, which holds them
+        # only weakly.
+        del slots
+
+    @property
+    def delivering(self) -> DeliveringDataset:
+        """The dataset, as what BatchLoader uses of it: batch_loader, which makes every BatchLoader, takes only a
+        DeliveringDataset."""
+        return cast(DeliveringDataset, self.dataset)
 
     @property
     def read_stats(self) -> ReadStats:
-        return self.dataset.counter.total
+        return self.delivering.counter.total
 
 
 def batch_loader(dataset: DeliveringDataset, num_workers: int, pin_memory: bool) -> BatchLoader:
     """A BatchLoader passing the dataset's batches through (batch_size=None), read by `num_workers` processes started
     anew each epoch (so that `set_epoch` reaches them); in-process batches are made in pinned memory where asked."""
     dataset.memory.pin_memory = pin_memory and num_workers == 0
-    return BatchLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
-                       worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
+    # A DeliveringDataset is a torch Dataset (YT8MDataset) that the Protocol cannot name as such.
+    return BatchLoader(cast(Dataset, dataset), batch_size=None, num_workers=num_workers, collate_fn=_as_is,
+                       pin_memory=pin_memory, worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
                        prefetch_factor=2 if num_workers > 0 else None)
 
 
@@ -136,7 +149,9 @@ def _sendable(err: BaseException) -> bool:
 
 
 def _deliver_to_batch_loader(worker_id: int) -> None:
-    get_worker_info().dataset.batch_loader_worker = True
+    info = get_worker_info()
+    assert info is not None, "a worker_init_fn runs in a DataLoader worker, which has its worker info"
+    cast(DeliveringDataset, info.dataset).batch_loader_worker = True  # batch_loader's datasets are DeliveringDatasets
 
 
 def _as_is(item: Any) -> Any:

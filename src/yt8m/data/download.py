@@ -1,11 +1,12 @@
 """Download YouTube-8M partitions by the dataset's own protocol (a plan of file names and MD5s, files from a mirror,
 `shard=i,N`): resumable through the plan's local copy, every file verified by MD5, retried, several at a time.
 
-The official downloader (http://data.yt8m.org/download.py) fetches `<host>/<version>/download_plans/<kind>_<split>.json`,
-a JSON object whose "files" maps each file name to its MD5, keeps it in the current folder as
-`<version>_<kind>_<split>_download_plan.json` and deletes each file from it once downloaded and verified; a file
-`<prefix><two letters>.<ext>` is stored as `<prefix><4-digit index of the letters>.<ext>`. This module keeps all
-of that, so a download started by either one can be finished by the other.
+The official downloader (http://data.yt8m.org/download.py) fetches
+`<host>/<version>/download_plans/<kind>_<split>.json`, a JSON object whose "files" maps each file name to its MD5,
+keeps it in the current folder as `<version>_<kind>_<split>_download_plan.json` and deletes each file from it once
+downloaded and verified; a file `<prefix><two letters>.<ext>` is stored as
+`<prefix><4-digit index of the letters>.<ext>`. This module keeps all of that, so a download started by either one
+can be finished by the other.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from typing import IO, Any, Callable, Iterator, Optional, Sequence, TypeVar
 from tqdm import tqdm
 
 from yt8m.fields import quoted
-from yt8m.io.files import NAME_MAX_BYTES, WriteError, atomic_writer, temporary_owner, temporary_stem, write_file_atomically
+from yt8m.io.files import (
+    NAME_MAX_BYTES,
+    WriteError,
+    atomic_writer,
+    temporary_owner,
+    temporary_stem,
+    write_file_atomically,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -259,6 +267,8 @@ class LocalPlan:
 
     def _compact(self) -> None:
         """With the log locked: the copy rewritten without the files logged, the log emptied."""
+        # called where there is a log, which is made where there is a copy (path)
+        assert self._path is not None and self._log is not None, "a plan without a local copy has nothing to compact"
         plan = _read_plan_file(self._path)
         _drop(plan, _DoneLog.names(self._log.path))
         write_file_atomically(self._path, lambda out: json.dump(plan, out))
@@ -293,11 +303,12 @@ class _DoneLog:
     def append(self, name: str) -> None:
         """A line for `name`, on a line of its own after a line a killed writer cut short."""
         line = json.dumps(name).encode() + b"\n"
-        size = os.fstat(self._fd).st_size
-        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+        fd = self._open_fd()
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
         try:
-            written = os.write(self._fd, line)
+            written = os.write(fd, line)
         except OSError as err:
             raise WriteError(self.path, err) from err
         if written != len(line):  # a full disk part way: the line is cut, and passed over when read
@@ -323,7 +334,7 @@ class _DoneLog:
 
     def empty(self) -> None:
         try:
-            os.ftruncate(self._fd, 0)
+            os.ftruncate(self._open_fd(), 0)
         except OSError as err:
             raise WriteError(self.path, err) from err
 
@@ -336,9 +347,15 @@ class _DoneLog:
             os.close(self._fd)
             self._fd = None
 
+    def _open_fd(self) -> int:
+        """The log's descriptor, which locked() opened: the other methods run inside it."""
+        if self._fd is None:
+            raise RuntimeError(f"{self.path} is not open: the log is written inside locked()")
+        return self._fd
+
     def _is_at_path(self) -> bool:
         try:
-            return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            return os.stat(self.path).st_ino == os.fstat(self._open_fd()).st_ino
         except FileNotFoundError:
             return False
 
@@ -364,13 +381,13 @@ def open_plan(source: Source, output_dir: str, policy: RetryPolicy, keep_copy: b
         return plan
     text = _retrying("the download plan", source.plan_url, policy, threading.Event(),
                      lambda: _read_url(source.plan_url, policy))
-    plan = parse_plan(text, source.plan_url)
+    fetched = parse_plan(text, source.plan_url)
     if not keep_copy:
-        return LocalPlan(plan, None)
+        return LocalPlan(fetched, None)
     with atomic_writer(path, binary=True) as out:
         out.write(text)
-    log.info("fetched %s (%d files) into %s", source.plan_url, len(plan["files"]), path)
-    return LocalPlan(plan, path)
+    log.info("fetched %s (%d files) into %s", source.plan_url, len(fetched["files"]), path)
+    return LocalPlan(fetched, path)
 
 
 def _read_url(url: str, policy: RetryPolicy) -> bytes:
@@ -579,8 +596,8 @@ def download(source: Source, output_dir: str, shard: tuple[int, int] = (1, 1), p
         missing = [name for name in names if not checked[name]]
         log.info("shard %d,%d: %d files, %d already here, %d to download into %s", *shard, len(names), len(present),
                  len(missing), output_dir)
-        sizes = [plan.size(name) for name in missing]
-        progress = _Progress(len(missing), None if None in sizes else sum(sizes))
+        sizes = [size for size in map(plan.size, missing) if size is not None]
+        progress = _Progress(len(missing), sum(sizes) if len(sizes) == len(missing) else None)  # None: some unknown
         try:
             downloaded, errors = _download_all(pool, missing, source, output_dir, plan, policy, progress, stop,
                                                connections)

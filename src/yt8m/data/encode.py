@@ -8,8 +8,20 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.wire import (UINT64_MASK, ENTRY_KEY, ENTRY_VALUE, EXAMPLE_FEATURES, KIND_BYTES, KIND_FLOAT, KIND_INT64,
-                            LIST_VALUE, MAP_ENTRY, SEQUENCE_CONTEXT, SEQUENCE_FEATURE_LISTS, WIRE_LEN)
+from yt8m.data.wire import (
+    ENTRY_KEY,
+    ENTRY_VALUE,
+    EXAMPLE_FEATURES,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT64,
+    LIST_VALUE,
+    MAP_ENTRY,
+    SEQUENCE_CONTEXT,
+    SEQUENCE_FEATURE_LISTS,
+    UINT64_MASK,
+    WIRE_LEN,
+)
 
 SEGMENT_FIELDS = {
     "segment_start_times": KIND_INT64,
@@ -54,7 +66,7 @@ def _map_entry(key: str, value: bytes) -> bytes:
 
 
 def _as_vector(name: str, values: object, dtype: type) -> np.ndarray:
-    array = np.asarray(values, dtype=dtype)
+    array: np.ndarray = np.asarray(values, dtype=dtype)
     if array.ndim != 1:
         raise ValueError(f"feature {name!r} must be one-dimensional, got shape {array.shape}")
     return array

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, TextIO
+from typing import Any, Iterator, Optional, Sequence, TextIO, Union
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase
 
 ID_KEYS = ("id", "video_id")
 LABELS_HEADER = "VideoId,Labels"  # the ground-truth CSV's header (`yt8m score --labels`, `inspect --write_labels_csv`)
+# A feature's values as parse_record stores them: a float32 or int64 array, or a list of bytes.
+StoredValues = Union[np.ndarray, list[bytes]]
 
 
 @dataclass
@@ -59,14 +61,14 @@ def _text(value: bytes) -> str:
     return value.decode(errors="backslashreplace")
 
 
-def _values_json(values: object) -> list:
+def _values_json(values: StoredValues) -> list:
     """float32 values become Python floats holding the same number exactly, so their repr round-trips."""
     if isinstance(values, np.ndarray):
         return values.tolist()
     return [_text(value) for value in values]
 
 
-def _frame_json(values: object) -> list:
+def _frame_json(values: StoredValues) -> list:
     """A frame of one bytes value (YT8M: quantized uint8 features) as its list of ints."""
     if isinstance(values, list) and len(values) == 1 and isinstance(values[0], bytes):
         return list(values[0])
@@ -93,7 +95,7 @@ def record_json(record: dict) -> dict:
     id_key = _id_key(context)
     video_id, labels = record_labels(record)
     features = {name: _values_json(values) for name, values in context.items() if name not in (id_key, "labels")}
-    out = {"id": video_id, "labels": labels, "features": features}
+    out: dict[str, Any] = {"id": video_id, "labels": labels, "features": features}
     if record["message"] == "SequenceExample":
         lists = record["feature_lists"]
         features.update({name: [_frame_json(frame) for frame in frames] for name, frames in lists.items()})

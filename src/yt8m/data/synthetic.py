@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import posixpath
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import fsspec
 import numpy as np
@@ -201,10 +201,10 @@ def _frame_payloads(rng: np.random.Generator, world: _World, videos: _Videos, id
     for row, video_id in enumerate(videos.ids):
         video = _frame_video(rng, world, videos, row, frame_range)
         segments = video.segments if ratings is not None and labeled else None
-        if segments is not None:
+        if segments is not None and ratings is not None:  # (segments are only kept where ratings count them)
             classes = np.array(segments["segment_labels"], np.int64)
-            np.add.at(ratings, (classes, 0), np.array(segments["segment_scores"], np.int64))
-            np.add.at(ratings, (classes, 1), 1)
+            np.add.at(ratings[:, 0], classes, np.array(segments["segment_scores"], np.int64))  # views: in place
+            np.add.at(ratings[:, 1], classes, 1)
         yield encode_frame_example(video_id, videos.label_list(row) if labeled else None,
                                    _split_columns(video.frames, FRAME_FEATURE_NAMES, feature_sizes),
                                    segments=segments, id_key=id_key)
@@ -310,7 +310,7 @@ def _check_arguments(kind: str, num_classes: int, shards: int, feature_sizes: tu
 
 def write_synthetic(output_dir: str, *, kind: str = "video", num_classes: int = 3862, train_videos: int = 2000,
                     validate_videos: int = 500, test_videos: int = 500, shards: int = 4, seed: int = 0,
-                    feature_sizes: tuple[int, int] = (1024, 128), min_frames: int = 20, max_frames: int = 100,
+                    feature_sizes: Sequence[int] = (1024, 128), min_frames: int = 20, max_frames: int = 100,
                     id_key: str = "id", gzip: bool = False) -> dict:
     """Write train/validate/test shards of one kind into `<output_dir>/<kind>/`, plus ground-truth CSVs.
 
@@ -320,14 +320,14 @@ def write_synthetic(output_dir: str, *, kind: str = "video", num_classes: int = 
     the 2019 segment_vocabulary.csv's columns, the class list `predict --segment_labels` writes rows for. The files are
     the same, byte for byte, for the same arguments.
     """
-    feature_sizes = tuple(feature_sizes)
-    _check_arguments(kind, num_classes, shards, feature_sizes, (min_frames, max_frames), id_key)
+    sizes = tuple(feature_sizes)
+    _check_arguments(kind, num_classes, shards, sizes, (min_frames, max_frames), id_key)
     counts = {"train": train_videos, "validate": validate_videos, "test": test_videos}
     folder = posixpath.join(output_dir, kind)
     fs, _ = fsspec.core.url_to_fs(folder)
     fs.makedirs(folder, exist_ok=True)
     ratings = np.zeros((num_classes, 2), np.int64) if kind == "segment" else None
-    plan = _Plan(folder, kind, _make_world(num_classes, sum(feature_sizes), seed), seed, shards, feature_sizes,
+    plan = _Plan(folder, kind, _make_world(num_classes, sum(sizes), seed), seed, shards, sizes,
                  (min_frames, max_frames), id_key, gzip, sum(counts.values()), ratings)
     written: dict = {}
     train_counts = np.zeros(num_classes, np.int64)

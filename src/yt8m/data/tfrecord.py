@@ -11,7 +11,7 @@ import logging
 import os
 import struct
 import zlib
-from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional
+from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional, Protocol, Union
 
 import crc32c
 import fsspec
@@ -57,7 +57,7 @@ class CorruptRecordError(ValueError):
         return type(self), (self.path, self.offset, self.problem, self.detail), self.__dict__
 
 
-def masked_crc32c(data: bytes) -> int:
+def masked_crc32c(data: bytes | memoryview) -> int:
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
@@ -68,17 +68,18 @@ def frame_records_python(data: np.ndarray, pos: int, fill: int, limit: int, star
     record more. Verifies and locates the records of data[pos:fill] until `limit` are taken or one is incomplete
     or corrupt; returns (records taken, the position after them, the status, the bytes the record at that position
     takes in all when more are needed)."""
+    view = data.data  # the array's memoryview (numpy's stubs give an array the buffer protocol from Python 3.12 only)
     count = 0
     while count < limit:
         if fill - pos < HEADER_SIZE:
             return count, pos, FRAME_NEED_BYTES, HEADER_SIZE
-        length, length_crc = _HEADER.unpack_from(data, pos)
-        if masked_crc32c(data[pos:pos + 8]) != length_crc:
+        length, length_crc = _HEADER.unpack_from(view, pos)
+        if masked_crc32c(view[pos:pos + 8]) != length_crc:
             return count, pos, FRAME_BAD_LENGTH_CRC, 0
         payload, end = pos + HEADER_SIZE, pos + HEADER_SIZE + length
         if end + FOOTER_SIZE > fill:
             return count, pos, FRAME_NEED_BYTES, min(length + HEADER_SIZE + FOOTER_SIZE, _MAX_UINT64)
-        if masked_crc32c(data[payload:end]) != _UINT32.unpack_from(data, end)[0]:
+        if masked_crc32c(view[payload:end]) != _UINT32.unpack_from(view, end)[0]:
             return count, pos, FRAME_BAD_PAYLOAD_CRC, 0
         starts[count], ends[count] = payload, end
         count += 1
@@ -152,11 +153,25 @@ def _is_plain_tfrecord(head: bytes) -> bool:
     return masked_crc32c(head[:8]) == length_crc
 
 
+class RecordStream(Protocol):
+    """What framing reads a record stream with: a file fsspec opened, or _GzipStream over one."""
+
+    def readinto(self, buffer: memoryview, /) -> Optional[int]: ...
+
+
+class SourceFile(RecordStream, Protocol):
+    """A file fsspec opened for reading, as _record_stream and _GzipStream use it."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+
 class _GzipStream:
     """readinto() over a GZIP file that, unlike gzip.GzipFile, hands out everything decompressed before
     a cut or damaged spot and only then raises, so the records before the damage are still read."""
 
-    def __init__(self, raw: BinaryIO):
+    def __init__(self, raw: SourceFile):
         self._raw = raw
         self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16: expect the gzip header and trailer
         self._pending = memoryview(b"")
@@ -194,7 +209,7 @@ class _GzipStream:
         return count
 
 
-def _record_stream(raw: BinaryIO) -> BinaryIO:
+def _record_stream(raw: SourceFile) -> RecordStream:
     """The uncompressed record stream: GZIP is recognized by its magic bytes, whatever the file's name.
 
     A plain file whose first length happens to start with the GZIP magic is told apart by its valid length CRC.
@@ -242,7 +257,7 @@ class _ChunkReader:
     where the buffer's bytes do; a record larger than the buffer grows it.
     """
 
-    def __init__(self, stream: BinaryIO, path: str, limit: int):
+    def __init__(self, stream: RecordStream, path: str, limit: int):
         self.stream, self.path, self.limit = stream, path, limit
         self.data = _take_buffer()
         self.starts, self.ends = np.empty(limit, np.int64), np.empty(limit, np.int64)
@@ -297,7 +312,7 @@ class _ChunkReader:
         else:
             self.data[:tail] = self.data[self.pos:self.fill]
         self.base, self.pos, self.fill = self.base + self.pos, 0, tail
-        view = memoryview(self.data)
+        view = self.data.data  # the buffer's memoryview
         while self.fill < len(self.data):
             try:
                 read = self.stream.readinto(view[self.fill:])
@@ -320,7 +335,7 @@ class _ChunkReader:
         if left < HEADER_SIZE:
             detail = f"{left} bytes left, a record header takes {HEADER_SIZE}"
         else:
-            length, after_header = _UINT64.unpack_from(self.data, self.pos)[0], left - HEADER_SIZE
+            length, after_header = _UINT64.unpack_from(self.data.data, self.pos)[0], left - HEADER_SIZE
             if length > after_header:
                 detail = f"its length field says {length} payload bytes, more than the {after_header} left in the file"
             else:
@@ -358,7 +373,7 @@ def read_records(path: str, skip_corrupt: bool = False,
     `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
     """
     for chunk in read_record_chunks(path, _RECORDS_PER_CHUNK, skip_corrupt, on_corrupt):
-        view = memoryview(chunk.data)
+        view = chunk.data.data  # the buffer's memoryview
         for offset, start, end in zip(chunk.offsets.tolist(), chunk.starts.tolist(), chunk.ends.tolist()):
             yield offset, bytes(view[start:end])
 
@@ -378,7 +393,8 @@ class TFRecordWriter:
             raise ValueError(f"compression must be None or 'GZIP', got {compression!r}")
         self.path = path
         self._file = fsspec.open(path, "wb").open()
-        self._stream: BinaryIO = gzip.GzipFile(fileobj=self._file, mode="wb") if kind == "GZIP" else self._file
+        self._stream: Union[BinaryIO, gzip.GzipFile] = (gzip.GzipFile(fileobj=self._file, mode="wb") if kind == "GZIP"
+                                                        else self._file)
 
     def write(self, payload: bytes) -> None:
         self._stream.write(framed_record(payload))

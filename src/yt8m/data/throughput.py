@@ -10,7 +10,6 @@ from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import FeatureSpec
 
-
 MEGABYTE = 1_000_000
 
 

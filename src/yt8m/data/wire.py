@@ -22,5 +22,7 @@ WIRE_FIXED32 = 5
 ID_KEYS = (b"id", b"video_id")  # 2018 and later, 2017
 LABELS_KEY = b"labels"
 # The 2019 segment ratings in a SequenceExample's context: one entry per rated (segment, class) pair.
-SEGMENT_START_TIMES_KEY, SEGMENT_LABELS_KEY, SEGMENT_SCORES_KEY = b"segment_start_times", b"segment_labels", b"segment_scores"
+SEGMENT_START_TIMES_KEY = b"segment_start_times"
+SEGMENT_LABELS_KEY = b"segment_labels"
+SEGMENT_SCORES_KEY = b"segment_scores"
 UINT64_MASK = (1 << 64) - 1  # varints carry 64 bits; negative int64 values take all ten bytes

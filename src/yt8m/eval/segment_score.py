@@ -13,7 +13,7 @@ import codecs
 import itertools
 import logging
 import re
-from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence, TextIO
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence, TextIO, cast
 
 import numpy as np
 
@@ -292,7 +292,8 @@ class _RatingRecords:
             starts.append(found.start_times)
             classes.append(found.labels)
             ratings.append((found.scores == 1).astype(np.int64))
-        self.videos.append(np.array([video_id.encode() for video_id in video_ids], "S"))
+        # every row has its id: the native decoder's, or decode_segment_ratings' for each it left (or it raised)
+        self.videos.append(np.array([video_id.encode() for video_id in cast(list[str], video_ids)], "S"))
         self.pairs.append((np.concatenate(rows) + first, *map(np.concatenate, (starts, classes, ratings))))
 
     def rated(self) -> RatedSegments:
