@@ -519,6 +519,7 @@ class FlagParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.config_classes: list[type] = []  # the configs whose flags add_config_arguments gave this parser
 
+    # argparse's parse_args is overloaded on the namespace's type; this one keeps the plain Namespace form only.
     def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         argv = list(sys.argv[1:] if args is None else args)

@@ -16,6 +16,7 @@ from yt8m.training.config import TrainConfig
 from yt8m.training.trainer import train as run_training
 from yt8m.tuning.runner import raise_failures, tune_from_file
 
+
 def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]:
     """Train a model as `yt8m train` does (checkpoints, config.yaml and exports in its train_dir, which `yt8m eval`,
     `predict` and `export` read); returns the summary the command prints.

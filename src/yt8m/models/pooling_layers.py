@@ -55,6 +55,7 @@ class FrameBatchNorm(nn.BatchNorm1d):
         super().__init__(channels, eps=1e-3, momentum=1 - decay)
         self.decay_weight = 1 - decay  # the running statistics' momentum, as a number
 
+    # BatchNorm1d's forward takes the input alone; this one also takes the mask of the real frames it normalizes.
     def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         values = frames.to(torch.promote_types(frames.dtype, torch.float32))  # at least float32, also under autocast
         if self.training:

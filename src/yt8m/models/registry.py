@@ -184,6 +184,7 @@ def create_model(name: str, feature_size: int, num_classes: int, hparams: Any = 
     sizes = tuple(modality_sizes or (feature_size,))
     if sum(sizes) != feature_size:
         raise ValueError(f"{name}: modality sizes {list(sizes)} do not add up to feature_size {feature_size}")
+    # A model that splits modalities takes their sizes too (checked at registration); BaseModel's signature does not.
     return cls(feature_size, num_classes, hparams, sizes)  # type: ignore[call-arg]
 
 

@@ -116,6 +116,7 @@ class Stepper:
         """DDP averages gradients on the group's last backward only; the others accumulate locally."""
         if sync or self.network is self.model:
             return contextlib.nullcontext()
+        # network is the DistributedDataParallel wrapper here (not the model): it has no_sync, which Network lacks.
         return self.network.no_sync()  # type: ignore[operator]
 
     def state(self) -> dict[str, Any]:
