@@ -1,6 +1,6 @@
-"""`yt8m tune` within a budget: --timeout stops the running trial as an interrupt does (re-queued, resumable) and
-writes the report; --trial_timeout prunes a slow trial with what it reported; Ctrl+C is one line; the data patterns
-are flags too; tune-report says how the best trial compares with the baseline."""
+"""`yt8m tune` within a budget: --timeout and --trial_timeout stop the running trial, which keeps the value of its best
+validated epoch, and the report is written; Ctrl+C is one line; the data patterns are flags too; tune-report says how
+the best trial compares with the baseline."""
 
 from __future__ import annotations
 
@@ -36,33 +36,39 @@ def trials_of(summary: dict) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="tune", storage=f"sqlite:///{summary['study_dir']}/study.db").trials
 
 
-def test_timeout_stops_the_running_trial_resumably_and_writes_the_report(tmp_path, shards, capsys, caplog):
+def scored_by_its_best_epoch(trial: optuna.trial.FrozenTrial) -> None:
+    reports = trial.intermediate_values
+    assert trial.state == optuna.trial.TrialState.COMPLETE and len(reports) > 1  # it validated epochs before
+    assert trial.value == max(reports.values())
+    assert trial.user_attrs["best_epoch"] == max(reports, key=reports.get)
+
+
+def test_timeout_stops_the_running_trial_with_its_best_epoch_and_writes_the_report(tmp_path, shards, capsys, caplog):
     path = slow_second_trial(tmp_path, shards)
     started = time.monotonic()
     assert cli.main(["tune", "--config", path, "--n_trials", "2", "--timeout", "6"]) == 0
     assert time.monotonic() - started < 60  # not the minutes the second trial would take
     summary = json.loads(capsys.readouterr().out)
     assert summary["timed_out"] and not summary["interrupted"]
-    assert summary["n_trials"] == {"complete": 1, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
-                                   "waiting": 1}
-    assert "--timeout 6 s reached: trials still running were stopped and re-queued" in caplog.text
-    first, stopped, queued = trials_of(summary)
-    assert stopped.params == queued.system_attrs["fixed_params"] == {"num_epochs": 5000}
-    assert queued.user_attrs["retry_of"] == 1
+    assert summary["n_trials"] == {"complete": 2, "pruned": 0, "fail": 0, "interrupted": 0, "running": 0,
+                                   "waiting": 0}
+    assert "--timeout 6 s reached: trials still running were stopped, each scored by its best validated" in caplog.text
+    first, stopped = trials_of(summary)
+    scored_by_its_best_epoch(stopped)
     board = (Path(summary["study_dir"]) / "leaderboard.txt").read_text()
-    assert "interrupted: --timeout 6 s reached" in board and "queued: re-runs the parameters of interrupted trial 1" \
-        in board
+    assert "--timeout 6 s reached after" in board and "scored by its best epoch" in board
 
 
-def test_trial_timeout_prunes_a_slow_trial_with_its_reports(tmp_path, shards, capsys):
+def test_trial_timeout_stops_a_slow_trial_with_its_best_epoch(tmp_path, shards, capsys):
     path = slow_second_trial(tmp_path, shards)
     assert cli.main(["tune", "--config", path, "--n_trials", "2", "--trial_timeout", "3"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["n_trials"]["complete"] == 1 and summary["n_trials"]["pruned"] == 1
+    assert summary["n_trials"]["complete"] == 2
     quick, slow = trials_of(summary)
-    assert slow.state == optuna.trial.TrialState.PRUNED and slow.intermediate_values  # it reported before
+    scored_by_its_best_epoch(slow)
     assert slow.duration.total_seconds() < 30
-    assert "ran past --trial_timeout 3 s after" in (Path(summary["study_dir"]) / "leaderboard.txt").read_text()
+    board = (Path(summary["study_dir"]) / "leaderboard.txt").read_text()
+    assert "ran past --trial_timeout 3 s after" in board and "scored by its best epoch" in board
 
 
 def test_ctrl_c_is_one_line(tmp_path, shards):

@@ -1,6 +1,7 @@
 """One `yt8m tune` trial: train the sampled config in its own directory, evaluating on the validation set
-at each epoch end (or every N steps) so the pruner can stop it early; NaN losses and errors fail it with a reason,
-and a model over --max_model_size_mb is pruned before it trains.
+at each epoch end (or every N steps) so the pruner can stop it early; its value is its best validated epoch's (a
+trial stopped by --timeout or --trial_timeout keeps it). NaN losses and errors fail it with a reason, and a model
+over --max_model_size_mb is pruned before it trains.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ METRICS_ATTR = "metrics"
 EPOCHS_ATTR = "epochs"
 EXAMPLES_ATTR = "examples"
 TRAIN_DIR_ATTR = "train_dir"
+BEST_EPOCH_ATTR = "best_epoch"  # the epoch (and step) the trial's value was validated at
+BEST_STEP_ATTR = "best_step"
+STOPPED_ATTR = "stopped"  # why a complete trial ended before its budget (--timeout, --trial_timeout)
 
 
 class TrialFailure(RuntimeError):
@@ -48,6 +52,16 @@ class TrialFailure(RuntimeError):
 
 def trial_dir(study_dir: str, number: int) -> str:
     return os.path.join(os.path.abspath(study_dir), "trials", f"trial-{number}")
+
+
+@dataclass(frozen=True)
+class Validated:
+    """One validation of a trial: its objective value, when (the epoch it ended, the step), all its metrics."""
+
+    value: float
+    epoch: int
+    step: int
+    metrics: dict[str, Any]
 
 
 @dataclass
@@ -66,6 +80,7 @@ class ValidationReporter:
     reported_epoch: int = 0
     pruned_at: Optional[int] = None
     failure: Optional[str] = None
+    best: Optional[Validated] = None  # the best validation so far: the trial's value
 
     @property
     def key(self) -> str:
@@ -81,6 +96,8 @@ class ValidationReporter:
             self.failure = f"validation {self.spec.metric} is {value} at step {event.step}"
             return True
         log.info("trial %d, step %d: validation %s %.5f", self.trial.number, event.step, self.spec.metric, value)
+        if self.best is None or self._better(value, self.best.value):
+            self.best = Validated(value, event.epoch, event.step, dict(event.metrics))
         report_step = self._report_step(event)
         if report_step is None:
             return False
@@ -90,6 +107,9 @@ class ValidationReporter:
             self.pruned_at = report_step
             return True
         return False
+
+    def _better(self, value: float, best: float) -> bool:
+        return value > best if self.spec.direction == "maximize" else value < best
 
     def _report_step(self, event: "TrainEvent") -> Optional[int]:
         """The step the pruner sees: training steps with --report_every_steps, else epochs (once each)."""
@@ -115,22 +135,30 @@ class TrialObjective:
     limits: RunLimits = RunLimits()
 
     def __call__(self, trial: optuna.Trial) -> float:
-        """Train the trial. A Ctrl+C or SIGTERM at any point of it, sampling and set-up included (a killed tune
-        run's jobs get theirs at any moment), or the run's --timeout, marks it interrupted and re-queues it; past
-        --trial_timeout it is pruned; only its own error FAILs it."""
+        """Train the trial; its value is its best validated epoch's. Past --trial_timeout, or at the run's --timeout,
+        a trial that validated an epoch completes with its best one's value (one that has not is pruned, or
+        interrupted and re-queued at --timeout); a Ctrl+C or SIGTERM at any point, sampling and set-up included (a
+        killed tune run's jobs get theirs at any moment), marks it interrupted and re-queues it; only its own error
+        FAILs it."""
         self._reporter: Optional[ValidationReporter] = None
         try:
             with self.limits.armed():
                 return self._train(trial)
-        except TrialTimeLimit as err:
-            reason = f"{err} after {self._reporter.epochs if self._reporter else 0} epoch(s)"
+        except (TrialTimeLimit, StudyDeadline) as err:
             self._record_progress(trial, self._reporter, None)
-            trial.set_user_attr(FAIL_REASON_ATTR, reason)
-            raise optuna.TrialPruned(reason) from None
-        except KeyboardInterrupt as err:
+            epochs = self._reporter.epochs if self._reporter else 0
+            if self._reporter is not None and self._reporter.best is not None and not self._reporter.failure:
+                trial.set_user_attr(STOPPED_ATTR, f"{err} after {epochs} epoch(s): scored by its best epoch")
+                return self._reporter.best.value
+            if isinstance(err, StudyDeadline):
+                record_interruption(trial.study, _frozen(trial), f"interrupted: {err}", logging.DEBUG)
+                raise
+            trial.set_user_attr(FAIL_REASON_ATTR, f"{err} after {epochs} epoch(s), before its first validation")
+            raise optuna.TrialPruned(str(err)) from None
+        except KeyboardInterrupt:
             self._record_progress(trial, self._reporter, None)
-            cause = str(err) if isinstance(err, StudyDeadline) else "stopped by Ctrl+C or SIGTERM"
-            record_interruption(trial.study, _frozen(trial), f"interrupted: {cause}", logging.DEBUG)
+            record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM",
+                                logging.DEBUG)
             raise
 
     def _train(self, trial: optuna.Trial) -> float:
@@ -166,9 +194,9 @@ class TrialObjective:
         if reporter.pruned_at is not None:
             raise optuna.TrialPruned(f"the pruner stopped it at report step {reporter.pruned_at}, "
                                      f"validation {self.spec.metric} {reporter.reports[-1][1]:.5f}")
-        if not reporter.metrics:
+        if reporter.best is None:
             raise TrialFailure("the trial ended without a validation result")
-        return reporter.metrics[reporter.key]
+        return reporter.best.value
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
         """Workers on other machines may start trials at the same moment; the later ones give way."""
@@ -185,8 +213,10 @@ class TrialObjective:
             return
         trial.set_user_attr(EPOCHS_ATTR, reporter.epochs)
         trial.set_user_attr(EXAMPLES_ATTR, summary["examples"] if summary else reporter.examples)
-        if reporter.metrics:
-            trial.set_user_attr(METRICS_ATTR, reporter.metrics)
+        if reporter.best is not None:  # the metrics of the validation the trial is scored by
+            trial.set_user_attr(METRICS_ATTR, reporter.best.metrics)
+            trial.set_user_attr(BEST_EPOCH_ATTR, reporter.best.epoch)
+            trial.set_user_attr(BEST_STEP_ATTR, reporter.best.step)
 
 
 def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:

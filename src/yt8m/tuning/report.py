@@ -26,7 +26,16 @@ from yt8m.optional import available
 from yt8m.tasks.metrics import metric_meaning
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
-from yt8m.tuning.objective import EPOCHS_ATTR, EXAMPLES_ATTR, TRAIN_DIR_ATTR, trial_dir, trial_value
+from yt8m.tuning.objective import (
+    BEST_EPOCH_ATTR,
+    BEST_STEP_ATTR,
+    EPOCHS_ATTR,
+    EXAMPLES_ATTR,
+    STOPPED_ATTR,
+    TRAIN_DIR_ATTR,
+    trial_dir,
+    trial_value,
+)
 from yt8m.tuning.space import TuneSpec
 from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
@@ -70,17 +79,18 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
         retry_of = trial.user_attrs.get(RETRY_OF_ATTR)
         rerun = f": re-runs the parameters of interrupted trial {retry_of}" if retry_of is not None else ""
         reason = "queued" + rerun
+    stopped = trial.user_attrs.get(STOPPED_ATTR)
     return {"trial": trial.number, "state": state, "value": trial.value,
             "last_report": reports[max(reports)] if reports else None, "params": trial.params,
             "duration_s": round(trial.duration.total_seconds(), 1) if trial.duration else None,
-            "epochs": trial.user_attrs.get(EPOCHS_ATTR), "examples": trial.user_attrs.get(EXAMPLES_ATTR),
-            "note": reason}
+            "epochs": trial.user_attrs.get(EPOCHS_ATTR), "best_epoch": trial.user_attrs.get(BEST_EPOCH_ATTR),
+            "examples": trial.user_attrs.get(EXAMPLES_ATTR), "note": reason or stopped or ""}
 
 
 def format_leaderboard(rows: list[dict[str, Any]], metric: str) -> str:
-    header = ["trial", "state", metric, "epochs", "duration_s", "params", "note"]
-    table = [[str(row["trial"]), row["state"], _number(_score(row), "{:.5f}"), _number(row["epochs"], "{}"),
-              _number(row["duration_s"], "{:.1f}"), _params(row["params"]), row["note"]]
+    header = ["trial", "state", metric, "best_epoch", "epochs", "duration_s", "params", "note"]
+    table = [[str(row["trial"]), row["state"], _number(_score(row), "{:.5f}"), _number(row["best_epoch"], "{}"),
+              _number(row["epochs"], "{}"), _number(row["duration_s"], "{:.1f}"), _params(row["params"]), row["note"]]
              for row in rows]
     widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
@@ -108,9 +118,20 @@ def best_trial(study: optuna.Study) -> Optional[FrozenTrial]:
 
 
 def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
-    """The best trial's config, training into <study_dir>/best and resuming there if interrupted."""
+    """The best trial's config, training into <study_dir>/best (resuming there if interrupted) as long as the trial
+    trained to its best validation."""
     return spec.trial_config(trial.params, os.path.join(os.path.abspath(spec.settings.study.study_dir), "best"),
-                             start_new_model=False)
+                             start_new_model=False, **retrain_length(spec, trial))
+
+
+def retrain_length(spec: TuneSpec, trial: FrozenTrial) -> dict[str, Any]:
+    """How long a retrain of the trial trains: to the epoch its value was validated at (num_epochs), or to the step
+    where trials report by steps (max_steps); nothing for a trial without one recorded."""
+    if BEST_STEP_ATTR not in trial.user_attrs:
+        return {}
+    if spec.settings.pruning.report_every_steps:
+        return {"max_steps": trial.user_attrs[BEST_STEP_ATTR]}
+    return {"num_epochs": trial.user_attrs[BEST_EPOCH_ATTR]}
 
 
 def baseline_trial(study: optuna.Study, spec: TuneSpec) -> Optional[FrozenTrial]:

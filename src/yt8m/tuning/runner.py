@@ -73,8 +73,9 @@ def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[opt
                     "the same command again to resume the study")
     timed_out = not interrupted and limits.passed()
     if timed_out:
-        log.warning("--timeout %g s reached: trials still running were stopped and re-queued; run the same command "
-                    "again to resume the study", settings.study.timeout)
+        log.warning("--timeout %g s reached: trials still running were stopped, each scored by its best validated "
+                    "epoch (one without a validation yet was re-queued); run the same command again to go on with "
+                    "the study", settings.study.timeout)
     return study, {**write_report(study, spec), "interrupted": interrupted, "timed_out": timed_out,
                    "failed_jobs": failed_jobs}
 

@@ -1,0 +1,85 @@
+"""A trial is scored by its best validated epoch: its value, its recorded metrics, the epoch a retrain stops at, and
+the value a trial stopped by --trial_timeout or --timeout keeps."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import optuna
+import pytest
+
+from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
+from yt8m.training import TrainEvent
+from yt8m.tuning import objective as objective_module
+from yt8m.tuning.limits import StudyDeadline, TrialTimeLimit
+from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialObjective
+from yt8m.tuning.report import best_train_config, leaderboard
+from yt8m.tuning.space import load_tune_spec
+from yt8m.tuning.study import FileLock, interrupted_trials, open_storage, open_study
+
+
+def scripted_training(gaps: list[float], stop: Optional[BaseException] = None):
+    """A stand-in for yt8m.training.train: one validated checkpoint per epoch with these GAPs, then `stop` raised
+    (a limit's signal arriving in the next epoch), else the summary."""
+
+    def train(config, hooks=()):
+        for epoch, gap in enumerate(gaps, start=1):
+            event = TrainEvent("checkpoint", None, None, config, step=10 * epoch, epoch=epoch, examples=100 * epoch,
+                               loss=1.0, metrics={"gap": gap, "hit_at_one": gap / 2}, final=epoch == len(gaps))
+            if any(hook(event) for hook in hooks):
+                break
+        if stop is not None:
+            raise stop
+        return {"examples": 100 * len(gaps)}
+
+    return train
+
+
+@pytest.fixture
+def study_and_spec(tmp_path, shards):  # noqa: F811
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none", "sampler": "random"}, num_epochs=4)
+    spec = load_tune_spec(path)
+    (tmp_path / "study").mkdir()
+    return open_study(spec, open_storage(spec.settings.study)), spec, tmp_path
+
+
+def run_trial(study, spec, tmp_path, monkeypatch, gaps, stop=None):
+    monkeypatch.setattr(objective_module, "train", scripted_training(gaps, stop))
+    trial = study.ask()
+    with FileLock(str(tmp_path / ".budget.lock")).held() as lock:
+        value = TrialObjective(spec, lock)(trial)
+    study.tell(trial, value)
+    return study.trials[trial.number]
+
+
+def test_a_trial_is_worth_its_best_epoch_and_a_retrain_stops_there(study_and_spec, monkeypatch):
+    study, spec, tmp_path = study_and_spec
+    trial = run_trial(study, spec, tmp_path, monkeypatch, [0.50, 0.72, 0.61, 0.58])
+    assert trial.value == 0.72 and trial.user_attrs[BEST_EPOCH_ATTR] == 2
+    assert trial.user_attrs["metrics"] == {"gap": 0.72, "hit_at_one": 0.36}
+    assert best_train_config(spec, trial).schedule.num_epochs == 2
+    row = leaderboard(study)[0]
+    assert (row["value"], row["best_epoch"], row["epochs"]) == (0.72, 2, 4)
+
+
+@pytest.mark.parametrize("limit", [TrialTimeLimit("--trial_timeout 60 s passed"),
+                                   StudyDeadline("--timeout 600 s passed")], ids=["trial_timeout", "timeout"])
+def test_a_trial_stopped_by_a_limit_keeps_its_best_completed_epoch(study_and_spec, monkeypatch, limit):
+    study, spec, tmp_path = study_and_spec
+    trial = run_trial(study, spec, tmp_path, monkeypatch, [0.40, 0.66], stop=limit)
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.66
+    assert trial.user_attrs[STOPPED_ATTR] == f"{limit} after 2 epoch(s): scored by its best epoch"
+    assert best_train_config(spec, trial).schedule.num_epochs == 2
+
+
+def test_a_limit_before_the_first_validation_prunes_or_requeues(study_and_spec, monkeypatch):
+    study, spec, tmp_path = study_and_spec
+    monkeypatch.setattr(objective_module, "train", scripted_training([], TrialTimeLimit("--trial_timeout passed")))
+    trial = study.ask()
+    with FileLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(optuna.TrialPruned):
+        TrialObjective(spec, lock)(trial)
+    monkeypatch.setattr(objective_module, "train", scripted_training([], StudyDeadline("--timeout passed")))
+    trial = study.ask()
+    with FileLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(StudyDeadline):
+        TrialObjective(spec, lock)(trial)
+    assert trial.number in interrupted_trials(study)
