@@ -156,12 +156,14 @@ def crash_after_checkpoint(step: int):
     return hook
 
 
-@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
-def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
+@pytest.mark.parametrize("run", [{}, {"ema_decay": 0.9}, {"swa_start_epoch": 2},
+                                 {"mixup_alpha": 0.4, "feature_dropout": 0.2}], ids=["plain", "ema", "swa", "augment"])
+def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path, run):
     """Bit-exact: same data order, optimizer state, schedule and dropout draws (CPU, one process); with
-    --ema_decay, the weight average (the final checkpoint's model) too."""
-    reference, reference_summary = run_fit(tiny_config(tmp_path / "a", ema_decay=ema_decay))
-    config = tiny_config(tmp_path / "b", ema_decay=ema_decay)
+    --ema_decay or --swa_start_epoch, the weight average (the final checkpoint's model) too; with mixup and feature
+    dropout, their draws."""
+    reference, reference_summary = run_fit(tiny_config(tmp_path / "a", **run))
+    config = tiny_config(tmp_path / "b", **run)
     with pytest.raises(Crash):
         run_fit(config, hooks=[crash_after_checkpoint(8)])  # mid-epoch 2, after batch 3 of 5
     resume = load_checkpoint(list_checkpoints(config.checkpoints.train_dir)[-1][1])
@@ -173,7 +175,7 @@ def test_crash_and_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
     finals = [load_checkpoint(final_checkpoint(str(run / "run"))) for run in (tmp_path / "a", tmp_path / "b")]
     for name, tensor in finals[0].model.items():
         torch.testing.assert_close(finals[1].model[name], tensor, rtol=0, atol=0)
-    assert (finals[1].trained_weights is not None) == bool(ema_decay)
+    assert (finals[1].trained_weights is not None) == bool(run.get("ema_decay") or run.get("swa_start_epoch"))
 
 
 def test_gradient_clipping_bounds_each_parameters_update(tmp_path):

@@ -12,6 +12,7 @@ from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.models.config import ModelConfig
 from yt8m.models.registry import known_model
 from yt8m.tasks.spec import TaskSpec, task_problems, the_one_task
+from yt8m.training.augment import augment_problems
 from yt8m.training.config import TrainConfig
 
 
@@ -30,7 +31,10 @@ def train_config_problems(config: TrainConfig, skip: AbstractSet[str] = frozense
     evaluating = bool(config.validation.eval_data_pattern) if evaluating is None else evaluating
     without_evaluation = [] if evaluating else config.validation.without_evaluation_problems()
     return (model_problems(config.model, config.features, skip) + task_problems(config.tasks, config.main_task())
-            + teacher_problems(config) + without_evaluation)
+            + teacher_problems(config) + without_evaluation
+            + augment_problems(config.augment, config.features.frame_features, config.tasks.multitask,
+                               bool(config.distillation.teacher))
+            + config.optimizer.average_problems())
 
 
 def model_problems(model: ModelConfig, features: FeatureSpec, skip: AbstractSet[str] = frozenset()) -> list[str]:

@@ -16,6 +16,7 @@ from yt8m.runtime import DEVICE_HELP, device_problem
 from yt8m.tasks.losses import LossConfig
 from yt8m.tasks.spec import MainTask, TasksConfig
 from yt8m.tasks.teacher import DistillationConfig
+from yt8m.training.augment import AugmentConfig
 from yt8m.training.optim import OptimizerConfig
 from yt8m.training.validation import ValidationConfig
 
@@ -88,6 +89,7 @@ class TrainConfig:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    augment: AugmentConfig = dataclasses.field(default_factory=AugmentConfig)
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
     checkpoints: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)

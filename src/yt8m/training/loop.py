@@ -21,6 +21,7 @@ from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
 from yt8m.tasks.taskset import TaskSet
+from yt8m.training.augment import Augmenter
 from yt8m.training.checkpointing import Checkpointer, NonFiniteLossError, Progress
 from yt8m.training.config import TrainConfig
 from yt8m.training.meter import RunEstimate
@@ -75,7 +76,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, tasks: TaskSet, epoc
     data this process has read (None: unknown), for the log's total steps and ETA within the first epoch.
     """
     runtime, schedule = config.runtime, config.schedule
-    stepper = Stepper(model, optimizer, tasks, config.optimizer, runtime.mixed_precision, runtime.compile, device)
+    augment = Augmenter(config.augment, schedule.seed, rank_and_world_size()[0]) if config.augment.active else None
+    stepper = Stepper(model, optimizer, tasks, config.optimizer, runtime.mixed_precision, runtime.compile, device,
+                      augment)
     checkpointer = Checkpointer(config.checkpoints, config_document(config), stepper, tasks)
     chief = rank_and_world_size()[0] == 0
     steps_log = StepLog(runtime.log_every_steps, runtime.metrics_every_steps,
@@ -162,6 +165,7 @@ class TrainingLoop:
         self.log.estimate.epoch_ended(self.progress.steps_in_epoch(self.schedule.numbatches_to_aggregate))
         progress.epoch += 1
         progress.batches_in_epoch = 0
+        self.stepper.end_epoch(progress.epoch)
         self._settle(Verdict(stop=self._notify("epoch_end")) if self.chief else Verdict())
         if self.config.checkpoints.checkpoint_every_epoch and self.hooked_step != progress.step:
             self._checkpoint()

@@ -60,6 +60,18 @@ class OptimizerConfig:
                                     "the weights, updated after every step with this decay (e.g. 0.998; warmed up as "
                                     "min(decay, (1 + step) / (10 + step))); 0 uses the trained weights as they are.",
                                at_least=0, at_most=0.99999)
+    swa_start_epoch: int = setting(0, "Stochastic weight averaging (Izmailov et al. 2018): from the end of this epoch "
+                                      "on, evaluate, checkpoint, export and predict with the equal average of the "
+                                      "weights at each epoch's end (0: off; instead of --ema_decay).", at_least=0)
+    weight_decay: Optional[float] = setting(None, "The optimizer's weight_decay (AdamW: decoupled weight decay, "
+                                                  "Loshchilov and Hutter 2019; Adam, SGD: an L2 term in the "
+                                                  "gradient); None: the optimizer's default.", at_least=0)
+
+    def average_problems(self) -> list[str]:
+        """The weight averages are alternatives: one is evaluated."""
+        if self.ema_decay and self.swa_start_epoch:
+            return ["--ema_decay and --swa_start_epoch both average the weights: choose one"]
+        return []
 
     def learning_rate(self, examples: int) -> float:
         """Staircase decay over global examples seen, as the starter kit's exponential_decay(staircase=True)."""
@@ -85,6 +97,10 @@ def build_optimizer(config: OptimizerConfig, parameters: Iterable[nn.Parameter])
     """The section's optimizer (any torch.optim class by name, case-insensitive, or a TensorFlow optimizer name) at
     its base learning rate."""
     cls, defaults = optimizer_class(config.name)
+    if config.weight_decay is not None:
+        if "weight_decay" not in inspect.signature(cls).parameters:
+            raise ValueError(f"--weight_decay: {cls.__name__} takes no weight_decay")
+        defaults = {**defaults, "weight_decay": config.weight_decay}
     lr = config.base_learning_rate
     parameters = list(parameters)
     if "fused" in inspect.signature(cls).parameters:

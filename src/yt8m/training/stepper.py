@@ -1,5 +1,6 @@
-"""One optimizer step of a run: a group of batches' gradients accumulated (averaged across processes by
-DistributedDataParallel), then the L2 penalties, clipping, the optimizer and the moving average of the weights."""
+"""One optimizer step of a run: a group of batches (augmented where the run says so) and their gradients accumulated
+(averaged across processes by DistributedDataParallel), then the L2 penalties, clipping, the optimizer and the
+moving average of the weights (or, at an epoch's end, stochastic weight averaging's snapshot)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.checkpoints import load_checked
 from yt8m.runtime import amp_dtype, autocast
 from yt8m.tasks.taskset import TaskSet
+from yt8m.training.augment import Augmenter
 from yt8m.training.optim import (
     OptimizerConfig,
     Penalized,
@@ -26,7 +28,7 @@ from yt8m.training.optim import (
     load_optimizer_state,
     optimizer_state,
 )
-from yt8m.training.weight_average import WeightAverage
+from yt8m.training.weight_average import EpochAverage, WeightAverage
 
 
 @dataclass
@@ -46,21 +48,33 @@ class Stepper:
     evaluated (the weight average where --ema_decay keeps one)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, tasks: TaskSet, config: OptimizerConfig,
-                 mixed_precision: bool, compile_model: bool, device: torch.device):
+                 mixed_precision: bool, compile_model: bool, device: torch.device, augment: Optional[Augmenter] = None):
         self.model, self.optimizer, self.tasks, self.config, self.device = model, optimizer, tasks, config, device
-        self.mixed_precision = mixed_precision
+        self.mixed_precision, self.augment = mixed_precision, augment
         self.rank, self.world_size = rank_and_world_size()
         self.forward_loss = torch.compile(model_loss) if compile_model else model_loss
         self.penalties = l2_terms(cast(Penalized, model), config.regularization_penalty)  # a model's contract
         self.scaler = grad_scaler(mixed_precision, device)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+        self.epoch_average = EpochAverage(config.swa_start_epoch) if config.swa_start_epoch else None
         self.network: nn.Module = model
         self.last_batch: Optional[Batch] = None
+        self.steps = 0  # optimizer steps of this process, for the augmentation's random draws
 
     @property
     def evaluated(self) -> nn.Module:
-        """The model that is evaluated, checkpointed as "model" and shown to hooks: the weight average, if kept."""
-        return self.average.model if self.average is not None else self.model
+        """The model that is evaluated, checkpointed as "model" and shown to hooks: the weight average, if kept (SWA's
+        once it has its first snapshot)."""
+        if self.average is not None:
+            return self.average.model
+        if self.epoch_average is not None and self.epoch_average.model is not None:
+            return self.epoch_average.model
+        return self.model
+
+    def end_epoch(self, epoch: int) -> None:
+        """Epoch `epoch` (counted from 1) is complete: SWA takes its snapshot."""
+        if self.epoch_average is not None:
+            self.epoch_average.end_epoch(self.model, epoch)
 
     def begin(self) -> None:
         """Wrap the model for several processes, once its weights are final (DDP copies rank 0's at the start)."""
@@ -97,7 +111,10 @@ class Stepper:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         task_sums: dict[str, torch.Tensor] = {}
         output = None
+        self.steps += 1
         for index, (batch, weight) in enumerate(weighted):
+            if self.augment is not None and weight:
+                batch = self.augment(batch, self.steps, index)
             with self._gradient_sync(index == len(weighted) - 1):
                 with autocast(self.device, self.mixed_precision):
                     output, label_loss, loss, parts = self.forward_loss(self.network, self.tasks, batch, weight)
@@ -123,7 +140,7 @@ class Stepper:
         """The Checkpoint fields of the model, the optimizer, the loss scaler and the weight average."""
         state = {"model": self.evaluated.state_dict(), "optimizer": optimizer_state(self.optimizer, self.model),
                  "scaler": self.scaler.state_dict()}
-        if self.average is not None:
+        if self.evaluated is not self.model:
             state["trained_weights"] = self.model.state_dict()
         return state
 
@@ -136,6 +153,10 @@ class Stepper:
         if self.average is not None:
             load_checked(self.average.model, checkpoint.model, source)
             self.average.updates = checkpoint.step
+        if self.epoch_average is not None:
+            self.epoch_average.restore(self.model, checkpoint.model, int(checkpoint.progress.get("epoch", 0)),
+                                       lambda model, weights: load_checked(model, weights, source))
+        self.steps = checkpoint.step
 
     def non_finite_weights(self) -> list[str]:
         """The names of the model's floating-point tensors that hold NaN or infinite values."""

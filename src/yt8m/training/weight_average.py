@@ -1,9 +1,11 @@
-"""An exponential moving average of a model's weights (--ema_decay): the weights a run evaluates, checkpoints as
-its model, exports and predicts with, while the optimizer steps the live ones."""
+"""Averages of a model's weights, an exponential moving average (--ema_decay) or stochastic weight averaging
+(--swa_start_epoch): the weights a run evaluates, checkpoints as its model, exports and predicts with, while the
+optimizer steps the live ones."""
 
 from __future__ import annotations
 
 import copy
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -35,3 +37,43 @@ class WeightAverage:
                              1 - self.current_decay())
         for averaged, current in zip(self.model.buffers(), live.buffers()):
             averaged.copy_(current)
+
+
+class EpochAverage:
+    """Stochastic weight averaging (--swa_start_epoch; Izmailov et al. 2018): the equal average of the weights at
+    the end of each epoch from `start_epoch` on. Before its first snapshot there is none (`model` is None: the live
+    weights are evaluated). Buffers (batch-norm statistics) are the live model's latest, not recomputed over the
+    training data for the averaged weights as the paper's bn_update does: exact for models without batch norm (the
+    video-level ones), an approximation for the others."""
+
+    def __init__(self, start_epoch: int):
+        if start_epoch < 1:
+            raise ValueError(f"swa_start_epoch must be at least 1, got {start_epoch}")
+        self.start_epoch = start_epoch
+        self.model: Optional[nn.Module] = None
+        self.snapshots = 0
+
+    def snapshots_at(self, epoch: int) -> int:
+        """The snapshots averaged once `epoch` epochs are complete."""
+        return max(0, epoch - self.start_epoch + 1)
+
+    @torch.no_grad()
+    def end_epoch(self, live: nn.Module, epoch: int) -> None:
+        """Add the live weights at the end of epoch `epoch` (counted from 1) to the average, from start_epoch on."""
+        if epoch < self.start_epoch:
+            return
+        self.snapshots += 1
+        if self.model is None:
+            self.model = copy.deepcopy(live).requires_grad_(False)
+            return
+        torch._foreach_lerp_(list(self.model.parameters()), [p.detach() for p in live.parameters()],
+                             1.0 / self.snapshots)
+        for averaged, current in zip(self.model.buffers(), live.buffers()):
+            averaged.copy_(current)
+
+    def restore(self, live: nn.Module, averaged: dict[str, Any], epoch: int, load: Callable[..., None]) -> None:
+        """A resumed run's average: the checkpoint's evaluated weights (`averaged`) once snapshots were taken."""
+        self.snapshots = self.snapshots_at(epoch)
+        if self.snapshots:
+            self.model = copy.deepcopy(live).requires_grad_(False)
+            load(self.model, averaged)
