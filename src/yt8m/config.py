@@ -40,10 +40,12 @@ log = logging.getLogger("yt8m.config")
 
 
 class ConfigError(ValueError):
-    """A config with problems: `problems` lists them, one line each; the message heads them with what was read."""
+    """A config with problems: `problems` lists them, one line each; the message heads them with what was read. One
+    problem is one line, as every user error is (`heading: problem`); several are listed under the heading."""
 
     def __init__(self, heading: str, problems: list[str]):
-        super().__init__(f"{heading}:\n  " + "\n  ".join(problems))
+        separator = ": " if len(problems) == 1 else ":\n  "
+        super().__init__(heading + separator + "\n  ".join(problems))
         self.problems = problems
 
 

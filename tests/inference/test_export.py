@@ -18,6 +18,7 @@ from yt8m.data.synthetic import write_synthetic
 from yt8m.inference.onnx_export import ExportError, export_onnx, load_exported
 from yt8m.commands.export import main as export_main
 from yt8m.models import create_model, list_models
+from yt8m.models.registry import registered_model
 from yt8m.inference.predict import run_predict
 from yt8m.eval.score import read_predictions_csv, score_files
 from yt8m.training import train
@@ -83,6 +84,50 @@ def test_onnx_predictions_match_torch_for_every_model(name, hparams, tmp_path):
         assert predictions.shape == (batch, NUM_CLASSES)
         assert np.abs(predictions - expected["predictions"].numpy()).max() <= 1e-5
         assert np.abs(logits - expected["logits"].numpy()).max() <= 1e-4
+
+
+class AttentionPooling(torch.nn.Module):
+    """A plain module of one's own: attention over the real frames. `clamped` reads one (zero) frame of a video
+    without frames, as yt8m's models do; unclamped, its softmax over no frames (every score -inf) is nan."""
+
+    clamped = True
+
+    def __init__(self, feature_size: int, num_classes: int):
+        super().__init__()
+        self.score = torch.nn.Linear(feature_size, 1)
+        self.out = torch.nn.Linear(feature_size, num_classes)
+
+    def forward(self, features, num_frames):
+        counts = num_frames.clamp(min=1) if self.clamped else num_frames
+        real = torch.arange(features.shape[1]) < counts[:, None]
+        weights = torch.softmax(self.score(features).squeeze(-1).masked_fill(~real, float("-inf")), dim=1)
+        return self.out((weights.unsqueeze(-1) * features).sum(dim=1))
+
+
+class UnmaskedAttentionPooling(AttentionPooling):
+    clamped = False
+
+
+def test_a_frame_model_of_ones_own_masking_its_frames_exports(tmp_path):
+    torch.manual_seed(0)
+    with registered_model(AttentionPooling):
+        model = create_model("AttentionPooling", FEATURE_SIZE, NUM_CLASSES)
+    assert export_onnx(model, str(tmp_path / "model.onnx"))["verified_max_abs_diff"] <= 1e-5
+
+
+def test_an_export_giving_nan_for_the_check_video_without_frames_names_that_video(tmp_path):
+    torch.manual_seed(0)
+    with registered_model(UnmaskedAttentionPooling):
+        model = create_model("UnmaskedAttentionPooling", FEATURE_SIZE, NUM_CLASSES)
+    path = tmp_path / "model.onnx"
+    with pytest.raises(ExportError) as raised:
+        export_onnx(model, str(path))
+    message = str(raised.value)
+    assert message.startswith(f"{path}: onnxruntime's predictions differ from torch's by nan (tolerance 1e-05) on "
+                              "the check's video with 0 frames (video 3 of 4, num_frames 0); torch's own predictions "
+                              "for it are nan: a model must give finite outputs for a video without frames: mask "
+                              "with num_frames"), message
+    assert "\n" not in message
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,8 @@ def test_frame_level_classifier_and_bad_settings_are_errors():
 
 
 def test_registering_a_name_twice_is_an_error():
-    with pytest.raises(ValueError, match="the model name 'MoeModel' is taken by the built-in model: rename it"):
+    taken = r"the model name 'MoeModel' is taken by the built-in model MoeModel \(yt8m.models.video:MoeModel\): rename it"
+    with pytest.raises(ValueError, match=taken):
         register_model(ClassifierHParams)(type("MoeModel", (BaseModel,), {}))
 
 

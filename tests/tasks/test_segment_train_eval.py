@@ -138,7 +138,8 @@ def test_a_metric_the_task_lacks_is_a_one_line_cli_error(segment_data, tmp_path)
     failed = run_train(frame_values(segment_data, tmp_path, segment_labels=True, best_metric="hit_at_one"))
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines()[-1] == (
-        "  --best_metric hit_at_one is not a segment metric: use one of segment_map, gap, loss")
+        "yt8m train: error: invalid config (flags): --best_metric hit_at_one is not a segment metric: use one of "
+        "segment_map, gap, loss")
     assert not os.path.exists(tmp_path / "config.yaml")
 
 

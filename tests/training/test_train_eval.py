@@ -167,7 +167,7 @@ def test_validation_set_end_to_end(tiny_data, tmp_path):
 @pytest.mark.parametrize("flags, message", [
     ({"early_stopping_patience": 2}, "--early_stopping_patience needs --eval_data_pattern"),
     ({"eval_data_pattern": "x", "revert_to_best": True}, "--revert_to_best acts when the learning rate is halved"),
-    ({"eval_data_pattern": "x", "best_metric": "accuracy"}, "--best_metric must be one of gap, map"),
+    ({"eval_data_pattern": "x", "best_metric": "accuracy"}, "--best_metric 'accuracy' is not a metric .known: gap, map"),
     ({"eval_data_pattern": "x", "eval_steps": 0}, "--eval_steps must be at least 1"),
     ({"numbatches_to_aggregate": 0}, "--numbatches_to_aggregate must be at least 1"),
 ])

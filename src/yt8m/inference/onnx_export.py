@@ -124,22 +124,59 @@ def export_onnx(model: Network, path: str) -> dict[str, Any]:
         raise ExportError(f"{path}: torch.onnx.export made no program")
     program.save(path)  # weights go to a side file only past protobuf's 2 GB limit
     onnx.checker.check_model(path, full_check=True)
-    difference = max_abs_difference(model, create_session(path, "cpu"), inputs)
+    differences, expected = check_differences(model, create_session(path, "cpu"), inputs)
+    difference = float(differences.max())
     if not difference <= VERIFY_TOLERANCE:
-        raise ExportError(f"{path}: onnxruntime's predictions differ from torch's by {difference:.3g} "
-                          f"(tolerance {VERIFY_TOLERANCE:g}); the export is not faithful")
+        raise ExportError(f"{path}: " + unfaithful_export(model, inputs, differences, expected))
     opset = next(entry.version for entry in onnx.load(path, load_external_data=False).opset_import
                  if entry.domain in ("", "ai.onnx"))
     return {"opset": opset, "verified_max_abs_diff": difference}
 
 
-def max_abs_difference(model: Network, session: Any, inputs: Sequence[torch.Tensor]) -> float:
-    """Largest |onnxruntime - torch| over the predictions of one batch."""
+def check_differences(model: Network, session: Any, inputs: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """(largest |onnxruntime - torch| per input video, nan where either gives nan; torch's predictions) over one
+    batch."""
     with torch.no_grad():
         expected = model(*inputs)["predictions"].numpy()
     feeds = {name: tensor.numpy() for name, tensor in zip(input_names(model), inputs)}
     actual = session.run(["predictions"], feeds)[0]
-    return float(np.abs(actual - expected).max())
+    return np.abs(actual - expected).max(axis=1), expected
+
+
+def unfaithful_export(model: Network, inputs: Sequence[torch.Tensor], differences: np.ndarray,
+                      expected: np.ndarray) -> str:
+    """Why the check refused an export, in one line: by how much its predictions differ and on which of the check's
+    input videos (the one that differs most, nan first); where torch's own predictions are not finite, or the video
+    has no frames, what the model must do."""
+    index = int(np.argmax(np.where(np.isnan(differences), np.inf, differences)))
+    message = (f"onnxruntime's predictions differ from torch's by {differences[index]:.3g} (tolerance "
+               f"{VERIFY_TOLERANCE:g}) on {_check_input(model, inputs, index)}")
+    without_frames = model.frame_level and int(inputs[1][index]) == 0
+    if np.isfinite(expected[index]).all():
+        advice = "check how it masks with num_frames" if without_frames else "the export is not faithful"
+        return f"{message}: {advice}"
+    message += f"; torch's own predictions for it are {_non_finite(expected[index])}"
+    if without_frames:
+        return (f"{message}: a model must give finite outputs for a video without frames: mask with num_frames so "
+                "that no softmax or mean runs over zero frames (e.g. num_frames.clamp(min=1) to read one zero frame, "
+                "as yt8m's models do, or a zero vector for such a video)")
+    return f"{message}: a model must give finite outputs"
+
+
+def _non_finite(values: np.ndarray) -> str:
+    return "nan" if np.isnan(values).any() else "inf"
+
+
+def _check_input(model: Network, inputs: Sequence[torch.Tensor], index: int) -> str:
+    """One of the check's input videos, described: its frames, for frame-level models."""
+    batch = inputs[0].shape[0]
+    if not model.frame_level:
+        return f"the check's video {index} of {batch} (random feature vectors)"
+    frames, real = inputs[0].shape[1], int(inputs[1][index])
+    if real == 0:
+        return f"the check's video with 0 frames (video {index} of {batch}, num_frames 0)"
+    padding = f", then {frames - real} padding frames" if real < frames else ""
+    return f"the check's video {index} of {batch} ({real} frames{padding})"
 
 
 def artifact_paths(output: str) -> tuple[str, str]:

@@ -40,13 +40,31 @@ class ModuleAdapter(BaseModel):
         logits = self.module(features, num_frames) if self.frame_level else self.module(features)
         expected = (features.shape[0], self.num_classes)
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
-            got = f"shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ValueError(f"{self.module_class.__name__}.forward returned {got}: a model's forward returns logits "
-                             f"[batch, classes] = {list(expected)}")
+            raise ValueError(f"{self.module_class.__qualname__}.forward returned {_returned(logits)}, expected a "
+                             f"tensor of logits [batch, classes] = {list(expected)} ({_input_described(features)}): "
+                             "return one logit per class for each video (yt8m applies the sigmoid and makes the "
+                             "output dict)")
         return logits
 
     def penalized_weights(self) -> list[torch.Tensor]:
         return [weight for weight in self.module.parameters() if weight.dim() >= 2]
+
+
+def _returned(value: Any) -> str:
+    """What a forward returned, for its error: a tensor's shape, a dict's keys, a sequence's length, or the type."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    if isinstance(value, dict):
+        return f"a dict (keys {', '.join(map(repr, value))})"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _input_described(features: torch.Tensor) -> str:
+    if features.dim() == 3:
+        return f"for frames [batch, frames, features] = {list(features.shape)}"
+    return f"for features [batch, features] = {list(features.shape)}"
 
 
 def adapted_model(cls: type[nn.Module]) -> tuple[type[BaseModel], type]:
@@ -55,8 +73,9 @@ def adapted_model(cls: type[nn.Module]) -> tuple[type[BaseModel], type]:
     parameters = inspect.signature(cls).parameters
     missing = [name for name in GIVEN if name not in parameters]
     if missing:
-        raise TypeError(f"{cls.__name__}.__init__ must take {' and '.join(GIVEN)} (the input's size and the run's "
-                        f"classes), as keyword arguments; it lacks {', '.join(missing)}")
+        raise TypeError(f"{cls.__name__}.__init__ takes ({', '.join(parameters)}), but yt8m builds a model as "
+                        f"{cls.__name__}(feature_size=..., num_classes=..., **hyper-parameters) (the input's size and "
+                        f"the run's classes): add the argument {' and '.join(missing)}")
     frame_level = _frame_level(cls)
     own = annotated_hparams(cls)
     hparams = own or signature_hparams(cls, GIVEN)
@@ -73,6 +92,7 @@ def _frame_level(cls: type[nn.Module]) -> bool:
     parameters = [p for p in inspect.signature(cls.forward).parameters.values()
                   if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if not parameters or len(parameters) > 2:
-        raise TypeError(f"{cls.__name__}.forward must take (features) for video-level input or (features, "
-                        f"num_frames) for frames; it takes ({', '.join(p.name for p in parameters)})")
+        raise TypeError(f"{cls.__name__}.forward takes ({', '.join(p.name for p in parameters)}), but yt8m calls it as "
+                        "forward(features) for video-level input or forward(features, num_frames) for frames (a "
+                        "setting it needs is a hyper-parameter: an argument of __init__ with a default)")
     return len(parameters) == 2

@@ -15,7 +15,7 @@ from torch import nn
 from yt8m.config import config_from_dict
 from yt8m.models.adapter import adapted_model
 from yt8m.models.base import BaseModel
-from yt8m.plugins.registry import Registry
+from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, constructor_parameters, is_frozen_dataclass
 
 M = TypeVar("M", bound=type[nn.Module])
@@ -38,8 +38,8 @@ def adopt_model(name: str, obj: Any, hparams: Optional[type] = None) -> ModelEnt
     its constructor's `hparams` annotation), or a plain nn.Module made one (yt8m.models.adapter). A TypeError says
     what the class lacks."""
     if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
-        raise TypeError(f"{obj!r} is not a model: a model is an nn.Module class whose forward(features[, num_frames]) "
-                        "returns logits [batch, classes], or a yt8m BaseModel")
+        raise TypeError(f"{described(obj)} is not a model: a model is an nn.Module class whose forward(features[, "
+                        "num_frames]) returns logits [batch, classes], or a yt8m BaseModel")
     if issubclass(obj, BaseModel):
         entry = ModelEntry(obj, _base_model_hparams(obj, hparams))
     else:

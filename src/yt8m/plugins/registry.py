@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import os
 import sys
+import traceback
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
@@ -52,18 +55,53 @@ def split_import_path(path: str) -> tuple[str, str]:
 
 def import_object(path: str) -> Any:
     """The object an import path names; a ValueError naming the module and the exception where it does not import
-    (any exception the module raises while importing included: it is the user's code failing)."""
+    (any exception the module raises while importing included: it is the user's code failing), with the line that
+    raised it, or where yt8m looked for a module that is nowhere."""
     module_name, attribute = split_import_path(path)
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # a user module's import may fail any way: reported in one line
-        raise ValueError(f"{path}: cannot import module {module_name!r} ({type(err).__name__}: {err})") from err
+        raise ValueError(f"{path}: cannot import module {module_name!r} ({_one_line(err)}){_why(err, module_name)}"
+                         ) from err
     obj: Any = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{path}: module {module_name!r} has no attribute {attribute!r}")
+            known = [name for name in dir(obj) if not name.startswith("_")]
+            raise ValueError(f"{path}: {described(obj)} has no attribute {part!r}{closest(part, known)}")
         obj = getattr(obj, part)
     return obj
+
+
+def _one_line(err: BaseException) -> str:
+    """`Type: message` of an exception, its message's lines joined (an error is one line)."""
+    return f"{type(err).__name__}: " + " ".join(" ".join(line.split()) for line in str(err).splitlines())
+
+
+def _why(err: BaseException, module_name: str) -> str:
+    """Where an import failed: a module that is not on the path (where yt8m looks), or the line of the module's own
+    code that raised (a SyntaxError names its line itself)."""
+    missing = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+    if missing and (module_name == missing or module_name.startswith(missing + ".")):
+        return (f": no {missing!r} in the working directory ({os.getcwd()}) nor on PYTHONPATH; run yt8m where "
+                "the module is, or add its folder to PYTHONPATH")
+    if isinstance(err, SyntaxError):
+        return ""
+    frames = [frame for frame in traceback.extract_tb(err.__traceback__) if not frame.filename.startswith("<")]
+    return f", raised at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def described(obj: Any) -> str:
+    """What an import path found, for a message: `module 'm'`, `class C`, `function f`, or an object's type and
+    value (never an address)."""
+    if isinstance(obj, types.ModuleType):
+        where = getattr(obj, "__file__", None)
+        return f"module {obj.__name__!r}" + (f" ({where})" if where else "")
+    if isinstance(obj, type):
+        return f"class {obj.__qualname__}"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return f"function {obj.__qualname__}"
+    text = repr(obj)
+    return f"{type(obj).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 def object_path(obj: Any) -> Optional[str]:
@@ -93,12 +131,15 @@ class Registry(Generic[T]):
     def add(self, name: str, component: T, obj: Any = None, builtin: bool = False, origin: str = "") -> None:
         """Register `component` as `name`; `obj`, the class or function it was made from, gives the path configs
         record for a component of a module's own. A name taken already is refused, naming both."""
+        if not origin:
+            defined = f" ({obj.__module__}:{obj.__qualname__})" if hasattr(obj, "__qualname__") else ""
+            origin = f"{'the built-in ' if builtin else ''}{self.kind} {name}{defined}"
         if name in self._entries:
-            raise ValueError(f"{origin or self.kind + ' ' + name}: the {self.kind} name {name!r} is taken by "
-                             f"{self._entries[name].origin}: rename it")
+            rename = "rename the entry point" if origin.startswith("entry point") else "rename it"
+            raise ValueError(f"{origin}: the {self.kind} name {name!r} is taken by {self._entries[name].origin}: "
+                             f"{rename}")
         fixed = name if builtin or origin.startswith("entry point") else None
-        self._entries[name] = Entry(component, name, origin or ("the built-in " + self.kind if builtin else
-                                                                 f"{self.kind} {name}"), obj, fixed)
+        self._entries[name] = Entry(component, name, origin, obj, fixed)
         if builtin:
             self._builtin.add(name)
 
@@ -137,7 +178,7 @@ class Registry(Generic[T]):
         registered = self._entry_of(obj)  # a registered component, named by its path: the registered one
         if registered is not None:
             return registered
-        component = self._adopt_named(name, obj, f"{self.kind} {name}")
+        component = self._adopt_named(name, obj, name)
         module, attribute = split_import_path(name)
         path = f"{module}:{attribute}"
         self._entries[name] = Entry(component, name, f"{self.kind} {path}", obj, path)

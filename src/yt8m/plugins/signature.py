@@ -40,17 +40,21 @@ def signature_hparams(component: Callable, given: Sequence[str], base: Optional[
     its annotation's type (or its default's); `base`'s fields come first. An argument without a default, or of no
     type one can tell, is a TypeError: it would be a flag without a value or a type."""
     name = getattr(component, "__name__", type(component).__name__)
+    where = f"{name}.__init__" if isinstance(component, type) else name
     fields = []
     for parameter in _evaluated_parameters(component).values():
         if parameter.name in given or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if parameter.default is inspect.Parameter.empty:
-            raise TypeError(f"{name}'s argument {parameter.name} needs a default (it is a hyper-parameter: a flag "
-                            f"and config field whose default is the argument's)")
+            taken = f"besides {', '.join(given)} " if given else ""
+            raise TypeError(f"{where}'s argument {parameter.name} needs a default: each argument {taken}is a "
+                            f"hyper-parameter, set by name (a flag, a config field) and at its default where not "
+                            f"given; write {parameter.name}: TYPE = DEFAULT")
         annotated = parameter.annotation is not inspect.Parameter.empty and not isinstance(parameter.annotation, str)
         kind = parameter.annotation if annotated else _type_of(parameter.default)
         if kind is None:
-            raise TypeError(f"{name}'s argument {parameter.name} needs a type annotation (its default is None)")
+            raise TypeError(f"{where}'s argument {parameter.name} needs a type annotation: its default is None, "
+                            f"which tells no type (write {parameter.name}: Optional[TYPE] = None)")
         fields.append((parameter.name, kind, setting(parameter.default, f"{name}'s argument {parameter.name}.")))
     return dataclasses.make_dataclass(f"{name}HParams", fields, bases=(base,) if base else (), frozen=True)
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from yt8m.config import ComponentSection, config_from_dict
 from yt8m.fields import setting
-from yt8m.plugins.registry import Registry
+from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
 
@@ -185,8 +185,15 @@ class FunctionLoss(nn.Module):
     def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
                 label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
         if label_weights is None:
-            return self.function(output, labels, **self.values)
-        return self.function(output, labels, label_weights=label_weights, **self.values)
+            loss = self.function(output, labels, **self.values)
+        else:
+            loss = self.function(output, labels, label_weights=label_weights, **self.values)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            got = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else \
+                f"a {type(loss).__name__}"
+            raise ValueError(f"loss {self.function.__qualname__} returned {got}: a loss returns the batch's loss, a "
+                             "scalar tensor (e.g. the per-video sums' .mean())")
+        return loss
 
 
 def adopt_loss(name: str, obj: Any) -> LossEntry:
@@ -194,30 +201,32 @@ def adopt_loss(name: str, obj: Any) -> LossEntry:
     `hparams` argument) or keyword arguments with defaults, whose forward takes (output, labels[, label_weights]);
     or such a function. A TypeError says what it lacks."""
     if isinstance(obj, type) and issubclass(obj, nn.Module):
-        _check_call(name, obj.forward, skip_self=True)
+        _check_call(obj.forward, skip_self=True)
         own = annotated_hparams(obj)
         hparams = own or signature_hparams(obj, ())
         build: Callable[[Any], nn.Module] = obj if own else functools.partial(_by_keyword, obj)
         takes_weights = "label_weights" in inspect.signature(obj.forward).parameters
         return LossEntry(build, hparams, getattr(obj, "weights_labels", takes_weights))
     if inspect.isfunction(obj):
-        _check_call(name, obj, skip_self=False)
+        _check_call(obj, skip_self=False)
         hparams = signature_hparams(obj, CALL)
         return LossEntry(functools.partial(FunctionLoss, obj), hparams,
                          "label_weights" in inspect.signature(obj).parameters)
-    raise TypeError(f"{obj!r} is not a loss: a loss is an nn.Module class or a function called as (output, labels"
-                    "[, label_weights]) that returns the batch's loss")
+    raise TypeError(f"{described(obj)} is not a loss: a loss is an nn.Module class or a function called as (output, "
+                    "labels[, label_weights]) that returns the batch's loss")
 
 
 def _by_keyword(cls: type[nn.Module], hparams: Any) -> nn.Module:
     return cls(**dataclasses.asdict(hparams))
 
 
-def _check_call(name: str, function: Callable, skip_self: bool) -> None:
+def _check_call(function: Callable, skip_self: bool) -> None:
     parameters = [p.name for p in inspect.signature(function).parameters.values()][1 if skip_self else 0:]
     if parameters[:2] != ["output", "labels"]:
-        raise TypeError(f"{name}: a loss is called as (output, labels[, label_weights]) (output: the model's dict of "
-                        f"logits and predictions), but it takes ({', '.join(parameters)})")
+        raise TypeError(f"{function.__qualname__} takes ({', '.join(parameters)}), but a loss is called as "
+                        "(output, labels[, label_weights]) (output: the model's dict of logits and predictions; "
+                        "its hyper-parameters after them, with defaults): name its first two arguments output and "
+                        "labels")
 
 
 LOSSES: Registry[LossEntry] = Registry("loss", "yt8m.losses", adopt_loss)

@@ -16,7 +16,8 @@ import yaml
 
 from yt8m.config import ConfigError, config_from_dict
 from yt8m.eval.metrics import HIGHER_IS_BETTER, METRIC_MEANINGS, EvaluationMetrics
-from yt8m.plugins.registry import Registry
+from yt8m.fields import closest
+from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
 # What yt8m gives a metric's constructor; its other arguments are the metric's own, given as NAME(arg=value).
@@ -57,17 +58,22 @@ def adopt_metric(name: str, obj: Any) -> MetricEntry:
     """What a name or import path finds, as a metric: a class with update, compute and merge, a bool
     `higher_is_better`, and a constructor taking num_classes (and its own arguments, with defaults)."""
     if not isinstance(obj, type):
-        raise TypeError(f"{obj!r} is not a metric: a metric is a class with update(predictions, labels), compute() "
-                        "and merge(other), and a bool higher_is_better")
+        raise TypeError(f"{described(obj)} is not a metric: a metric is a class with update(predictions, labels), "
+                        "compute() and merge(other), and a bool higher_is_better")
     missing = [method for method in METHODS if not callable(getattr(obj, method, None))]
     if missing:
-        raise TypeError(f"{obj.__name__} is not a metric: it lacks {', '.join(missing)} (a metric has "
-                        "update(predictions, labels), compute() and merge(other))")
+        raise TypeError(f"{obj.__name__} is not a metric: it lacks the method {', '.join(missing)} (a metric has "
+                        "update(predictions, labels), compute() and merge(other): merge adds another process's "
+                        "metric of the same class)")
     direction = getattr(obj, "higher_is_better", None)
     if not isinstance(direction, bool):
-        raise TypeError(f"{obj.__name__} lacks higher_is_better = True or False (which way a better model moves it)")
+        got = "" if direction is None else f", got {direction!r}"
+        raise TypeError(f"{obj.__name__} is not a metric: it lacks the class attribute higher_is_better = True or "
+                        f"False (which way a better model moves it: it picks the best model){got}")
     if "num_classes" not in inspect.signature(obj).parameters:
-        raise TypeError(f"{obj.__name__}.__init__ must take num_classes (the task's classes)")
+        raise TypeError(f"{obj.__name__}.__init__ takes ({', '.join(inspect.signature(obj).parameters)}), but yt8m "
+                        f"builds a metric as {obj.__name__}(num_classes=..., **arguments): add the argument "
+                        "num_classes (the task's classes)")
     own = annotated_hparams(obj)
     return MetricEntry(obj, own or signature_hparams(obj, GIVEN), direction, own is not None)
 
@@ -142,9 +148,14 @@ def parse_metric(text: str) -> MetricRequest:
             raise ValueError(f"metric {text!r}: {name} takes no arguments")
         return MetricRequest(name, None)
     entry = METRICS.get(name)
+    given = _arguments(text, arguments)
+    own = [f.name for f in dataclasses.fields(entry.hparams)]
+    for key in given:
+        if key not in own:
+            raise ValueError(f"metric {text!r}: {name} takes no argument {key!r}{closest(key, own)} (its arguments: "
+                             f"{', '.join(own) or 'none'})")
     try:
-        return MetricRequest(METRICS.recorded_name(name),
-                             config_from_dict(entry.hparams, _arguments(text, arguments), source=f"metric {name}"))
+        return MetricRequest(METRICS.recorded_name(name), config_from_dict(entry.hparams, given, source=name))
     except ConfigError as err:
         raise ValueError(f"metric {text!r}: " + "; ".join(err.problems)) from err
 

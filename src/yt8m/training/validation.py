@@ -40,11 +40,13 @@ TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked
 def best_metric_problem(name: str) -> Optional[str]:
     """The check of --best_metric: a metric (its task's own are checked with the tasks)."""
     metric = name.rpartition("/")[2]
-    if is_own_metric(metric) or metric_problem(metric) is None:
+    problem = metric_problem(metric)
+    if is_own_metric(metric) or problem is None:
         return None
-    form = "TASK/METRIC with METRIC" if "/" in name else ""
-    return (f"must be {form} one of {', '.join(HIGHER_IS_BETTER)} or a metric of one's own, got {name!r}: "
-            f"{metric_problem(metric)}").replace("  ", " ")
+    if "/" not in name:
+        return problem  # as the task's check says it, with the known names: the error's one line, not two
+    return (f"must be TASK/METRIC with METRIC one of {', '.join(HIGHER_IS_BETTER)} or a metric of one's own, got "
+            f"{name!r}: {problem}")
 
 
 
