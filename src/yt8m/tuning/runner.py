@@ -140,6 +140,9 @@ def write_study_file(spec: TuneSpec, path: str) -> None:
     write_file_atomically(path, lambda out: yaml.safe_dump(document, out, sort_keys=False))
 
 
+RESOURCE_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+
+
 def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
     the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
@@ -147,6 +150,10 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     if n_jobs == 1:
         run_worker(spec, limits)
         return []
+    # A job killed by a signal leaves its semaphores to the resource tracker, which frees them and warns so at exit,
+    # after the command's one error line: the tracker takes this process's -W options when it starts.
+    if RESOURCE_TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(RESOURCE_TRACKER_WARNING)
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_job_process, args=(spec, limits, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
