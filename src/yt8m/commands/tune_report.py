@@ -10,6 +10,7 @@ from typing import Sequence
 
 from yt8m.config import FlagParser
 from yt8m.runtime import setup_logging
+from yt8m.tuning.refit import print_refit, refit_and_crossfit
 from yt8m.tuning.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
 from yt8m.tuning.space import load_tune_spec
 from yt8m.tuning.study import STUDY_FILE, load_existing_study
@@ -28,11 +29,29 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--ensemble_top", type=int, default=None, metavar="K",
                         help="Ensemble the best K complete trials (weights fitted for GAP on the validation shards) "
                              "and report its validation metrics next to the best single trial's.")
+    parser.add_argument("--refit_top", type=int, default=None, metavar="K",
+                        help="Train the best K configurations again on the training and validation shards (less "
+                             "--holdout) to their best epochs, into DIR/refit/, and print the command that predicts "
+                             "with their ensemble (weights fitted on the trials' validation, or out of fold).")
+    parser.add_argument("--crossfit_folds", type=int, default=0, metavar="F",
+                        help="With --refit_top: also train each configuration F times, one fold of the labelled "
+                             "shards held out each time (DIR/crossfit/), and fit the ensemble's weights on the "
+                             "out-of-fold predictions; the fold models or the refits, whichever scores better on "
+                             "--holdout, are the ensemble.")
+    parser.add_argument("--holdout", default="", metavar="PATTERN",
+                        help="With --refit_top: labelled shards of the study kept out of training and weight "
+                             "fitting, to score the ensembles on (their figures are then unbiased).")
     args = parser.parse_args(argv)
     if args.ensemble_top is not None and args.ensemble_top < 1:
         parser.error(f"--ensemble_top must be at least 1, got {args.ensemble_top}")
     if args.train_on_validate and not args.retrain_best:
         parser.error("--train_on_validate goes with --retrain_best")
+    if args.refit_top is not None and args.refit_top < 1:
+        parser.error(f"--refit_top must be at least 1, got {args.refit_top}")
+    if (args.crossfit_folds or args.holdout) and args.refit_top is None:
+        parser.error("--crossfit_folds and --holdout go with --refit_top")
+    if args.crossfit_folds and args.crossfit_folds < 2:
+        parser.error(f"--crossfit_folds must be at least 2, got {args.crossfit_folds}")
     setup_logging()
     spec_path = os.path.join(args.study_dir, STUDY_FILE)
     if not os.path.exists(spec_path):
@@ -49,5 +68,8 @@ def main(argv: Sequence[str]) -> int:
         print_ensemble(summary["ensemble"])
     if args.retrain_best:
         summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
+    if args.refit_top is not None:
+        summary["refit"] = refit_and_crossfit(spec, study, args.refit_top, args.crossfit_folds, args.holdout)
+        print_refit(summary["refit"])
     print(json.dumps(summary), flush=True)
     return 0

@@ -392,15 +392,8 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
                  batch_size: int = 1024, num_readers: str = "auto") -> dict[str, Any]:
     """Fit the weights for the most GAP on the labelled shards of `pattern`; returns the weights, each input's and
     the ensemble's validation metrics, and equal weights' GAP."""
-    ignored = check_pattern_coverage([item for item in inputs if isinstance(item, FileInput)], pattern, num_classes,
-                                     "fit_videos")
     started = time.perf_counter()
-    pieces = [Candidates.of_batch(batch.probabilities, labels, fit_top_k)
-              for batch in aligned_batches(inputs, pattern, num_classes, batch_size, num_readers)
-              if (labels := batch.labels) is not None]  # shards give every batch its labels
-    if not pieces or not any(bool(piece.labels.any()) for piece in pieces):
-        raise ValueError(f"{pattern}: the shards hold no labels to fit the weights on")
-    candidates = Candidates.concat(pieces)
+    candidates, ignored = labelled_candidates(inputs, pattern, num_classes, fit_top_k, batch_size, num_readers)
     weights, _ = fit_weights(candidates.gap, len(inputs))
     singles = [candidates.metrics([float(i == j) for j in range(len(inputs))], num_classes)
                for i in range(len(inputs))]
@@ -413,6 +406,27 @@ def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit
     if ignored:
         result["ignored_videos"] = ignored
     return result
+
+
+def labelled_candidates(inputs: Sequence[Input], pattern: str, num_classes: int, fit_top_k: int = 100,
+                        batch_size: int = 1024, num_readers: str = "auto") -> tuple[Candidates, dict[str, int]]:
+    """The inputs' candidates on the labelled shards of `pattern`, and the prediction files' videos beyond them."""
+    ignored = check_pattern_coverage([item for item in inputs if isinstance(item, FileInput)], pattern, num_classes,
+                                     "fit_videos")
+    pieces = [Candidates.of_batch(batch.probabilities, labels, fit_top_k)
+              for batch in aligned_batches(inputs, pattern, num_classes, batch_size, num_readers)
+              if (labels := batch.labels) is not None]  # shards give every batch its labels
+    if not pieces or not any(bool(piece.labels.any()) for piece in pieces):
+        raise ValueError(f"{pattern}: the shards hold no labels to fit the weights on")
+    return Candidates.concat(pieces), ignored
+
+
+def scored_ensemble(inputs: Sequence[Input], weights: Sequence[float], pattern: str, num_classes: int,
+                    fit_top_k: int = 100) -> dict[str, Any]:
+    """GAP, mAP, hit@1 and PERR of the ensemble with these weights on the labelled shards of `pattern` (held-out
+    data: nothing fitted there)."""
+    candidates, _ = labelled_candidates(inputs, pattern, num_classes, fit_top_k)
+    return {"videos": int(candidates.classes.shape[0]), **candidates.metrics(weights, num_classes)}
 
 
 # The command -------------------------------------------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""Refit and cross-fit (`yt8m tune-report STUDY --refit_top K [--crossfit_folds F] [--holdout PATTERN]`): a study's
+best K configurations trained again on every labelled video at their best epoch counts, and, cross-fitted, each
+trained F times with one fold of the labelled shards held out. The folds' out-of-fold predictions fit the ensemble's
+weights (and serve as distillation targets: `--teacher` takes them); the final ensemble, the fold models' or the
+refits', is the one that scores better on the held-out shards, which neither trained a member nor fitted a weight.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from yt8m.config import config_from_dict
+from yt8m.data.tfrecord import expand_pattern
+from yt8m.inference.config import PredictConfig
+from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
+from yt8m.inference.predict import run_predict
+from yt8m.io.checkpoints import list_exports
+from yt8m.io.files import write_file_atomically
+from yt8m.io.storage import open_file
+from yt8m.training import train
+from yt8m.tuning.objective import TRAIN_DIR_ATTR, trial_dir, trial_value
+from yt8m.tuning.report import retrain_length
+from yt8m.tuning.space import TuneSpec
+
+log = logging.getLogger("yt8m.tune")
+
+REFIT_DIR = "refit"
+CROSSFIT_DIR = "crossfit"
+OOF_TOP_K = 100  # classes per video in the out-of-fold prediction files: ensemble.ADVISED_FILE_TOP_K
+
+
+@dataclass(frozen=True)
+class RefitPlan:
+    """What is trained: the best trials, the labelled shards they train on (the study's training and validation
+    shards less the held-out ones), those split into folds (by shard, round robin), and the held-out shards."""
+
+    trials: list[FrozenTrial]
+    labelled: list[str]
+    folds: list[list[str]]
+    holdout: list[str]
+
+    @property
+    def models(self) -> int:
+        return len(self.trials) * (len(self.folds) + 1)
+
+
+def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdout: str) -> RefitPlan:
+    """The plan, or a ValueError saying why it cannot be made (too few trials, shards, or held-out shards among
+    them)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < top:
+        raise ValueError(f"--refit_top {top}: the study has {len(complete)} complete trials")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    best = sorted(complete, key=lambda trial: (-trial_value(trial) if maximize else trial_value(trial),
+                                               trial.number))[:top]
+    every = expand_pattern(f"{spec.train['train_data_pattern']},{spec.eval_data_pattern}")
+    held = expand_pattern(holdout) if holdout else []
+    outside = sorted(set(held) - set(every))
+    if outside:
+        raise ValueError(f"--holdout {holdout}: {outside[0]} is not one of the study's labelled shards (held-out "
+                         "shards are taken out of its training and validation shards)")
+    labelled = [path for path in dict.fromkeys(every) if path not in held]
+    if folds and len(labelled) < folds:
+        raise ValueError(f"--crossfit_folds {folds}: {len(labelled)} labelled shards cannot make {folds} folds (a "
+                         "fold is whole shards)")
+    split = [labelled[index::folds] for index in range(folds)] if folds else []
+    return RefitPlan(best, labelled, split, held)
+
+
+def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0,
+                       holdout: str = "") -> dict[str, Any]:
+    """Train the plan's models (resuming any already there), fit the ensemble weights (on the out-of-fold
+    predictions; without folds, on the trials' own validation), score the candidates on the held-out shards and
+    return the summary, with the command that predicts with the chosen ensemble."""
+    plan = plan_refit(spec, study, top, folds, holdout)
+    root = os.path.abspath(spec.settings.study.study_dir)
+    progress = Progress(plan.models)
+    refits = [_train(spec, trial, plan.labelled, os.path.join(root, REFIT_DIR, f"trial-{trial.number}"), progress)
+              for trial in plan.trials]
+    num_classes = spec.trial_config(plan.trials[0].params, refits[0]).features.num_classes
+    summary: dict[str, Any] = {"trials": [trial.number for trial in plan.trials], "refits": refits,
+                               "labelled_shards": len(plan.labelled), "holdout": holdout}
+    if plan.folds:
+        fold_dirs, oof_files = _crossfit(spec, plan, root, progress)
+        summary.update(fold_dirs=fold_dirs, out_of_fold=oof_files)
+        weights_on = ",".join(plan.labelled)
+        with opened_inputs(oof_files, num_classes) as inputs:
+            fitted = fit_ensemble(inputs, weights_on, num_classes)
+    else:
+        fold_dirs, weights_on = [], spec.eval_data_pattern
+        with opened_inputs([_trial_run(spec, trial) for trial in plan.trials], num_classes) as inputs:
+            fitted = fit_ensemble(inputs, weights_on, num_classes)
+    weights = fitted["weights"]
+    summary.update(weights=weights, weights_fitted_on="out-of-fold predictions of the labelled shards" if plan.folds
+                   else f"the trials' validation ({weights_on})", fit=fitted["ensemble"])
+    candidates = {"refits": (refits, weights)}
+    if fold_dirs:
+        candidates["folds"] = ([run for runs in fold_dirs for run in runs],
+                               [weight / len(plan.folds) for weight in weights for _ in plan.folds])
+    summary["chosen"] = "refits"
+    if plan.holdout:
+        summary["holdout_scores"] = {name: _score(runs, run_weights, ",".join(plan.holdout), num_classes)
+                                     for name, (runs, run_weights) in candidates.items()}
+        summary["holdout_scores"]["best_single_refit"] = _score(refits[:1], [1.0], ",".join(plan.holdout),
+                                                                num_classes)
+        summary["chosen"] = max(candidates, key=lambda name: summary["holdout_scores"][name]["gap"])
+    runs, run_weights = candidates[summary["chosen"]]
+    summary["predict"] = (f"yt8m ensemble {' '.join(runs)} --weights {','.join(f'{w:g}' for w in run_weights)} "
+                          f"--input_data_pattern TEST_PATTERN --output_file predictions.csv")
+    summary["seconds"] = round(progress.elapsed(), 1)
+    return summary
+
+
+def _crossfit(spec: TuneSpec, plan: RefitPlan, root: str, progress: "Progress") -> tuple[list[list[str]], list[str]]:
+    """Each trial's fold models, and its out-of-fold predictions over every labelled shard (one JSONL file)."""
+    fold_dirs, oof_files = [], []
+    for trial in plan.trials:
+        folder = os.path.join(root, CROSSFIT_DIR, f"trial-{trial.number}")
+        runs, pieces = [], []
+        for index, held in enumerate(plan.folds):
+            training = [path for path in plan.labelled if path not in held]
+            run = _train(spec, trial, training, os.path.join(folder, f"fold-{index}"), progress)
+            pieces.append(_predict(run, held, os.path.join(folder, f"fold-{index}.jsonl")))
+            runs.append(run)
+        fold_dirs.append(runs)
+        oof_files.append(_concatenated(pieces, os.path.join(folder, "out_of_fold.jsonl")))
+    return fold_dirs, oof_files
+
+
+def _train(spec: TuneSpec, trial: FrozenTrial, shards: Sequence[str], train_dir: str, progress: "Progress") -> str:
+    """The trial's configuration trained on `shards` to its best epoch, in `train_dir` (resumed there)."""
+    config = spec.trial_config(trial.params, train_dir, **{**retrain_length(spec, trial),
+                               "train_data_pattern": ",".join(shards), "eval_data_pattern": "",
+                               "checkpoint_every_epoch": False, "start_new_model": False})
+    log.info("refit %d/%d: trial %d on %d shards into %s", progress.done + 1, progress.total, trial.number,
+             len(shards), train_dir)
+    train(config)
+    progress.one_done()
+    return train_dir
+
+
+def _predict(run: str, shards: Sequence[str], output: str) -> str:
+    config = config_from_dict(PredictConfig, {"train_dir": run, "input_data_pattern": ",".join(shards),
+                                              "output_file": output, "output_format": "jsonl",
+                                              "top_k": OOF_TOP_K}, source="crossfit")
+    run_predict(config)
+    return output
+
+
+def _concatenated(pieces: Sequence[str], output: str) -> str:
+    """The folds' prediction files as one (their videos are disjoint: each fold holds other shards)."""
+    def write(out: Any) -> None:
+        for piece in pieces:
+            with open_file(piece, "r") as lines:
+                for line in lines:
+                    out.write(line)
+
+    write_file_atomically(output, write)
+    return output
+
+
+def _trial_run(spec: TuneSpec, trial: FrozenTrial) -> str:
+    """The trial's model at its best epoch: its best export (the epoch its value was validated at), else its run's
+    latest checkpoint."""
+    run = trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
+    exports = list_exports(run, "best")
+    return exports[-1][1] if exports else run
+
+
+def _score(runs: Sequence[str], weights: Sequence[float], pattern: str, num_classes: int) -> dict[str, Any]:
+    with opened_inputs(runs, num_classes) as inputs:
+        return scored_ensemble(inputs, weights, pattern, num_classes)
+
+
+def print_refit(summary: dict[str, Any]) -> None:
+    """The held-out scores (where there are) and the predict command, to stderr."""
+    for name, scores in summary.get("holdout_scores", {}).items():
+        print(f"held out ({summary['holdout']}): {name} gap {scores['gap']:.5f} map {scores['map']:.5f} hit@1 "
+              f"{scores['hit_at_one']:.5f} perr {scores['perr']:.5f}", file=sys.stderr)
+    print(f"the ensemble ({summary['chosen']}; weights fitted on {summary['weights_fitted_on']}); predict with it: "
+          f"{summary['predict']}", file=sys.stderr)
+
+
+class Progress:
+    """Models trained of the plan's total, and the time left at the mean time per model so far."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def one_done(self) -> None:
+        self.done += 1
+        left = self.elapsed() / self.done * (self.total - self.done)
+        log.info("refit: %d/%d models trained in %.0f s, about %.0f s left", self.done, self.total, self.elapsed(),
+                 left)
+

@@ -1,0 +1,51 @@
+"""tune-report --refit_top K --crossfit_folds F --holdout PATTERN: the best configurations trained again on every
+labelled shard but the held-out ones, at their best epochs; cross-fitted fold by fold, their out-of-fold predictions
+fitting the weights; the ensembles scored on the held-out shards; the printed command predicting with the chosen one."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import optuna
+import pytest
+import yaml
+
+from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
+from yt8m import cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_refit_and_crossfit_score_on_held_out_shards_and_print_a_working_command(tmp_path, shards, capsys):  # noqa: F811
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": {"type": "float", "low": 0.01,
+                                                                              "high": 0.3, "log": True}},
+                     tune={"n_trials": 2, "pruner": "none", "sampler": "random"}, model="LogisticModel", num_epochs=3)
+    assert cli.main(["tune", "--config", path]) == 0
+    capsys.readouterr()
+    holdout = str(shards / "validate-00001-of-00002.tfrecord")
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--crossfit_folds", "2",
+                     "--holdout", holdout]) == 0
+    summary = json.loads(capsys.readouterr().out)["refit"]
+    labelled = sorted(str(p) for p in shards.glob("*.tfrecord") if str(p) != holdout)
+    assert summary["labelled_shards"] == 3 and len(summary["weights"]) == 2
+    assert sum(summary["weights"]) == pytest.approx(1.0, abs=1e-5)
+    for runs in summary["fold_dirs"]:
+        trained = [set(yaml.safe_load(open(f"{run}/config.yaml"))["data"]["train_data_pattern"].split(","))
+                   for run in runs]
+        assert [sorted(set(labelled) - shards_) for shards_ in trained] == [labelled[0::2], labelled[1::2]]
+        assert all(holdout not in shards_ for shards_ in trained)
+    for oof in summary["out_of_fold"]:  # every labelled video once, predicted by the fold model that did not see it
+        ids = [json.loads(line)["video_id"] for line in open(oof)]
+        assert len(ids) == len(set(ids)) == 240 + 60
+    assert set(summary["holdout_scores"]) == {"refits", "folds", "best_single_refit"}
+    assert summary["chosen"] == max(("refits", "folds"), key=lambda name: summary["holdout_scores"][name]["gap"])
+    study = optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path / 'study' / 'study.db'}")
+    for number, run in zip(summary["trials"], summary["refits"]):
+        config = yaml.safe_load(open(f"{run}/config.yaml"))
+        assert set(config["data"]["train_data_pattern"].split(",")) == set(labelled)
+        assert config["schedule"]["num_epochs"] == study.trials[number].user_attrs["best_epoch"]
+    command = shlex.split(summary["predict"].replace("TEST_PATTERN", holdout).replace(
+        "predictions.csv", str(tmp_path / "p.csv")))
+    assert command[:2] == ["yt8m", "ensemble"] and cli.main(command[1:]) == 0
+    assert len(open(tmp_path / "p.csv").read().splitlines()) == 60 + 1
