@@ -43,7 +43,8 @@ echo "wheel test: $(basename "$work"/dist/yt8m-*.whl) installs and runs synth, t
 # Second step: the onnx extra (for export) and the example plugin package, whose models, loss and metric every
 # command then knows by their entry-point names (MLP, AttentionPooling, asymmetric_loss, micro_f1).
 wheel=$(ls "$work"/dist/yt8m-*.whl)
-"$bin/pip" install --quiet -c "$repo/constraints.txt" "$wheel[onnx]" "$repo/examples/plugins"
+cp -r "$repo/examples/plugins" "$work/example_plugins"  # built from a copy: setuptools leaves build/ in the tree
+"$bin/pip" install --quiet -c "$repo/constraints.txt" "$wheel[onnx]" "$work/example_plugins"
 "$bin/yt8m" synth --output_dir data --kind frame --num_classes 12 --train_videos 160 --validate_videos 48 \
   --test_videos 32 --shards 2 --feature_sizes 16,8 --min_frames 5 --max_frames 20 >/dev/null
 plugins=(--label_loss asymmetric_loss --asl_gamma_neg 2 --metrics micro_f1 --best_metric micro_f1 --batch_size 64)
