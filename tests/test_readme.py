@@ -1,6 +1,7 @@
 """Every shell example of README.md (```bash and ```sh blocks) runs as written, in README order, in one folder: the
-venv's `yt8m` and `torchrun` on PATH, the README's own `yt8m synth` data, its named YAML files, and a loopback mirror
-of data.yt8m.org behind http_proxy for the downloads.
+venv's `yt8m`, `python` and `torchrun` on PATH, the README's own `yt8m synth` data, its named YAML and Python files (a
+```yaml or ```python block whose first line is `# NAME.yaml:` or `# NAME.py:`: a module the commands import, a script
+they run), and a loopback mirror of data.yt8m.org behind http_proxy for the downloads.
 
 A command that cannot run here is listed in NOT_RUN with why; one that runs with less work than written (fewer videos,
 trials, processes, a smaller model) in SMALLER with why. A new command runs: it fails this test until it works or is
@@ -66,7 +67,7 @@ SMALLER = [
      "the recipe's NeXtVLAD has 84M parameters (1 GB checkpoints); its path, smaller"),
 ]
 EXPECTED_ERROR = re.compile(r"# (yt8m [\w-]+: error: .*)")
-NAMED_YAML = re.compile(r"# ([\w.-]+\.yaml):")
+NAMED_FILE = {"yaml": re.compile(r"# ([\w.-]+\.yaml):"), "python": re.compile(r"# ([\w.-]+\.py):")}
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
 
@@ -119,13 +120,14 @@ def commands(body: list[str], first_line: int) -> list[Command]:
 
 
 def readme_commands() -> tuple[list[Command], dict[str, str]]:
-    """The shell commands of README.md in order, and its named YAML files (name -> text)."""
+    """The shell commands of README.md in order, and its named YAML and Python files (name -> text)."""
     shell, files = [], {}
     for language, first_line, body in fenced_blocks(README.read_text()):
+        named = NAMED_FILE[language].match(body[0]) if language in NAMED_FILE and body else None
         if language in ("bash", "sh"):
             shell += commands(body, first_line)
-        elif language == "yaml" and body and NAMED_YAML.match(body[0]):
-            files[NAMED_YAML.match(body[0]).group(1)] = "\n".join(body) + "\n"
+        elif named:
+            files[named.group(1)] = "\n".join(body) + "\n"
     return shell, files
 
 
@@ -200,7 +202,7 @@ def in_order(pieces: list[str], text: str) -> bool:
 
 
 def lay_out(folder: Path, files: dict[str, str]) -> None:
-    """What the examples take as there: the repository's configs, the README's YAML files, the PCA release's
+    """What the examples take as there: the repository's configs, the README's YAML and Python files, the PCA release's
     eigenvalues NeXtVLAD's recipe reads, configs/tune_video.yaml's data folder (data/synthetic/video: synth's
     data/video) and the real 2018 validate shards of "Real data in 10 minutes" (yt8m2018/: ../shared/realdata's)."""
     (folder / "configs").symlink_to(REPO_ROOT / "configs")
