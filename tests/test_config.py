@@ -268,3 +268,25 @@ def test_a_broken_yaml_file_is_one_line(tmp_path, text, expected):
     assert result.returncode == 1
     assert expected in result.stderr and str(path) in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_hyper_parameter_named_as_a_setting_or_another_components_is_refused():
+    from torch import nn
+
+    from yt8m.models.registry import registered_model
+
+    class Seedy(nn.Module):
+        def __init__(self, feature_size: int, num_classes: int, seed: int = 5, label_smoothing: float = 0.0):
+            super().__init__()
+            self.linear = nn.Linear(feature_size, num_classes)
+
+        def forward(self, features):
+            return self.linear(features)
+
+    with registered_model(Seedy), pytest.raises(ConfigError) as raised:
+        config_from_dict(TrainConfig, {"model": "Seedy", "train_data_pattern": "x", "seed": 9})
+    assert raised.value.problems == [
+        "Seedy's hyper-parameter 'seed' has the name of the setting --seed: the flag would set the setting only; "
+        "rename the hyper-parameter",
+        "CrossEntropyLoss's hyper-parameter 'label_smoothing' has the name of Seedy's: one flag would set both; "
+        "rename one of them"]

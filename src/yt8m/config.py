@@ -182,11 +182,32 @@ def config_from_dict(cls: type[C], values: dict[str, Any], source: str = "config
     config = cls(**own, **built)
     problems = reading.problems
     if check_values:
-        problems += config_problems(config, skip=reading.ill_typed)
+        problems += component_name_clashes(cls, built) + config_problems(config, skip=reading.ill_typed)
         problems += checks(config, reading.ill_typed) if checks is not None else []
     if problems:
         raise ConfigError(f"invalid config ({source})", list(dict.fromkeys(problems)))
     return config
+
+
+def component_name_clashes(cls: type, built: dict[str, Any]) -> list[str]:
+    """Hyper-parameters of the chosen components that share a name with a setting of the config or with another
+    chosen component's: one flag cannot set both (the setting, or the first component, would take the value)."""
+    settings, problems = set(config_settings(cls)), []
+    owners: dict[str, str] = {}
+    for name, section_cls in component_sections(cls).items():
+        section = built.get(name)
+        hparams = getattr(section, section_cls.HPARAMS, None)
+        if hparams is None:
+            continue
+        component = getattr(section, section_cls.NAME)
+        for f in dataclasses.fields(hparams):
+            if f.name in settings:
+                problems.append(f"{component}'s hyper-parameter {f.name!r} has the name of the setting --{f.name}: "
+                                "the flag would set the setting only; rename the hyper-parameter")
+            elif owners.setdefault(f.name, component) != component:
+                problems.append(f"{component}'s hyper-parameter {f.name!r} has the name of {owners[f.name]}'s: one "
+                                "flag would set both; rename one of them")
+    return problems
 
 
 def _route(cls: type, key: str, value: Any, reading: _Reading) -> None:

@@ -55,9 +55,20 @@ def parse_bool(text: str | bool) -> bool:
 
 def parse_list(value: str | Sequence[Any], element: type) -> list:
     """A list field's value from a comma-separated string (flags, the starter kit's style) or a sequence (YAML,
-    Python); each element converted to `element` (ValueError where one does not convert)."""
-    parts = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    Python); each element converted to `element` (ValueError where one does not convert). A comma inside
+    parentheses belongs to its element: `--metrics 'F1(threshold=0.5, beta=2),gap'` is two metrics."""
+    parts = [part.strip() for part in _top_level_parts(value)] if isinstance(value, str) else list(value)
     return [element(part) for part in parts if part != ""]
+
+
+def _top_level_parts(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    return parts + [text[start:]]
 
 
 # What an error message shows of the user's input: a value quoted as repr() quotes it, cut in the middle when it is

@@ -221,10 +221,14 @@ def test_an_entry_point_clashing_with_a_built_in_names_both(yt8m, user_dir, tiny
     (site / "clash_models.py").write_text(MODELS.replace("class Good(", "class Clash("))
     env = yt8m_env()
     env["PYTHONPATH"] += os.pathsep + str(site)
-    outcome = train(yt8m, user_dir, tiny_data, "--model", "MoeModel", env=env)
+    outcome = train(yt8m, user_dir, tiny_data, "--model", "LogisticModel", env=env)
     outcome.assert_clean_error("entry point LogisticModel = clash_models:Clash (yt8m.models, package clash_plugins)",
                                "the model name 'LogisticModel' is taken by the built-in model LogisticModel "
                                "(yt8m.models.video:LogisticModel)", "rename the entry point")
+    # A command that does not name it works, with the warning.
+    other = train(yt8m, user_dir, tiny_data, "--model", "MoeModel", env=env)
+    assert other.status == 0 and "rename the entry point (left out: a command naming LogisticModel fails" in \
+        other.err
 
 
 @pytest.mark.parametrize("flags, fragments", [

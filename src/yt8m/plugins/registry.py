@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import logging
 import os
 import sys
 import traceback
@@ -20,6 +21,7 @@ from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 from yt8m.fields import closest
 
 T = TypeVar("T")
+log = logging.getLogger("yt8m.plugins")
 MAIN_MODULE = "__main__"
 
 
@@ -104,6 +106,11 @@ def described(obj: Any) -> str:
     return f"{type(obj).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
+def _process_local(obj: Any) -> bool:
+    """Whether `obj` is defined where no other process can import it: in __main__, or inside a function."""
+    return getattr(obj, "__module__", None) == MAIN_MODULE or "<locals>" in getattr(obj, "__qualname__", "")
+
+
 def object_path(obj: Any) -> Optional[str]:
     """`module:QualName` for a class or function another process can import: found under that name in its module.
     None for one of __main__ (a notebook's or a script's own), one defined inside a function, or one its module does
@@ -125,7 +132,7 @@ class Registry(Generic[T]):
         self.kind, self.group, self.also_known = kind, group, tuple(also_known)
         self._adopt = adopt
         self._entries: dict[str, Entry[T]] = {}
-        self._builtin: set[str] = set()
+        self._broken: dict[str, str] = {}  # entry points left out, by name: why
         self._entry_points_loaded = False
 
     def add(self, name: str, component: T, obj: Any = None, builtin: bool = False, origin: str = "") -> None:
@@ -139,13 +146,15 @@ class Registry(Generic[T]):
             raise ValueError(f"{origin}: the {self.kind} name {name!r} is taken by {self._entries[name].origin}: "
                              f"{rename}")
         fixed = name if builtin or origin.startswith("entry point") else None
+        if fixed is None and _process_local(obj):
+            log.warning("%s %s is defined in %s: known to this process only (tune jobs, torchrun ranks and a later "
+                        "`yt8m eval` of the run cannot find it); define it in a module and import it from there",
+                        self.kind, name, "__main__ (a script or notebook)" if getattr(obj, "__module__", "") ==
+                        MAIN_MODULE else "a function")
         self._entries[name] = Entry(component, name, origin, obj, fixed)
-        if builtin:
-            self._builtin.add(name)
 
     def remove(self, name: str) -> None:
         del self._entries[name]
-        self._builtin.discard(name)
 
     @contextlib.contextmanager
     def scoped(self, name: str, component: T, obj: Any = None) -> Iterator[T]:
@@ -168,8 +177,10 @@ class Registry(Generic[T]):
     def entry(self, name: str) -> Optional[Entry[T]]:
         """The entry of `name`, loading the import path it may be (a ValueError where that fails); None for a bare
         name nothing registered."""
-        if name not in self._entries and not is_import_path(name):
+        if not is_import_path(name):
             self.load_entry_points()
+        if name in self._broken:
+            raise ValueError(self._broken[name])
         if name in self._entries:
             return self._entries[name]
         if not is_import_path(name):
@@ -216,7 +227,9 @@ class Registry(Generic[T]):
             return str(err)
 
     def load_entry_points(self) -> None:
-        """Register the components installed packages declare under the group (once per process)."""
+        """Register the components installed packages declare under the group (once per process). One that does not
+        import, breaks the contract or takes a name already taken is left out with a warning: the commands that do
+        not name it work, one that does gets its error."""
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
@@ -224,15 +237,22 @@ class Registry(Generic[T]):
             origin = f"entry point {point.name} = {point.value} ({self.group}"
             origin += f", package {point.dist.name})" if point.dist is not None else ")"
             try:
-                obj = point.load()
-            except Exception as err:  # an installed package's import may fail any way
-                raise ValueError(f"{origin}: cannot import ({type(err).__name__}: {err})") from err
-            registered = self._entry_of(obj)
-            if registered is not None and self._entries.get(point.name) is registered:
-                # Its module registered it under the same name as it imported: recorded by the entry point's name.
-                self._entries[point.name] = Entry(registered.component, point.name, origin, obj, point.name)
-                continue
-            self.add(point.name, self._adopt_named(point.name, obj, origin), obj, origin=origin)
+                self._load_entry_point(point, origin)
+            except ValueError as err:
+                self._broken[point.name] = str(err)
+                log.warning("%s (left out: a command naming %s fails with this)", err, point.name)
+
+    def _load_entry_point(self, point: importlib.metadata.EntryPoint, origin: str) -> None:
+        try:
+            obj = point.load()
+        except Exception as err:  # an installed package's import may fail any way
+            raise ValueError(f"{origin}: cannot import ({type(err).__name__}: {err})") from err
+        registered = self._entry_of(obj)
+        if registered is not None and self._entries.get(point.name) is registered:
+            # Its module registered it under the same name as it imported: recorded by the entry point's name.
+            self._entries[point.name] = Entry(registered.component, point.name, origin, obj, point.name)
+            return
+        self.add(point.name, self._adopt_named(point.name, obj, origin), obj, origin=origin)
 
     def _entry_of(self, obj: Any) -> Optional[Entry[T]]:
         return next((entry for entry in self._entries.values() if entry.source is obj), None)

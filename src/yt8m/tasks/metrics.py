@@ -193,7 +193,7 @@ def metric_meaning(name: str) -> str:
     if is_own_metric(name):
         return METRIC_MEANINGS[name]
     better = "higher" if higher_is_better(name) else "lower"
-    return f"{name}: a metric of one's own ({better} is better)"
+    return f"a metric of one's own ({better} is better)"
 
 
 def metrics_problem(names: list[str]) -> Optional[str]:

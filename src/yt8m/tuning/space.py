@@ -18,7 +18,7 @@ import optuna
 
 from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_components, load_yaml
 from yt8m.eval.metrics import HIGHER_IS_BETTER
-from yt8m.fields import setting
+from yt8m.fields import parse_list, setting
 from yt8m.models.registry import hparam_fields
 from yt8m.tasks.metrics import canonical_metric, higher_is_better, is_own_metric, metric_problem
 from yt8m.tasks.spec import TaskConfig, TasksConfig, reads_segments, task_entries
@@ -196,8 +196,10 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
     search = _read_search(path, _section(path, document, "search", problems), train, problems)
     metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
-    train = _reporting(train, metric)
+    known = len(problems)
     _check_objective_task(path, train, search, metric, problems)
+    if len(problems) == known:  # an objective no trial reports is said once, not again as each trial's best metric
+        train = _reporting(train, metric)
     tune_section = dict(_section(path, document, "tune", problems))
     raw_enqueue = tune_section.pop("enqueue", [])
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
@@ -241,11 +243,15 @@ def _load_named_components(train: dict, search: dict) -> None:
 
 
 def _reporting(train: dict[str, Any], metric: str) -> dict[str, Any]:
-    """The fixed fields, with the objective among the metrics trials report where it is one of one's own."""
+    """The fixed fields with the objective as each trial's --best_metric (unless train: names one: the best export
+    a trial keeps, which refits and ensembles read, is its best epoch's) and among the metrics it reports where the
+    objective is a metric of one's own."""
+    train = {"best_metric": metric, **train}
     plain = metric.rpartition("/")[2]
     if is_own_metric(plain):
         return train
-    return {**train, "metrics": list(dict.fromkeys([*(train.get("metrics") or []), plain]))}
+    given = parse_list(train.get("metrics") or [], str)  # the comma form of _typed_values, or a list
+    return {**train, "metrics": ",".join(dict.fromkeys([*map(canonical_metric, given), plain]))}
 
 
 def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str, Any], str]:
