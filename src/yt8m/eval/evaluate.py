@@ -43,7 +43,7 @@ from yt8m.distributed.ranks import (
     training_device,
 )
 from yt8m.eval.config import EvalConfig, WatchConfig
-from yt8m.eval.per_class import write_per_class
+from yt8m.eval.per_class import class_table, write_per_class
 from yt8m.fields import setting
 from yt8m.io import storage
 from yt8m.io.checkpoints import (
@@ -279,7 +279,8 @@ def evaluate_payload(path: str, checkpoint: Checkpoint, loader: Iterable[Batch],
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))
     if report.per_class and rank_and_world_size()[0] == 0:
-        result["per_class"] = write_per_class(report, config.checkpoints.train_dir, metrics["per_class"])
+        table = class_table(report, config.checkpoints.train_dir, metrics["per_class"])
+        result["per_class"] = write_per_class(report.per_class, table)
     return result
 
 
