@@ -1,18 +1,146 @@
-"""`yt8m eval --report FILE.html`'s streamed computations: the confusions and calibration against brute force, and
-the TensorBoard event reader."""
+"""`yt8m eval --report FILE.html`: one self-contained HTML page whose numbers are eval's JSON line's; the streamed
+confusions and calibration against brute force; the TensorBoard event reader against tensorboard's own; the one-line
+error without matplotlib; the page in a headless browser where one is installed."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import csv
+import io
+import json
 import math
 import pickle
+import shutil
+import subprocess
+import sys
 from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
+from yt8m import cli
 from yt8m.data.tfrecord import TFRecordWriter
-from yt8m.eval.curves import read_scalars
+from yt8m.eval.curves import read_scalars, run_curves
 from yt8m.eval.diagnostics import Calibration, Confusions, Diagnostics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class Page(HTMLParser):
+    """What the tests read of a report: every start tag with its attributes, and the text."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, {name: value or "" for name, value in attrs}))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def with_attribute(self, name: str) -> list[dict[str, str]]:
+        return [attrs for _, attrs in self.tags if name in attrs]
+
+
+def run_eval(train_dir, data: dict, *flags: str) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["eval", "--eval_data_pattern", data["validate_pattern"], "--train_dir", str(train_dir),
+                         "--run_once", "--num_readers", "0", *flags]) == 0
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def reported(tiny_data, trained_dir, tmp_path_factory) -> dict:
+    """A copy of the tiny trained run evaluated with --report and --per_class: the JSON line, the page, the CSV."""
+    folder = tmp_path_factory.mktemp("report")
+    run = folder / "run"
+    shutil.copytree(trained_dir, run)
+    result = run_eval(run, tiny_data, "--report", str(folder / "report.html"), "--per_class",
+                      str(folder / "classes.csv"), "--vocabulary_file", tiny_data["vocabulary"])
+    with open(folder / "classes.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return {"result": result, "path": folder / "report.html", "html": (folder / "report.html").read_text(),
+            "rows": rows, "run": run}
+
+
+def test_the_report_is_self_contained_html_whose_numbers_are_the_json_lines(reported):
+    result, text = reported["result"], reported["html"]
+    assert result["report"]["file"] == str(reported["path"])
+    page = Page(text)
+    tags = [tag for tag, _ in page.tags]
+    assert tags[0] == "html" and "script" not in tags and "link" not in tags and "iframe" not in tags
+    # Nothing is fetched: no address anywhere in the page, no CSS import or url(); every image is a PNG inside it.
+    assert "http://" not in text and "https://" not in text and "@import" not in text and "url(" not in text
+    images = [attrs["src"] for tag, attrs in page.tags if tag == "img"]
+    assert len(images) == 4  # AP against training frequency, AP by vertical, reliability, curves
+    for source in images:
+        assert source.startswith("data:image/png;base64,")
+        assert base64.b64decode(source.partition(",")[2]).startswith(PNG_MAGIC)
+    assert not [attrs for _, attrs in page.tags for name in ("href", "src", "srcset", "poster")
+                if name in attrs and not attrs[name].startswith(("data:", "#"))]
+
+    # Every number of the JSON line is in the page, as the same float.
+    shown = {attrs["data-metric"]: json.loads(attrs["data-value"]) for attrs in page.with_attribute("data-metric")}
+    numbers = {name: value for name, value in result.items() if isinstance(value, (int, float))}
+    assert set(numbers) == set(shown) and numbers == shown
+    for name in ("gap", "map", "hit_at_one", "perr", "loss", "num_videos"):
+        assert name in numbers
+    words = " ".join(page.text)
+    assert "GAP@20: every video's 20 best guesses pooled" in words and "PERR: the share" in words
+    ece = next(attrs for attrs in page.with_attribute("id") if attrs["id"] == "ece")
+    assert json.loads(ece["data-value"]) == result["report"]["expected_calibration_error"]
+    assert reported["run"].name in page.text[page.text.index("train dir") + 1]
+    assert "MoeModel" in words and "moe_num_mixtures" in words and f"step {result['global_step']}" in words
+
+
+def test_the_worst_classes_are_the_csvs_lowest_ap_with_what_they_are_taken_for(reported):
+    page = Page(reported["html"])
+    rows = {int(row["class"]): row for row in reported["rows"]}
+    worst = [attrs for attrs in page.with_attribute("data-ap")]
+    scored = sorted((float(row["ap"]), index) for index, row in rows.items() if int(row["positives"]))
+    assert [int(attrs["data-class"]) for attrs in worst] == [index for _, index in scored][:len(worst)]
+    assert len(worst) == min(len(scored), 25)
+    for attrs in worst:
+        row = rows[int(attrs["data-class"])]
+        assert f"{json.loads(attrs['data-ap']):.6f}" == row["ap"] and attrs["data-positives"] == row["positives"]
+    counts = [int(attrs["data-count"]) for attrs in page.with_attribute("data-confused")]
+    assert counts and all(count >= 1 for count in counts)
+    # The calibration bins count every (video, class) pair once, and every label once.
+    bins = page.with_attribute("data-bin")
+    assert sum(int(attrs["data-pairs"]) for attrs in bins) == reported["result"]["num_videos"] * NUM_CLASSES
+    assert sum(int(attrs["data-positives"]) for attrs in bins) == sum(int(row["positives"]) for row in rows.values())
+
+
+def test_the_curves_are_the_runs_event_files(reported):
+    curves = run_curves(str(reported["run"]))
+    assert curves["train"]["loss"] and curves["eval"]["gap"]
+    assert curves["eval"]["gap"][-1] == (reported["result"]["global_step"], pytest.approx(reported["result"]["gap"]))
+    assert "Training tags: " in reported["html"] and "learning_rate" in reported["html"]
+
+
+def test_without_matplotlib_the_report_fails_in_one_line_before_evaluating(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    missing = tmp_path / "no_such_run"  # not even read: the error comes first
+    assert cli.main(["eval", "--train_dir", str(missing), "--eval_data_pattern", str(tmp_path / "none-*"),
+                     "--run_once", "--report", str(tmp_path / "r.html")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["yt8m eval: error: --report needs the plots extra: pip install 'yt8m[plots]' (missing: matplotlib)"]
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_refuses_segment_labels(tiny_data, trained_dir, tmp_path, capsys):
+    assert cli.main(["eval", "--eval_data_pattern", tiny_data["validate_pattern"], "--train_dir", str(trained_dir),
+                     "--run_once", "--report", str(tmp_path / "r.html"), "--segment_labels"]) == 1
+    assert "--report reports the classes of video labels" in capsys.readouterr().err
 
 
 # --- the streamed computations against brute force ---------------------------------------------------------------
@@ -105,6 +233,33 @@ def test_diagnostics_refuse_mismatched_shapes():
 
 # --- the TensorBoard event files, read without tensorboard --------------------------------------------------------
 
+def accumulated(directory: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(directory), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_event_files_read_as_tensorboard_reads_them(reported, tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    for folder in (reported["run"], reported["run"] / "eval"):  # training's scalars, and eval's
+        assert read_scalars(str(folder)) == accumulated(folder) != {}
+    # A run that resumed at step 3 (purge_step): what was written at 3 and later before it is dropped.
+    writer = SummaryWriter(str(tmp_path / "resumed"))
+    for step in range(1, 6):
+        writer.add_scalar("loss", 1.0 / step, step)
+        writer.add_scalar("other", float(step), step)
+    writer.close()
+    writer = SummaryWriter(str(tmp_path / "resumed"), purge_step=3)
+    writer.add_scalar("loss", 0.75, 3)
+    writer.close()
+    expected = {"loss": [(1, 1.0), (2, 0.5), (3, 0.75)], "other": [(1, 1.0), (2, 2.0)]}
+    assert read_scalars(str(tmp_path / "resumed")) == accumulated(tmp_path / "resumed") == expected
+
+
 def test_tensor_scalars_and_a_cut_record(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
@@ -126,3 +281,55 @@ def test_tensor_scalars_and_a_cut_record(tmp_path):
         fh.write(b"\x40\x00\x00\x00\x00\x00\x00\x00abc")
     assert read_scalars(str(tmp_path)) == {"d": [(2, 0.125)], "f": [(1, 0.25)]}
     assert read_scalars(str(tmp_path / "nothing_here")) == {}
+
+
+# --- in a browser ------------------------------------------------------------------------------------------------
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+# A page beside the report that loads it in a frame and writes what the browser made of it into its own DOM.
+CHECKER = """<!DOCTYPE html><html><body><iframe id="report" src="report.html"></iframe><script>
+document.getElementById("report").addEventListener("load", function () {
+  var doc = this.contentDocument, out = document.createElement("pre");
+  out.id = "checked";
+  out.textContent = JSON.stringify({
+    images: Array.prototype.map.call(doc.images, function (img) { return [img.complete, img.naturalWidth]; }),
+    metrics: Array.prototype.map.call(doc.querySelectorAll("[data-metric]"), function (node) {
+      return [node.dataset.metric, node.dataset.value]; }),
+    worst: doc.querySelectorAll("#worst tr[data-class]").length, title: doc.title});
+  document.body.appendChild(out);
+});
+</script></body></html>
+"""
+
+
+def browser() -> str | None:
+    return next(filter(None, map(shutil.which, BROWSERS)), None)
+
+
+def headless(binary: str, url: str, profile: Path, *flags: str) -> subprocess.CompletedProcess:
+    # No network: every host name resolves to nothing, whatever the page asked for.
+    return subprocess.run([binary, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={profile}",
+                           "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0", *flags,
+                           "--dump-dom", url], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(browser() is None, reason="no headless browser (chromium, chromium-browser) on PATH; "
+                                               "apt-get install chromium to run this test")
+def test_a_browser_shows_the_report_without_errors(reported, tmp_path):
+    binary = browser()
+    assert binary is not None
+    shutil.copy(reported["path"], tmp_path / "report.html")
+    (tmp_path / "check.html").write_text(CHECKER)
+    alone = headless(binary, (tmp_path / "report.html").as_uri(), tmp_path / "profile-a")
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert "data-metric" in alone.stdout and "CONSOLE" not in alone.stderr
+    checked = headless(binary, (tmp_path / "check.html").as_uri(), tmp_path / "profile-b",
+                       "--allow-file-access-from-files")
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    seen = json.loads(next(text for text in Page(checked.stdout).text if text.startswith('{"images"')))
+    assert len(seen["images"]) == 4 and all(complete and width > 0 for complete, width in seen["images"])
+    result = reported["result"]
+    assert {name: json.loads(value) for name, value in seen["metrics"]} == {
+        name: value for name, value in result.items() if isinstance(value, (int, float))}
+    assert seen["worst"] > 0 and seen["title"].startswith("yt8m evaluation")
+    assert "CONSOLE" not in checked.stderr
