@@ -1,6 +1,7 @@
-"""`yt8m eval --report FILE.html`: one self-contained HTML page whose numbers are eval's JSON line's; the streamed
-confusions and calibration against brute force; the TensorBoard event reader against tensorboard's own; the one-line
-error without matplotlib; the page in a headless browser where one is installed."""
+"""`yt8m eval --report FILE.html` and `yt8m tune-report STUDY --report FILE.html`: one self-contained HTML page whose
+numbers are eval's JSON line's; the streamed confusions and calibration against brute force; the TensorBoard event
+reader against tensorboard's own; the one-line error without matplotlib; the page in a headless browser where one is
+installed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tune_fixtures import shards, tune_file  # noqa: F401  (fixtures)
 from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
 from yt8m import cli
 from yt8m.data.tfrecord import TFRecordWriter
@@ -134,6 +136,9 @@ def test_without_matplotlib_the_report_fails_in_one_line_before_evaluating(monke
                      "--run_once", "--report", str(tmp_path / "r.html")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["yt8m eval: error: --report needs the plots extra: pip install 'yt8m[plots]' (missing: matplotlib)"]
+    assert cli.main(["tune-report", str(missing), "--report", str(tmp_path / "r.html")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "yt8m tune-report: error: --report needs the plots extra: pip install 'yt8m[plots]' (missing: matplotlib)"]
     assert not (tmp_path / "r.html").exists()
 
 
@@ -283,6 +288,32 @@ def test_tensor_scalars_and_a_cut_record(tmp_path):
     assert read_scalars(str(tmp_path / "nothing_here")) == {}
 
 
+# --- tune-report --report ------------------------------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_tune_report_writes_the_best_trials_report(tmp_path, shards, capsys):  # noqa: F811
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"})
+    assert cli.main(["tune", "--config", path, "--n_trials", "2"]) == 0
+    tuned = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    report_path = tmp_path / "best.html"
+    trial_files = {path: path.stat().st_mtime_ns for path in Path(tuned["study_dir"]).rglob("*") if path.is_file()}
+    assert cli.main(["tune-report", tuned["study_dir"], "--report", str(report_path)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["report"]
+    assert summary["trial"] == tuned["best_trial"] and summary["report"]["file"] == str(report_path)
+    # The best trial's latest checkpoint on the study's validation shards: what its own validation measured then.
+    trial_dir = Path(summary["train_dir"])
+    validated = json.loads((trial_dir / "eval" / f"metrics-{summary['global_step']:08d}.json").read_text())
+    assert summary["gap"] == pytest.approx(validated["gap"], abs=1e-9)
+    shown = {attrs["data-metric"]: json.loads(attrs["data-value"])
+             for attrs in Page(report_path.read_text()).with_attribute("data-metric")}
+    assert shown["gap"] == summary["gap"] and shown["global_step"] == summary["global_step"]
+    # Nothing was written into the trial's dir (no metrics file, no TensorBoard point): the study's files are as
+    # they were, bar the report's leaderboard and plots.
+    study_files = {path: path.stat().st_mtime_ns for path in Path(tuned["study_dir"]).rglob("*") if path.is_file()}
+    assert {path: time for path, time in study_files.items() if trial_dir in path.parents} == {
+        path: time for path, time in trial_files.items() if trial_dir in path.parents}
+
+
 # --- in a browser ------------------------------------------------------------------------------------------------
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -333,3 +364,4 @@ def test_a_browser_shows_the_report_without_errors(reported, tmp_path):
         name: value for name, value in result.items() if isinstance(value, (int, float))}
     assert seen["worst"] > 0 and seen["title"].startswith("yt8m evaluation")
     assert "CONSOLE" not in checked.stderr
+
