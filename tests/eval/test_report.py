@@ -102,14 +102,17 @@ def test_the_report_is_self_contained_html_whose_numbers_are_the_json_lines(repo
     assert json.loads(ece["data-value"]) == result["report"]["expected_calibration_error"]
     assert reported["run"].name in page.text[page.text.index("train dir") + 1]
     assert "MoeModel" in words and "moe_num_mixtures" in words and f"step {result['global_step']}" in words
+    assert "base_learning_rate=0.05" in words and "batch_size=64" in words  # how it trained (its config.yaml)
 
 
 def test_the_worst_classes_are_the_csvs_lowest_ap_with_what_they_are_taken_for(reported):
     page = Page(reported["html"])
     rows = {int(row["class"]): row for row in reported["rows"]}
     worst = [attrs for attrs in page.with_attribute("data-ap")]
-    scored = sorted((float(row["ap"]), index) for index, row in rows.items() if int(row["positives"]))
-    assert [int(attrs["data-class"]) for attrs in worst] == [index for _, index in scored][:len(worst)]
+    # Lowest AP first; equal APs, more positives first.
+    scored = sorted((float(row["ap"]), -int(row["positives"]), index) for index, row in rows.items()
+                    if int(row["positives"]))
+    assert [int(attrs["data-class"]) for attrs in worst] == [index for *_, index in scored][:len(worst)]
     assert len(worst) == min(len(scored), 25)
     for attrs in worst:
         row = rows[int(attrs["data-class"])]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import yaml
 
 from yt8m import __version__
 from yt8m.config import config_document, config_values
@@ -45,13 +46,16 @@ OTHER_MEANINGS = {"num_videos": "videos: how many videos of the evaluation data 
                   "skipped_records": "records skipped as corrupt (--skip_corrupt)"}
 # Validation metrics drawn against the steps (eval/), and training's batch metrics beside them where logged.
 CURVE_METRICS = ("gap", "map", "hit_at_one", "perr")
+# The sections of a run's stored config that say how it trained (yt8m.training's optimizer and schedule).
+TRAINING_SECTIONS = ("optimizer", "schedule")
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 70em; color: #222; line-height: 1.4; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-td.number { text-align: right; font-variant-numeric: tabular-nums; }
+th { white-space: nowrap; } td { overflow-wrap: anywhere; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 img { max-width: 100%; height: auto; display: block; margin: 0.5em 0; }
 .note { color: #555; font-size: 0.92em; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
@@ -127,6 +131,9 @@ def _identity(report: EvaluationReport) -> str:
     hparams = config_document(model.hparams) if model.hparams is not None else {}
     features = config_values(config.features)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    stored = _stored_config(config.checkpoints.train_dir)
+    document = yaml.safe_load(stored) if stored else None
+    trained = _training(document) if isinstance(document, dict) else []
     rows = [("train dir", _text(os.path.abspath(config.checkpoints.train_dir)
                                 if storage.is_local(config.checkpoints.train_dir) else config.checkpoints.train_dir)),
             ("checkpoint", f"{_text(report.checkpoint)} (step {_text(report.result['global_step'])})"),
@@ -134,11 +141,26 @@ def _identity(report: EvaluationReport) -> str:
                                            if model.trunk_hidden_sizes else "")),
             ("hyper-parameters", _text(", ".join(f"{name}={value}" for name, value in hparams.items()) or "none")),
             ("loss", _text(config.loss.name)),
+            *trained,
             ("features", _text(", ".join(f"{name}={_flat(value)}" for name, value in features.items()))),
             ("evaluation data", _text(config.data.eval_data_pattern)),
             ("GAP depth", f"top {config.report.top_k} predictions per video"),
             ("date", f"{_text(date)} (yt8m {__version__})")]
-    return "<h2>What was evaluated</h2>\n" + _rows(rows) + _stored_config(config.checkpoints.train_dir)
+    shown = (f"<details><summary>The run's {CONFIG_FILE}</summary>\n<pre>{_text(stored)}</pre>\n</details>"
+             if stored else "")
+    return "<h2>What was evaluated</h2>\n" + _rows(rows) + shown
+
+
+def _training(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """How the run trained, from its stored config's sections (nested, as runs store it): the optimizer and schedule
+    settings given a value, and the training data."""
+    settings = [f"{name}={_flat(value)}" for section in TRAINING_SECTIONS
+                if isinstance(document.get(section), dict)
+                for name, value in document[section].items() if value not in (None, "", [])]
+    data = document.get("data")
+    pattern = data.get("train_data_pattern") if isinstance(data, dict) else None
+    return ([("training", _text(", ".join(settings)))] if settings else []) + (
+        [("training data", _text(pattern))] if pattern else [])
 
 
 def _flat(value: Any) -> str:
@@ -146,12 +168,11 @@ def _flat(value: Any) -> str:
 
 
 def _stored_config(train_dir: str) -> str:
-    path = os.path.join(train_dir, CONFIG_FILE)
+    """The train dir's config.yaml as text ("" where it cannot be read)."""
     try:
-        text = storage.read_bytes(path).decode("utf-8", errors="replace")
+        return storage.read_bytes(os.path.join(train_dir, CONFIG_FILE)).decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return f"<details><summary>The run's {CONFIG_FILE}</summary>\n<pre>{_text(text)}</pre>\n</details>"
 
 
 def _meaning(name: str) -> str:
@@ -191,7 +212,8 @@ def _classes(plt: Any, report: EvaluationReport) -> str:
 def _worst(report: EvaluationReport) -> str:
     ap, positives = report.per_class["ap"], report.per_class["positives"]
     scored = np.flatnonzero(positives > 0)
-    worst = scored[np.lexsort((scored, ap[scored]))][:WORST_CLASSES]
+    # Lowest AP first; among equal APs (many 0s on small data), the classes with more positives (surer) first.
+    worst = scored[np.lexsort((scored, -positives[scored], ap[scored]))][:WORST_CLASSES]
     confusions = report.diagnostics.confusions
     lines = []
     for index in map(int, worst):
@@ -205,7 +227,8 @@ def _worst(report: EvaluationReport) -> str:
                      f"<td>{_text(row['vertical'] or MISSING_VERTICAL)}</td><td class=\"number\">{ap[index]:.4f}</td>"
                      f"<td class=\"number\">{int(positives[index])}</td><td class=\"number\">{row['train_videos']}</td>"
                      f"<td><ul class=\"confused\">{confused}</ul></td></tr>")
-    return ("<h2>The hardest classes</h2>\n<p>The classes of lowest AP among those with positives, and what the model "
+    return ("<h2>The hardest classes</h2>\n<p>The classes of lowest AP among those with positives (equal APs: more "
+            "positives first), and what the model "
             "takes them for: of the videos labelled with the class, how many had each class as their highest-ranked "
             "class they are not labelled with (their strongest false positive).</p>\n<table id=\"worst\">\n"
             "<tr><th>class</th><th>vertical</th><th>AP</th><th>positives</th><th>training videos</th>"
@@ -241,7 +264,8 @@ def _calibration(plt: Any, diagnostics: Diagnostics) -> str:
     return ("<h2>Calibration</h2>\n<p>Every (video, class) pair binned by its predicted probability: in each bin, the "
             "rate of positives against the mean probability (on the diagonal, a probability means what it says). "
             f'Expected calibration error: <span id="ece" data-value="{_value(ece)}">{ece:.4f}</span> (the mean over '
-            "pairs of |rate of positives - mean probability| of their bin).</p>\n"
+            "pairs of |rate of positives - mean probability| of their bin; most pairs are negatives scored near 0, "
+            "which weigh most in it).</p>\n"
             + _image(plt, figure, "reliability diagram")
             + "\n<details><summary>The bins</summary>\n<table id=\"calibration\">\n<tr><th>probability</th>"
             "<th>pairs</th><th>positives</th><th>rate of positives</th><th>mean probability</th></tr>\n"
@@ -270,14 +294,19 @@ def _curves(plt: Any, train_dir: str, result: dict[str, Any]) -> str:
     _draw(losses, train.get("loss"), "training loss (batches)", color="tab:blue", alpha=0.6)
     _draw(losses, evaluated.get("loss"), "validation loss", color="tab:orange", marker="o")
     losses.set(xlabel="step", ylabel="loss", title="Loss")
+    drawn = [value for line in losses.lines for value in line.get_ydata()]
+    if drawn and min(drawn) > 0 and max(drawn) > 10 * min(drawn):
+        losses.set_yscale("log")
+        losses.set_ylabel("loss (log)")
     for name, color in zip(CURVE_METRICS, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
         _draw(metrics, evaluated.get(name), f"validation {name}", color=color, marker="o")
         _draw(metrics, train.get(name), f"training batch {name}", color=color, linestyle=":", marker=".",
               alpha=0.5)
     metrics.set(xlabel="step", ylabel="metric", title="Metrics")
-    for axes in (losses, metrics):
-        if axes.lines:
-            axes.legend(fontsize="small")
+    if losses.lines:
+        losses.legend(fontsize="small")
+    if metrics.lines:
+        metrics.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     tags = ", ".join(sorted(train)) or "none"
     return head + f" Training tags: {_text(tags)}.</p>\n" + _image(plt, figure, "training and validation curves")
 
