@@ -132,6 +132,19 @@ def test_the_curves_are_the_runs_event_files(reported):
     assert "Training tags: " in reported["html"] and "learning_rate" in reported["html"]
 
 
+def test_a_run_without_event_files_is_reported_with_this_evaluations_point(tiny_data, trained_dir, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # eval writes no TensorBoard point either
+    run = tmp_path / "run"
+    shutil.copytree(trained_dir, run, ignore=shutil.ignore_patterns("events.out.tfevents.*"))
+    result = run_eval(run, tiny_data, "--report", str(tmp_path / "report.html"))
+    assert run_curves(str(run)) == {"train": {}, "eval": {}}
+    text = (tmp_path / "report.html").read_text()
+    assert "The run has no event files" in text and "pip install 'yt8m[tensorboard]'" in text
+    shown = {attrs["data-metric"]: json.loads(attrs["data-value"]) for attrs in Page(text).with_attribute("data-metric")}
+    assert shown["gap"] == result["gap"]
+
+
 def test_without_matplotlib_the_report_fails_in_one_line_before_evaluating(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     missing = tmp_path / "no_such_run"  # not even read: the error comes first
