@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,24 @@ def test_eval_across_two_processes_equals_one_process(run, tmp_path):
     assert merged["loss"] == pytest.approx(single["loss"], rel=1e-6)
     assert json.loads(metrics_file.read_text()) == merged  # written once, by rank 0
     assert [path.name for path in (train_dir / "eval").glob("metrics-*.json")] == [metrics_file.name]
+
+
+@pytest.mark.integration
+def test_eval_report_across_two_processes_equals_one_processes(run, tmp_path):
+    """--report's confusions and calibration bins are merged at rank 0 (merge_at_rank0): the same counts, the same
+    hardest classes, as one process's."""
+    train_dir = tmp_path / "run"
+    shutil.copytree(run["train_dir"], train_dir)
+    values = dict(eval_data_pattern=run["validate"], train_dir=str(train_dir), run_once=True, num_readers=0,
+                  batch_size=32)
+    [single] = list(evaluate_run(dict(**values, report=str(tmp_path / "one.html"))))
+    merged = succeeded(torchrun("eval", {**values, "report": str(tmp_path / "two.html")}))
+    assert merged["report"]["file"] == str(tmp_path / "two.html")
+    assert merged["report"]["expected_calibration_error"] == pytest.approx(
+        single["report"]["expected_calibration_error"], abs=1e-12)
+    counted = re.compile(r'<(?:tr|li) (data-(?:bin|class|confused)=[^>]*)>')
+    one = counted.findall((tmp_path / "one.html").read_text())
+    assert one and counted.findall((tmp_path / "two.html").read_text()) == one
 
 
 @pytest.mark.integration

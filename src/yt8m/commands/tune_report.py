@@ -1,6 +1,7 @@
 """`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its
 database; `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials. Prints the
-leaderboard to stderr and one JSON line to stdout."""
+leaderboard to stderr and one JSON line to stdout; `--report FILE.html` writes the best trial's evaluation report
+(as `yt8m eval --report`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import os
 from typing import Sequence
 
 from yt8m.config import FlagParser
+from yt8m.optional import require
 from yt8m.runtime import setup_logging
 from yt8m.tuning.refit import print_refit, refit_and_crossfit
-from yt8m.tuning.report import ensemble_of_best, print_ensemble, print_leaderboard, retrain_best, write_report
+from yt8m.tuning.report import (
+    ensemble_of_best,
+    print_ensemble,
+    print_leaderboard,
+    report_best,
+    retrain_best,
+    write_report,
+)
 from yt8m.tuning.space import load_tune_spec
 from yt8m.tuning.study import STUDY_FILE, load_existing_study
 
@@ -41,6 +50,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--holdout", default="", metavar="PATTERN",
                         help="With --refit_top: labelled shards of the study kept out of training and weight "
                              "fitting, to score the ensembles on (their figures are then unbiased).")
+    parser.add_argument("--report", default="", metavar="FILE.html",
+                        help="Write the best complete trial's evaluation report to this HTML file, as `yt8m eval "
+                             "--report` writes it: its latest checkpoint evaluated on the study's validation shards "
+                             "(needs the plots extra).")
     args = parser.parse_args(argv)
     if args.ensemble_top is not None and args.ensemble_top < 1:
         parser.error(f"--ensemble_top must be at least 1, got {args.ensemble_top}")
@@ -52,6 +65,8 @@ def main(argv: Sequence[str]) -> int:
         parser.error("--crossfit_folds and --holdout go with --refit_top")
     if args.crossfit_folds and args.crossfit_folds < 2:
         parser.error(f"--crossfit_folds must be at least 2, got {args.crossfit_folds}")
+    if args.report:
+        require("plots", "--report")  # before the study is read or anything evaluated
     setup_logging()
     spec_path = os.path.join(args.study_dir, STUDY_FILE)
     if not os.path.exists(spec_path):
@@ -71,5 +86,7 @@ def main(argv: Sequence[str]) -> int:
     if args.refit_top is not None:
         summary["refit"] = refit_and_crossfit(spec, study, args.refit_top, args.crossfit_folds, args.holdout)
         print_refit(summary["refit"])
+    if args.report:
+        summary["report"] = report_best(spec, study, args.report)
     print(json.dumps(summary), flush=True)
     return 0

@@ -71,6 +71,18 @@ def merge_metrics_at_rank0(metrics: Any) -> None:
         collections.deque(stream, maxlen=0)  # the end mark, whatever `extend` left unread
 
 
+def merge_at_rank0(accumulator: Any) -> None:
+    """Rank 0: every other process's `accumulator` (picklable, of bounded size, with `merge(other)`) merged into its
+    own, in rank order; the others send theirs whole."""
+    rank, world_size = rank_and_world_size()
+    if rank != 0:
+        send_stream([accumulator])
+        return
+    for source in range(1, world_size):
+        for other in receive_stream(source):
+            accumulator.merge(other)
+
+
 class SpilledPieces:
     """Picklable pieces written to a temporary file and read back in order, one at a time (a process's prediction
     rows, held until rank 0 asks for them)."""

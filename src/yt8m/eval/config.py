@@ -41,7 +41,7 @@ class WatchConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """The `report` section of eval: the metrics' depths and the per-class report."""
+    """The `report` section of eval: the metrics' depths, the per-class CSV and the HTML report."""
 
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
     top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
@@ -51,10 +51,17 @@ class ReportConfig:
     per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
                                  "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
                                  "it: AP against training frequency, AP by vertical.")
-    vocabulary_file: str = setting("", "With --per_class: the label vocabulary CSV (the 2018 vocabulary.csv: Index, "
-                                       "Name, Vertical1, TrainVideoCount) naming the classes; default: the train "
-                                       "dir's. Its TrainVideoCount, where present, is the training frequency; else "
-                                       "the train dir's training shards are counted.")
+    report: str = setting("", "Also write an evaluation report to this HTML file (needs the plots extra): one "
+                              "self-contained page (figures inside it, nothing fetched from the network) with what "
+                              "was evaluated (train dir, step, model and hyper-parameters, features, data), the "
+                              "metrics and what each means, AP against training frequency and by vertical, the "
+                              "classes of lowest AP with the classes each is most taken for, a reliability plot "
+                              "with the expected calibration error, and the run's training and validation curves "
+                              "(its TensorBoard event files). Watching, it is rewritten for each new checkpoint.")
+    vocabulary_file: str = setting("", "With --per_class or --report: the label vocabulary CSV (the 2018 "
+                                       "vocabulary.csv: Index, Name, Vertical1, TrainVideoCount) naming the classes; "
+                                       "default: the train dir's. Its TrainVideoCount, where present, is the training "
+                                       "frequency; else the train dir's training shards are counted.")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class EvalConfig:
     report: ReportConfig = dataclasses.field(default_factory=ReportConfig)
 
     def problems(self) -> list[str]:
-        if self.report.per_class and self.features.segment_labels:
-            return ["--per_class reports the classes of video labels: it does not take --segment_labels"]
+        flags = [f"--{name}" for name in ("per_class", "report") if getattr(self.report, name)]
+        if flags and self.features.segment_labels:
+            return [f"{' and '.join(flags)} {'reports' if len(flags) == 1 else 'report'} the classes of video "
+                    "labels: it does not take --segment_labels"]
         return []

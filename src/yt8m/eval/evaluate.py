@@ -33,7 +33,7 @@ from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.data.tfrecord import expand_pattern
-from yt8m.distributed.across_ranks import merge_metrics_at_rank0, this_rank_shards, together
+from yt8m.distributed.across_ranks import merge_at_rank0, merge_metrics_at_rank0, this_rank_shards, together
 from yt8m.distributed.ranks import (
     all_reduce_sum,
     decided_by_rank0,
@@ -42,8 +42,10 @@ from yt8m.distributed.ranks import (
     rank_and_world_size,
     training_device,
 )
-from yt8m.eval.config import EvalConfig, WatchConfig
-from yt8m.eval.per_class import write_per_class
+from yt8m.eval.config import EvalConfig, ReportConfig, WatchConfig
+from yt8m.eval.diagnostics import Diagnostics
+from yt8m.eval.per_class import class_table, write_per_class
+from yt8m.eval.report import EvaluationReport, write_report
 from yt8m.fields import setting
 from yt8m.io import storage
 from yt8m.io.checkpoints import (
@@ -60,6 +62,7 @@ from yt8m.io.summaries import summary_writer, write_scalars
 from yt8m.models.base import forward
 from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.models.config import MODEL_IDENTITY_FIELDS, ModelConfig
+from yt8m.optional import require
 from yt8m.runtime import reader_workers, resolve_device
 from yt8m.tasks.base import Task
 from yt8m.tasks.losses import LossConfig
@@ -73,7 +76,8 @@ CPU = torch.device("cpu")
 
 def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[Batch], task: Task,
                    device: str | torch.device = "cpu", across_ranks: bool = False,
-                   source: Optional[str] = None, per_class: bool = False) -> dict[str, Any]:
+                   source: Optional[str] = None, per_class: bool = False,
+                   diagnostics: Optional[Diagnostics] = None) -> dict[str, Any]:
     """The task's metrics of `model` over one pass of the batches (video labels: GAP, mAP, Hit@1, PERR and loss;
     segment ratings: segment mAP, GAP and loss over the rated pairs); restores the model's mode.
 
@@ -81,6 +85,8 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[Batch], task: T
     `across_ranks`: every process of the process group calls this on its own part of the data, and each gets the
     metrics of all parts, merged exactly at rank 0 (yt8m.distributed.across_ranks). `source` names the data in errors.
     `per_class` (video labels): the result's "per_class" holds each class's AP and positives (EvaluationMetrics').
+    `diagnostics` (video labels): fed every batch's predictions and labels too (the report's confusions and
+    calibration); across ranks, rank 0's holds every process's.
     """
     device = torch.device(device)
     if source is None:
@@ -96,7 +102,10 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[Batch], task: T
                     batch = batch.to(device)
                     output = forward(model, batch)
                     loss = task.loss(output, batch).item()
-                    task.accumulate(metrics, output["predictions"].float().cpu().numpy(), batch, loss)
+                    predictions = output["predictions"].float().cpu().numpy()
+                    task.accumulate(metrics, predictions, batch, loss)
+                    if diagnostics is not None:
+                        diagnostics.update(predictions, batch.labels.cpu().numpy())
                     videos += len(batch)
                     bar.update(len(batch))
                     log.info("eval batch %d: %d videos so far, batch loss %.5f, %.0f videos/s", index, videos, loss,
@@ -105,6 +114,8 @@ def evaluate_model(model: nn.Module, dataset_or_loader: Iterable[Batch], task: T
                 return _results(task, metrics, source, videos, per_class)
             videos = all_reduce_sum(videos, CPU)
             merge_metrics_at_rank0(metrics)
+            if diagnostics is not None:
+                merge_at_rank0(diagnostics)
             return decided_by_rank0(lambda: _results(task, metrics, source, videos, per_class))
     finally:
         model.train(was_training)
@@ -186,6 +197,7 @@ def evaluate_run(values: dict[str, Any], source: str = "arguments") -> Iterator[
     """`yt8m eval` of flag values (flat, or nested by section): watching (unless --run_once), wait for the train dir's
     run to start, then `evaluate_checkpoints` with its config filled in from the train dir (resolve_eval_config)."""
     watch = read_section(values, "checkpoints", WatchConfig, source)
+    require_report_extras(read_section(values, "report", AskedReport, source))
     if watch.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
         log.warning("--train_dir is %s, the starter kit's default: evaluating whatever was last trained there; give "
                     "the run's own --train_dir", watch.train_dir)
@@ -194,12 +206,26 @@ def evaluate_run(values: dict[str, Any], source: str = "arguments") -> Iterator[
     yield from evaluate_checkpoints(resolve_eval_config(values, source))
 
 
+@dataclass(frozen=True)
+class AskedReport:
+    """What eval reads of its report section first, before the train dir: whether an HTML report is asked for."""
+
+    report: str = setting("", "ReportConfig.report.")
+
+
+def require_report_extras(report: ReportConfig | AskedReport) -> None:
+    """--report's one-line error where the plots extra is missing, before anything is read or evaluated."""
+    if report.report:
+        require("plots", "--report")
+
+
 def evaluate_checkpoints(config: EvalConfig) -> Iterator[dict[str, Any]]:
     """Yield the metrics of the latest checkpoint, then (unless run_once) of each new one until the final.
 
     Under torchrun each process evaluates its block of the shards (yt8m.distributed.across_ranks) and all yield the
     merged metrics; rank 0 picks each checkpoint and alone writes the metrics files.
     """
+    require_report_extras(config.report)
     if not launched_by_torchrun():
         yield from _evaluate_checkpoints(config, resolve_device(config.data.device))
         return
@@ -207,16 +233,42 @@ def evaluate_checkpoints(config: EvalConfig) -> Iterator[dict[str, Any]]:
         yield from _evaluate_checkpoints(config, training_device(config.data.device))
 
 
-def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[dict[str, Any]]:
-    data, watch = config.data, config.checkpoints
-    rank, world_size = rank_and_world_size()
+def evaluation_batches(config: EvalConfig, device: torch.device) -> tuple[YT8MDataset, Iterable[Batch]]:
+    """The dataset of this process's shards of the eval data (all of them in one process) and its loader."""
+    data = config.data
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
     dataset = YT8MDataset(this_rank_shards(expand_pattern(data.eval_data_pattern)), config.features, data.batch_size,
                           ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=device.type == "cuda") if dataset.paths else []
-    task = features_task(config.features, config.loss, config.report.top_k, config.report.top_n,
+    return dataset, loader
+
+
+def evaluation_task(config: EvalConfig) -> Task:
+    """The task eval scores: the run's features and loss, with the report section's depths and metrics."""
+    return features_task(config.features, config.loss, config.report.top_k, config.report.top_n,
                          config.report.metrics)
+
+
+def evaluate_latest(config: EvalConfig) -> dict[str, Any]:
+    """The metrics of the train dir's latest readable checkpoint, in this process, with the report section's files
+    written (--per_class, --report) and nothing written into the train dir (no metrics file, no TensorBoard point):
+    for a report of a run evaluated already (`yt8m tune-report --report`)."""
+    require_report_extras(config.report)
+    device = resolve_device(config.data.device)
+    found = load_latest_checkpoint(config.checkpoints.train_dir, map_location=device)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {config.checkpoints.train_dir}/checkpoints: train a model there "
+                                "first")
+    _, loader = evaluation_batches(config, device)
+    return evaluate_payload(*found, loader, evaluation_task(config), config, device)
+
+
+def _evaluate_checkpoints(config: EvalConfig, device: torch.device) -> Iterator[dict[str, Any]]:
+    data, watch = config.data, config.checkpoints
+    rank, world_size = rank_and_world_size()
+    dataset, loader = evaluation_batches(config, device)
+    task = evaluation_task(config)
     writer = summary_writer(os.path.join(watch.train_dir, "eval")) if rank == 0 else None
     evaluated: Optional[str] = None  # the checkpoint evaluated last
     looked_at: Optional[str] = None  # the newest checkpoint seen; an unreadable one is not loaded again
@@ -273,13 +325,19 @@ def evaluate_payload(path: str, checkpoint: Checkpoint, loader: Iterable[Batch],
     trained = build_model_from_payload(checkpoint, path, device)
     step, pattern, report = trained.step, config.data.eval_data_pattern, config.report
     log.info("evaluating %s (step %d) on %s", path, step, pattern)
+    diagnostics = Diagnostics(task.num_classes) if report.report else None
     metrics = evaluate_model(trained.network, loader, task, device, across_ranks, source=pattern,
-                             per_class=bool(report.per_class))
+                             per_class=bool(report.per_class or report.report), diagnostics=diagnostics)
     result = {"global_step": step, **{name: metrics[name] for name in task.metric_names}}
     log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in result.items() if k != "global_step"))
-    if report.per_class and rank_and_world_size()[0] == 0:
-        result["per_class"] = write_per_class(report, config.checkpoints.train_dir, metrics["per_class"])
+    if (report.per_class or report.report) and rank_and_world_size()[0] == 0:
+        table = class_table(report, config.checkpoints.train_dir, metrics["per_class"])
+        if report.per_class:
+            result["per_class"] = write_per_class(report.per_class, table)
+        if diagnostics is not None:
+            result["report"] = write_report(report.report, EvaluationReport(
+                config, path, dict(result), table, metrics["per_class"], diagnostics))
     return result
 
 

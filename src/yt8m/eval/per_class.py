@@ -9,6 +9,7 @@ import io
 import logging
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import numpy as np
@@ -31,9 +32,22 @@ TRAIN_COUNT_COLUMN = "TrainVideoCount"
 MISSING_VERTICAL = "(no vertical)"
 
 
-def write_per_class(report: ReportConfig, train_dir: str, per_class: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Write the per-class CSV (and its plots) of a checkpoint's evaluation; returns where, and how the training
-    frequency was found, for the command's JSON."""
+@dataclass(frozen=True)
+class ClassTable:
+    """Each class of a checkpoint's evaluation as a row (COLUMNS: its AP as text, empty without positives), and where
+    its training videos were counted."""
+
+    rows: list[dict]
+    train_videos_from: str
+
+    def scored(self) -> list[dict]:
+        """The rows of the classes with positives on the evaluation shards (those with an AP)."""
+        return [row for row in self.rows if row["positives"]]
+
+
+def class_table(report: ReportConfig, train_dir: str, per_class: dict[str, np.ndarray]) -> ClassTable:
+    """The rows of the per-class CSV: each class's AP and positives (`per_class`, EvaluationMetrics.per_class()),
+    name and vertical (--vocabulary_file, default the train dir's) and training videos."""
     path = os.path.join(train_dir, CONFIG_FILE)
     document = load_yaml(path)
     vocabulary_file = report.vocabulary_file or read_section(document, "tasks", TasksConfig, path).vocabulary_file
@@ -41,9 +55,16 @@ def write_per_class(report: ReportConfig, train_dir: str, per_class: dict[str, n
     train_pattern = read_section(document, "data", DataConfig, path).train_data_pattern
     train_videos, counted_from = _train_videos(vocabulary, vocabulary_file, train_pattern, len(per_class["ap"]))
     rows = [_row(index, vocabulary.get(index, {}), per_class, train_videos) for index in range(len(per_class["ap"]))]
-    write_file_atomically(report.per_class, lambda out: _write_csv(rows, out))
-    log.info("wrote the AP of %d classes to %s (training videos from %s)", len(rows), report.per_class, counted_from)
-    return {"file": report.per_class, "train_videos_from": counted_from, "plots": _plots(rows, report.per_class)}
+    return ClassTable(rows, counted_from)
+
+
+def write_per_class(path: str, table: ClassTable) -> dict[str, Any]:
+    """Write the per-class CSV (and its plots) of a checkpoint's evaluation to `path`; returns where, and how the
+    training frequency was found, for the command's JSON."""
+    write_file_atomically(path, lambda out: _write_csv(table.rows, out))
+    log.info("wrote the AP of %d classes to %s (training videos from %s)", len(table.rows), path,
+             table.train_videos_from)
+    return {"file": path, "train_videos_from": table.train_videos_from, "plots": _plots(table.scored(), path)}
 
 
 def _vocabulary(path: str) -> dict[int, dict[str, str]]:
@@ -81,21 +102,33 @@ def _write_csv(rows: list[dict], out: TextIO) -> None:
     writer.writerows(rows)
 
 
-def _plots(rows: list[dict], csv_path: str) -> dict[str, str]:
+def _plots(scored: list[dict], csv_path: str) -> dict[str, str]:
     """AP against training frequency, and AP by vertical, as PNGs beside the CSV (the plots extra)."""
-    scored = [row for row in rows if row["positives"]]
     if not scored or not available("plots", "the per-class plots are not drawn"):
         return {}
+    plt = pyplot()
+    stem = os.path.splitext(csv_path)[0]
+    paths = {"ap_vs_train_videos": f"{stem}_ap_vs_train_videos.png", "ap_by_vertical": f"{stem}_ap_by_vertical.png"}
+    for name, figure in ap_figures(plt, scored).items():
+        with atomic_writer(paths[name], binary=True) as out:
+            out.write(png_bytes(plt, figure))
+    return paths
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files, no display): the plots extra, which the caller checked."""
     import matplotlib  # the plots extra
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # the plots extra
 
-    stem = os.path.splitext(csv_path)[0]
-    paths = {"ap_vs_train_videos": f"{stem}_ap_vs_train_videos.png", "ap_by_vertical": f"{stem}_ap_by_vertical.png"}
-    _save(plt, _frequency_figure(plt, scored), paths["ap_vs_train_videos"])
-    _save(plt, _vertical_figure(plt, scored), paths["ap_by_vertical"])
-    return paths
+    return plt
+
+
+def ap_figures(plt: Any, scored: list[dict]) -> dict[str, Any]:
+    """The per-class figures of the rows with positives (ClassTable.scored): "ap_vs_train_videos" (AP against
+    training frequency) and "ap_by_vertical"."""
+    return {"ap_vs_train_videos": _frequency_figure(plt, scored), "ap_by_vertical": _vertical_figure(plt, scored)}
 
 
 def _frequency_figure(plt: Any, rows: list[dict]) -> Any:
@@ -124,9 +157,9 @@ def _vertical_figure(plt: Any, rows: list[dict]) -> Any:
     return figure
 
 
-def _save(plt: Any, figure: Any, path: str) -> None:
+def png_bytes(plt: Any, figure: Any) -> bytes:
+    """A figure as PNG bytes (closed after)."""
     png = io.BytesIO()
     figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)
-    with atomic_writer(path, binary=True) as out:
-        out.write(png.getvalue())
+    return png.getvalue()

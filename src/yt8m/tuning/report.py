@@ -1,5 +1,5 @@
-"""The study report: leaderboard (text and CSV), best.yaml ready for `yt8m train --config`, and PNG plots; and
-training the best config again (`yt8m tune-report --retrain_best`)."""
+"""The study report: leaderboard (text and CSV), best.yaml ready for `yt8m train --config`, and PNG plots; training
+the best config again (`yt8m tune-report --retrain_best`), and the best trial's evaluation report (`--report`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import load_config, save_config, with_values
 from yt8m.data.dataset import YT8MDataset
-from yt8m.eval.evaluate import evaluate_model
+from yt8m.eval.evaluate import evaluate_latest, evaluate_model, resolve_eval_config
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
 from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
@@ -293,6 +293,21 @@ def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dic
     batches = YT8MDataset(pattern, trained.features, config.schedule.batch_size)
     return evaluate_model(trained.network, batches, features_task(trained.features, config.loss,
                                                                   top_n=config.validation.top_n))
+
+
+def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any]:
+    """`yt8m eval --report` of the best complete trial: its latest checkpoint evaluated on the study's validation
+    shards, read and scored as its train dir says (nothing written there), the HTML report written to `path`."""
+    best = best_trial(study)
+    if best is None:
+        raise ValueError(f"--report: study '{spec.settings.study.study_name}' has no complete trial to report on")
+    train_dir = best.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, best.number)
+    if not os.path.isdir(checkpoint_dir(train_dir)):
+        raise ValueError(f"--report: the best trial, {best.number}, kept no checkpoints in {train_dir}")
+    config = resolve_eval_config({"train_dir": train_dir, "eval_data_pattern": spec.eval_data_pattern,
+                                  "run_once": True, "report": path}, "tune-report --report")
+    log.info("evaluating the best trial, %d, for the report %s", best.number, path)
+    return {"trial": best.number, "train_dir": train_dir, **evaluate_latest(config)}
 
 
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
