@@ -32,6 +32,10 @@ class _VideoRows:
     def take(self, indices: np.ndarray) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         return torch.from_numpy(self.features[indices]), None
 
+    @property
+    def nbytes(self) -> int:
+        return self.features.nbytes + sum(part.nbytes for part in self.parts)
+
 
 class _FrameRows:
     """Frame-level videos as stored, uint8 (a quarter of float32's bytes): each batch's real frames back to back in
@@ -64,6 +68,11 @@ class _FrameRows:
             frames[row, :count] = self.chunks[chunk][first:first + count]
         return torch.from_numpy(frames), torch.from_numpy(counts)
 
+    @property
+    def nbytes(self) -> int:
+        index = self.chunk_of.nbytes + self.first_frame.nbytes + self.num_frames.nbytes
+        return sum(chunk.nbytes for chunk in self.chunks) + index + sum(a.nbytes for part in self.parts for a in part)
+
 
 class VideoCache:
     """Decoded records held in RAM: features (float32 rows, or uint8 frames as stored), labels as CSR, ids as a numpy
@@ -93,6 +102,12 @@ class VideoCache:
 
     def __len__(self) -> int:
         return len(self.video_ids)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its arrays hold (what the cache adds to the process's memory, allocator overhead aside)."""
+        return (self.video_ids.nbytes + self.features.nbytes + self.label_values.nbytes
+                + self.label_offsets.nbytes)
 
     def batch(self, indices: np.ndarray) -> Batch:
         starts, counts = self.label_offsets[indices], np.diff(self.label_offsets)[indices]

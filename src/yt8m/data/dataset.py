@@ -6,6 +6,7 @@ Video-level Examples become [B, D] batches, frame-level SequenceExamples padded 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator, Optional, Sequence
 
 from torch.utils.data import DataLoader, IterableDataset
@@ -93,6 +94,10 @@ class YT8MDataset(IterableDataset):
         reader, readers = self.plan.reader()
         shard_reader = ShardReader(self.spec, self.batch_size, self.options, self.counter, self.memory)
         yield from shard_reader.batches(self.plan.shares(reader, readers), self.plan.shuffle_stream(reader, readers))
+
+    def stream_instead_of_caching(self) -> None:
+        """Read the shards every epoch after all (a RAM cache that would not fit the memory)."""
+        self.options = dataclasses.replace(self.options, cache_in_memory=False)
 
     def check_first_record(self) -> None:
         """Decode the first record of the first file with the spec, so that a mismatch (a wrong feature size, a

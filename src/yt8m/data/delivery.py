@@ -3,6 +3,7 @@ each batch with the read counts its worker met (and a worker's data error raised
 
 from __future__ import annotations
 
+import logging
 import pickle
 import traceback
 from dataclasses import dataclass
@@ -11,11 +12,20 @@ from typing import Any, Iterator, Optional, Protocol, cast
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from yt8m.data import memory_budget
 from yt8m.data.batch import Batch
 from yt8m.data.batch_build import ROW_FRAMES, finish_batch
 from yt8m.data.batch_memory import BatchMemory, SharedSlots
+from yt8m.data.memory_budget import human_bytes
 from yt8m.data.read_stats import ReadCounter, ReadStats
 from yt8m.data.spec import FeatureSpec
+
+# Shared-memory batch slots per reader process: the batches it has sent ahead (the DataLoader's prefetch_factor) and
+# the one it fills.
+SLOTS_PER_WORKER = 3
+# Of /dev/shm's free space, what the slots may take: torch sends the rest of each batch (labels, ids) through it too.
+SHM_SHARE = 0.9
+log = logging.getLogger(__name__)
 
 
 class DeliveringDataset(Protocol):
@@ -118,11 +128,33 @@ class BatchLoader(DataLoader):
 def batch_loader(dataset: DeliveringDataset, num_workers: int, pin_memory: bool) -> BatchLoader:
     """A BatchLoader passing the dataset's batches through (batch_size=None), read by `num_workers` processes started
     anew each epoch (so that `set_epoch` reaches them); in-process batches are made in pinned memory where asked."""
+    num_workers = workers_fitting_shm(dataset, num_workers, SLOTS_PER_WORKER)
     dataset.memory.pin_memory = pin_memory and num_workers == 0
     # A DeliveringDataset is a torch Dataset (YT8MDataset) that the Protocol cannot name as such.
     return BatchLoader(cast(Dataset, dataset), batch_size=None, num_workers=num_workers, collate_fn=_as_is,
                        pin_memory=pin_memory, worker_init_fn=_deliver_to_batch_loader, persistent_workers=False,
-                       prefetch_factor=2 if num_workers > 0 else None)
+                       prefetch_factor=SLOTS_PER_WORKER - 1 if num_workers > 0 else None)
+
+
+def workers_fitting_shm(dataset: DeliveringDataset, num_workers: int, depth: int) -> int:
+    """The reader processes whose batch slots (`depth` a worker) fit the free space of /dev/shm: `num_workers`, or
+    fewer (0: in-process) with one warning naming the size needed, as a container's small /dev/shm would otherwise
+    kill a worker with SIGBUS mid-run."""
+    per_worker = depth * _slot_bytes(dataset)
+    free = memory_budget.shm_free_bytes()
+    if num_workers == 0 or per_worker == 0 or free is None:
+        return num_workers
+    room = int(free * SHM_SHARE)
+    if num_workers * per_worker <= room:
+        return num_workers
+    fitting = room // per_worker
+    needed = human_bytes(num_workers * per_worker / SHM_SHARE)
+    log.warning("/dev/shm has %s free, less than the %s that %d reader processes' batch slots need (%d batches of %s "
+                "each): reading %s instead; give the container more shared memory (Docker: --shm-size=%s or more)",
+                human_bytes(free), human_bytes(num_workers * per_worker), num_workers, depth,
+                human_bytes(per_worker // depth),
+                f"with {fitting} worker processes" if fitting else "in-process", needed.replace(" ", ""))
+    return fitting
 
 
 def _slot_bytes(dataset: DeliveringDataset) -> int:

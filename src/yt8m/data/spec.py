@@ -83,4 +83,7 @@ class DataConfig:
     skip_corrupt: bool = skip_corrupt_setting()
     shuffle_buffer: int = setting(10000, "Records held in the shuffle buffer of each reader.", at_least=1)
     cache_in_memory: bool = setting(False, "Hold the decoded training set in RAM after the first epoch (frame level: "
-                                           "uint8 frames as stored, a quarter of float32's bytes).")
+                                           "uint8 frames as stored, a quarter of float32's bytes), where its "
+                                           "estimate fits the memory available; else the run streams, with a warning.")
+    cache_in_memory_required: bool = setting(False, "With --cache_in_memory: refuse to start where the cache's "
+                                                    "estimate exceeds the memory available, instead of streaming.")

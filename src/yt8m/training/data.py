@@ -20,6 +20,7 @@ from yt8m.distributed.ranks import rank_and_world_size
 from yt8m.io import storage
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
+from yt8m.training.memory_checks import cache_fits
 
 
 class TrainingData:
@@ -49,7 +50,11 @@ class TrainingData:
                 dataset.check_first_record()
 
     def open(self, device: torch.device) -> None:
-        """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here."""
+        """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here (where its
+        estimate fits the memory: otherwise the sources are streamed, or --cache_in_memory_required stops the run)."""
+        if self.data.cache_in_memory and not cache_fits(self.datasets, self.data.cache_in_memory_required):
+            for dataset in self.datasets:
+                dataset.stream_instead_of_caching()
         self.loaders = [make_loader(dataset, reader_workers(self.data.num_readers, dataset.spec.frame_features),
                                     pin_memory=device.type == "cuda") for dataset in self.datasets]
 
@@ -75,7 +80,7 @@ class TrainingData:
         read against its share of the shards' bytes, or for a RAM cache the examples served against its size."""
         if not self._examples:
             return None
-        if self.data.cache_in_memory:
+        if any(dataset.options.cache_in_memory for dataset in self.datasets):
             cached = sum(len(dataset.cache) for dataset in self.datasets if dataset.cache is not None)
             return sum(self._examples) / cached if cached else None
         if self._bytes_per_process is None:

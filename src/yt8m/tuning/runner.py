@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from yt8m.config import config_from_dict, config_values, flag_names
+from yt8m.data.memory_budget import share_memory_among
 from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
@@ -240,6 +241,7 @@ def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core.
         torch.set_num_threads(max(1, available_cpus() // spec.settings.study.n_jobs))
+        share_memory_among(spec.settings.study.n_jobs)  # and its memory: each trial's RAM cache gets its share
         with _ending_on_lost_interrupt():
             run_worker(spec, limits)
     except KeyboardInterrupt:

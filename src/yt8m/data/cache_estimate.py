@@ -1,0 +1,52 @@
+"""How much RAM a cache of a dataset's records would take, estimated before filling it: the first records of the first
+shard are decoded into a small VideoCache, and its bytes a record scaled by the shards' bytes (one rank's share)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from yt8m.data.batch_build import finish_batch
+from yt8m.data.batch_memory import BatchMemory
+from yt8m.data.cache import VideoCache
+from yt8m.data.memory_budget import human_bytes
+from yt8m.data.read_plan import ReadOptions, reader_shares
+from yt8m.data.read_stats import ReadCounter
+from yt8m.data.shard_reader import ShardReader
+from yt8m.data.spec import FeatureSpec
+from yt8m.io import storage
+
+# Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.
+SAMPLE_RECORDS = 256
+
+
+@dataclass(frozen=True)
+class CacheEstimate:
+    """A RAM cache's size as estimated: its records (of this rank) and the bytes they would hold."""
+
+    records: int
+    nbytes: int
+
+    def __str__(self) -> str:
+        return f"{human_bytes(self.nbytes)} for about {self.records:,} videos"
+
+    def __add__(self, other: "CacheEstimate") -> "CacheEstimate":
+        return CacheEstimate(self.records + other.records, self.nbytes + other.nbytes)
+
+
+def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool = False,
+                   world_size: int = 1) -> CacheEstimate:
+    """The estimate for the records of `paths` one of `world_size` ranks caches: the sample's cache bytes and record
+    bytes a record, the files' bytes (uncompressed shards: a record's bytes are the file's) over the record bytes."""
+    if not paths:
+        return CacheEstimate(0, 0)
+    counter = ReadCounter()
+    reader = ShardReader(spec, SAMPLE_RECORDS, ReadOptions(skip_corrupt=skip_corrupt, rank=0, world_size=1,
+                                                            record_bytes=True), counter, BatchMemory())
+    sample = next(reader.batches(reader_shares(list(paths[:1]), 0, 1), None), None)
+    record_bytes = counter.take_unsent().record_bytes
+    if sample is None or not record_bytes:
+        return CacheEstimate(0, 0)
+    cache = VideoCache.from_batches([finish_batch(sample, spec.num_classes)], spec)
+    records = sum(storage.size(path) for path in paths) * len(sample) / record_bytes / max(1, world_size)
+    return CacheEstimate(round(records), round(records * cache.nbytes / len(sample)))

@@ -1,0 +1,64 @@
+"""Checks of what a training run will hold before it holds it: a RAM cache against the memory available (streaming
+where it does not fit), and the checkpoints against the train dir's free disk space."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import torch
+
+from yt8m.config import ConfigError
+from yt8m.data.cache_estimate import CacheEstimate, estimate_cache
+from yt8m.data.dataset import YT8MDataset
+from yt8m.data.memory_budget import disk_free_bytes, human_bytes, jobs_sharing, memory_budget
+from yt8m.io import storage
+
+log = logging.getLogger("yt8m.train")
+
+
+def cache_fits(datasets: Sequence[YT8MDataset], required: bool) -> bool:
+    """Whether the datasets' RAM caches (--cache_in_memory) fit this process's memory budget; where they do not, one
+    warning and False (the caller streams), or with `required` (--cache_in_memory_required) one ConfigError."""
+    estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt,
+                                   dataset.plan.world_size) for dataset in datasets), CacheEstimate(0, 0))
+    budget = memory_budget()
+    if budget is None or estimate.nbytes <= budget:
+        log.info("caching the training data in RAM: estimate %s, within the %s available%s", estimate,
+                 "unknown memory" if budget is None else human_bytes(budget), _per_job())
+        return True
+    problem = (f"the RAM cache would take an estimated {estimate}, more than the {human_bytes(budget)} available"
+               f"{_per_job()} (memory less a margin for the model and batches)")
+    if required:
+        raise ConfigError("--cache_in_memory_required", [f"{problem}: leave --cache_in_memory_required off to stream "
+                                                          "instead, or set --cache_in_memory false"])
+    log.warning("%s: streaming the shards instead (set --cache_in_memory false to skip this check, or "
+                "--cache_in_memory_required to stop here instead)", problem)
+    return False
+
+
+def _per_job() -> str:
+    jobs = jobs_sharing()
+    return f" (this job's share: 1/{jobs} for --n_jobs {jobs})" if jobs > 1 else ""
+
+
+def checkpoint_bytes(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> int:
+    """A checkpoint's size, roughly: the model's parameters and buffers, and the optimizer's state tensors."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    if optimizer is not None:
+        tensors += [value for state in optimizer.state.values() for value in state.values()
+                    if isinstance(value, torch.Tensor)]
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
+def warn_if_disk_short(train_dir: str, one_checkpoint: int, keep_checkpoints: int) -> None:
+    """One warning where the train dir's volume (local only) lacks room for keep_checkpoints + 1 checkpoints: the
+    newest is written before the oldest is removed."""
+    if not storage.is_local(train_dir):
+        return
+    free, needed = disk_free_bytes(train_dir), one_checkpoint * (keep_checkpoints + 1)
+    if free is not None and needed > free:
+        log.warning("%s has %s free, less than the %s that %d checkpoints of about %s take (--keep_checkpoints %d, "
+                    "and one more while the newest is written): free space or lower --keep_checkpoints", train_dir,
+                    human_bytes(free), human_bytes(needed), keep_checkpoints + 1, human_bytes(one_checkpoint),
+                    keep_checkpoints)
