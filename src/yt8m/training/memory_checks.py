@@ -4,17 +4,18 @@ where it does not fit), and the checkpoints against the train dir's free disk sp
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence
-
-import torch
+from typing import Sequence
 
 from yt8m.config import ConfigError
+from yt8m.data import memory_budget as machine
 from yt8m.data.cache_estimate import CacheEstimate, estimate_cache
 from yt8m.data.dataset import YT8MDataset
-from yt8m.data.memory_budget import disk_free_bytes, human_bytes, jobs_sharing, memory_budget
+from yt8m.data.memory_budget import human_bytes, jobs_sharing, memory_budget
 from yt8m.io import storage
+from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize
 
 log = logging.getLogger("yt8m.train")
+OPTIMIZER_VALUES_PER_PARAMETER = 2  # Adam's moments
 
 
 def cache_fits(datasets: Sequence[YT8MDataset], required: bool) -> bool:
@@ -42,13 +43,10 @@ def _per_job() -> str:
     return f" (this job's share: 1/{jobs} for --n_jobs {jobs})" if jobs > 1 else ""
 
 
-def checkpoint_bytes(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> int:
-    """A checkpoint's size, roughly: the model's parameters and buffers, and the optimizer's state tensors."""
-    tensors = list(model.parameters()) + list(model.buffers())
-    if optimizer is not None:
-        tensors += [value for state in optimizer.state.values() for value in state.values()
-                    if isinstance(value, torch.Tensor)]
-    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+def checkpoint_bytes(size: ModelSize) -> int:
+    """A checkpoint's size, roughly: the model's values (model_size.json's) and the optimizer's state, taken as
+    Adam's two values a parameter (the most of torch's usual optimizers), all float32."""
+    return (size.buffer_values + size.parameters * (1 + OPTIMIZER_VALUES_PER_PARAMETER)) * BYTES_PER_VALUE
 
 
 def warn_if_disk_short(train_dir: str, one_checkpoint: int, keep_checkpoints: int) -> None:
@@ -56,7 +54,7 @@ def warn_if_disk_short(train_dir: str, one_checkpoint: int, keep_checkpoints: in
     newest is written before the oldest is removed."""
     if not storage.is_local(train_dir):
         return
-    free, needed = disk_free_bytes(train_dir), one_checkpoint * (keep_checkpoints + 1)
+    free, needed = machine.disk_free_bytes(train_dir), one_checkpoint * (keep_checkpoints + 1)
     if free is not None and needed > free:
         log.warning("%s has %s free, less than the %s that %d checkpoints of about %s take (--keep_checkpoints %d, "
                     "and one more while the newest is written): free space or lower --keep_checkpoints", train_dir,

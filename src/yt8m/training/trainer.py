@@ -31,6 +31,7 @@ from yt8m.models.model_size import ModelSize
 from yt8m.training.checks import check_train_config
 from yt8m.training.config import TrainConfig
 from yt8m.training.loop import TrainHook, fit
+from yt8m.training.memory_checks import checkpoint_bytes, warn_if_disk_short
 from yt8m.training.randomness import seed_everything
 from yt8m.training.run import build_run
 from yt8m.training.validation import EvaluateFn
@@ -62,6 +63,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         existed = storage.exists(train_dir)
         with train_dir_lock(train_dir, rank), removed_unless_checkpointed(train_dir, rank, run.newest, existed):
             prepare_train_dir(config, rank, run.newest, run.size)
+            if rank == 0:
+                warn_if_disk_short(train_dir, checkpoint_bytes(run.size), config.checkpoints.keep_checkpoints)
             run.data.open(device)
             log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
                      config.model.name, run.size.describe(), device, world_size,

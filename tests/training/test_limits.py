@@ -1,0 +1,135 @@
+"""`yt8m train` estimates what it will hold before holding it: a RAM cache against the memory available (streaming,
+or refusing with --cache_in_memory_required), reader slots against /dev/shm, checkpoints against the disk."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401
+from yt8m.cli import main as cli_main
+from yt8m.config import config_values
+from yt8m.data import memory_budget
+from yt8m.data.cache_estimate import estimate_cache
+from yt8m.data.dataset import YT8MDataset
+from yt8m.data.memory_budget import GiB, MEMORY_MARGIN, share_memory_among
+from yt8m.data.read_plan import ReadOptions
+from yt8m.data.spec import FeatureSpec
+from yt8m.data.synthetic import write_synthetic
+from yt8m.io.checkpoints import list_checkpoints
+from yt8m.training import TrainConfig
+
+
+def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:
+    values = config_values(tiny_train_config(data, train_dir, **overrides))
+    defaults = config_values(TrainConfig())
+    return as_flags({name: value for name, value in values.items()
+                     if name not in defaults or value != defaults[name] or name in overrides})
+
+
+def warnings_with(caplog, text: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.levelno >= logging.WARNING and text in record.getMessage()]
+
+
+def little_memory(monkeypatch) -> None:
+    """The machine as one with 10 KB above the margin: no cache of the tiny data (about 34 KB) fits."""
+    monkeypatch.setattr(memory_budget, "available_memory", lambda: MEMORY_MARGIN + 10_000)
+
+
+def test_the_cache_estimate_is_within_15_percent_of_the_cache_filled(tiny_data):
+    spec = FeatureSpec(feature_names=["mean_rgb", "mean_audio"], feature_sizes=[16, 8], num_classes=20)
+    dataset = YT8MDataset(tiny_data["train_pattern"], spec, 64, ReadOptions(cache_in_memory=True))
+    estimate = estimate_cache(dataset.paths, spec)
+    dataset.load_cache()
+    assert dataset.cache is not None
+    assert estimate.records == len(dataset.cache)
+    assert abs(estimate.nbytes - dataset.cache.videos.nbytes) <= 0.15 * dataset.cache.videos.nbytes
+
+
+def test_a_cache_that_does_not_fit_is_streamed_with_one_warning(tiny_data, tmp_path, monkeypatch, caplog):
+    little_memory(monkeypatch)
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory=True)]) == 0
+    [warning] = warnings_with(caplog, "RAM cache")
+    assert "streaming the shards instead" in warning and "--cache_in_memory false" in warning
+    assert list_checkpoints(str(tmp_path / "run"))  # trained to the end, streaming
+
+
+def test_a_cache_that_fits_is_filled_and_logged(tiny_data, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory=True)]) == 0
+    assert any("caching the training data in RAM: estimate" in record.getMessage() for record in caplog.records)
+    assert not warnings_with(caplog, "RAM cache")
+
+
+def test_a_required_cache_that_does_not_fit_is_refused_in_one_line(tiny_data, tmp_path, monkeypatch, capsys):
+    little_memory(monkeypatch)
+    flags = train_flags(tiny_data, tmp_path / "run", cache_in_memory=True, cache_in_memory_required=True)
+    assert cli_main(["train", *flags]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("yt8m train: error: --cache_in_memory_required: the RAM cache would take an estimated")
+    assert "Traceback" not in capsys.readouterr().err
+    assert not list_checkpoints(str(tmp_path / "run"))
+
+
+def test_concurrent_jobs_share_the_memory():
+    try:
+        share_memory_among(4)
+        assert memory_budget.memory_budget(lambda: 8 * GiB) == 2 * GiB - MEMORY_MARGIN
+    finally:
+        share_memory_among(1)
+    assert memory_budget.memory_budget(lambda: 8 * GiB) == 8 * GiB - MEMORY_MARGIN
+
+
+@pytest.fixture(scope="module")
+def frame_data(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("frames")
+    write_synthetic(str(root), kind="frame", num_classes=20, train_videos=96, validate_videos=0, test_videos=0,
+                    shards=2, feature_sizes=(16, 8), min_frames=5, max_frames=20, seed=1)
+    return {"train_pattern": str(root / "frame" / "train-*.tfrecord")}
+
+
+def frame_flags(frame_data: dict, train_dir: Path, readers: int) -> list[str]:
+    return ["--train_data_pattern", frame_data["train_pattern"], "--train_dir", str(train_dir), "--frame_features",
+            "--feature_names", "rgb,audio", "--feature_sizes", "16,8", "--num_classes", "20", "--model", "DbofModel",
+            "--max_frames", "20", "--batch_size", "16", "--num_epochs", "1", "--num_readers", str(readers),
+            "--seed", "3"]
+
+
+def test_reader_slots_that_do_not_fit_dev_shm_fall_back_to_reading_in_process(frame_data, tmp_path, monkeypatch,
+                                                                              caplog):
+    # 16 videos x 20 frames x 24 bytes = 7.5 KB a slot, 3 slots a worker: 10 KB of /dev/shm fit no worker
+    monkeypatch.setattr(memory_budget, "shm_free_bytes", lambda: 10_000)
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "run", readers=1)]) == 0
+    [warning] = warnings_with(caplog, "/dev/shm")
+    assert "reading in-process instead" in warning and "--shm-size=" in warning
+    assert list_checkpoints(str(tmp_path / "run"))
+
+
+def test_a_short_disk_is_warned_of_in_one_line(tiny_data, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(memory_budget, "disk_free_bytes", lambda path: 1000)
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", keep_checkpoints=2)]) == 0
+    [warning] = warnings_with(caplog, "checkpoints of about")
+    assert "has 1 KiB free" in warning and "--keep_checkpoints 2" in warning
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_error_naming_the_file(tiny_data, tmp_path, monkeypatch, capsys):
+    write = os.write
+
+    def no_space_for_checkpoints(fd: int, data) -> int:  # the disk fills up as the first checkpoint is written
+        if "ckpt-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", no_space_for_checkpoints)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("yt8m train: error:") and "ckpt-" in last and "No space left on device" in last
