@@ -6,6 +6,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,32 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_naming_the_file(tiny_data, tmp
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("yt8m train: error:") and "ckpt-" in last and "No space left on device" in last
+
+
+def unshare_problem() -> str:
+    """Why a private 8 MB /dev/shm cannot be mounted here ('' where it can)."""
+    if not shutil.which("unshare"):
+        return "no unshare command"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=8m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    return "" if probe.returncode == 0 else f"unshare -m with a tmpfs mount is not permitted: {probe.stderr.strip()}"
+
+
+@pytest.mark.integration
+def test_a_frame_level_run_under_an_8_mb_dev_shm_reads_in_process_and_completes(tmp_path):
+    problem = unshare_problem()
+    if problem:
+        pytest.skip(problem)
+    write_synthetic(str(tmp_path), kind="frame", num_classes=20, train_videos=128, validate_videos=0,
+                    test_videos=0, shards=2, min_frames=5, max_frames=20, seed=2)
+    # 64 videos x 300 frames x 1152 bytes: 22 MB a batch slot, where /dev/shm holds 8 MB
+    train = [sys.executable, "-m", "yt8m", "train", "--train_data_pattern", str(tmp_path / "frame" / "train-*"),
+             "--train_dir", str(tmp_path / "run"), "--frame_features", "--feature_names", "rgb,audio",
+             "--feature_sizes", "1024,128", "--num_classes", "20", "--model", "FrameLevelLogisticModel",
+             "--batch_size", "64", "--num_epochs", "1", "--num_readers", "1"]
+    script = "mount -t tmpfs -o size=8m tmpfs /dev/shm && exec " + " ".join(map(shlex.quote, train))
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "/dev/shm has" in line]
+    assert "8.0 MiB free" in warning and "reading in-process instead" in warning and "--shm-size=" in warning
+    assert list_checkpoints(str(tmp_path / "run"))
