@@ -34,10 +34,26 @@ class CacheEstimate:
         return CacheEstimate(self.records + other.records, self.nbytes + other.nbytes)
 
 
-def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool = False,
-                   world_size: int = 1) -> CacheEstimate:
-    """The estimate for the records of `paths` one of `world_size` ranks caches: the sample's cache bytes and record
-    bytes a record, the files' bytes (uncompressed shards: a record's bytes are the file's) over the record bytes."""
+def fill_batch_bytes(spec: FeatureSpec, batch_size: int) -> int:
+    """The buffers of one batch the cache is filled from (features as decoded, padded frames at most, and dense
+    float32 labels): freed after the fill, but kept by the allocator, which measures as part of the cache's growth
+    (bench/README.md: 27 of 196 MB on the real 2018 shards)."""
+    load_batch = cache_load_batch(spec, batch_size)
+    features = spec.max_frames * spec.feature_size if spec.frame_features else spec.feature_size * 4
+    return load_batch * (features + spec.num_classes * 4)
+
+
+def cache_load_batch(spec: FeatureSpec, batch_size: int) -> int:
+    """The batch size a cache is filled with: frame level the run's (a few MB each, where 1024 videos would take 350
+    MB at once), video level at least 1024 (fewer, larger reads)."""
+    return batch_size if spec.frame_features else max(batch_size, 1024)
+
+
+def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool = False, world_size: int = 1,
+                   batch_size: int = 1024) -> CacheEstimate:
+    """The estimate for the records of `paths` one of `world_size` ranks caches (filled in batches of `batch_size`
+    as YT8MDataset.load_cache does): the sample's cache bytes and record bytes a record, the files' bytes
+    (uncompressed shards: a record's bytes are the file's) over the record bytes, and one fill batch's buffers."""
     if not paths:
         return CacheEstimate(0, 0)
     counter = ReadCounter()
@@ -49,4 +65,5 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
         return CacheEstimate(0, 0)
     cache = VideoCache.from_batches([finish_batch(sample, spec.num_classes)], spec)
     records = sum(storage.size(path) for path in paths) * len(sample) / record_bytes / max(1, world_size)
-    return CacheEstimate(round(records), round(records * cache.nbytes / len(sample)))
+    return CacheEstimate(round(records), round(records * cache.nbytes / len(sample))
+                         + fill_batch_bytes(spec, batch_size))

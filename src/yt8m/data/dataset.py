@@ -15,6 +15,7 @@ from yt8m.data.batch import Batch
 from yt8m.data.batch_build import finish_batch
 from yt8m.data.batch_memory import BatchMemory
 from yt8m.data.cache import CachedDataset, VideoCache
+from yt8m.data.cache_estimate import cache_load_batch
 from yt8m.data.delivery import Delivery, batch_loader, in_process, worker_deliveries
 from yt8m.data.read_plan import ReadOptions, ReadPlan, reader_shares
 from yt8m.data.read_stats import ReadCounter, ReadStats
@@ -107,8 +108,7 @@ class YT8MDataset(IterableDataset):
 
     def load_cache(self, num_workers: int = 0) -> None:
         """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""
-        # frame level: batches of the run's size, a few MB each where 1024 videos would take 350 MB at once
-        load_batch = self.batch_size if self.spec.frame_features else max(self.batch_size, 1024)
+        load_batch = cache_load_batch(self.spec, self.batch_size)
         streamed = ReadOptions(skip_corrupt=self.options.skip_corrupt, rank=self.plan.rank,
                                world_size=self.plan.world_size)
         if num_workers == 0:  # all of this rank's records, even when called inside a DataLoader worker

@@ -21,8 +21,8 @@ OPTIMIZER_VALUES_PER_PARAMETER = 2  # Adam's moments
 def cache_fits(datasets: Sequence[YT8MDataset], required: bool) -> bool:
     """Whether the datasets' RAM caches (--cache_in_memory) fit this process's memory budget; where they do not, one
     warning and False (the caller streams), or with `required` (--cache_in_memory_required) one ConfigError."""
-    estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt,
-                                   dataset.plan.world_size) for dataset in datasets), CacheEstimate(0, 0))
+    estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt, dataset.plan.world_size,
+                                   dataset.batch_size) for dataset in datasets), CacheEstimate(0, 0))
     budget = memory_budget()
     if budget is None or estimate.nbytes <= budget:
         log.info("caching the training data in RAM: estimate %s, within the %s available%s", estimate,

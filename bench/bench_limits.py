@@ -1,0 +1,75 @@
+"""The RAM cache's estimate (what `yt8m train --cache_in_memory` checks against the memory available) against the
+growth of this process's RSS from before the cache is filled to after the first epoch served from it.
+
+Run on demand, one kind per process (a fresh RSS):
+  .venv/bin/python bench/bench_limits.py --pattern '../shared/realdata/yt8m_2018_video_validate/*.tfrecord'
+  .venv/bin/python bench/bench_limits.py --frame --synthetic_videos 1000 --data_dir /tmp/yt8m_limits
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from yt8m.data.cache_estimate import estimate_cache
+from yt8m.data.dataset import YT8MDataset, make_loader
+from yt8m.data.read_plan import ReadOptions
+from yt8m.data.spec import FeatureSpec
+from yt8m.data.synthetic import write_synthetic
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def synthetic_frames(data_dir: str, videos: int) -> str:
+    """Frame-level shards of `videos` videos (100-300 frames of 1024 + 128 values), written once."""
+    folder = os.path.join(data_dir, "frame")
+    if not os.path.isdir(folder):
+        write_synthetic(data_dir, kind="frame", num_classes=3862, train_videos=videos, validate_videos=0,
+                        test_videos=0, shards=8, min_frames=100, max_frames=300, seed=0)
+    return os.path.join(folder, "train-*.tfrecord")
+
+
+def measure(pattern: str, spec: FeatureSpec, batch_size: int) -> dict:
+    dataset = YT8MDataset(pattern, spec, batch_size, ReadOptions(shuffle=True, cache_in_memory=True))
+    start = time.perf_counter()
+    estimate = estimate_cache(dataset.paths, spec, batch_size=batch_size)
+    estimate_seconds = time.perf_counter() - start
+    before = rss_bytes()
+    loader = make_loader(dataset, 0)  # fills the cache
+    filled = rss_bytes()
+    served = sum(len(batch) for batch in loader)  # the first epoch, from RAM
+    after = rss_bytes()
+    assert dataset.cache is not None
+    growth = after - before
+    return {"files": len(dataset.paths), "videos": len(dataset.cache), "estimated_videos": estimate.records,
+            "estimate_mb": round(estimate.nbytes / 2**20, 1), "estimate_seconds": round(estimate_seconds, 3),
+            "cache_arrays_mb": round(dataset.cache.videos.nbytes / 2**20, 1),
+            "rss_growth_after_fill_mb": round((filled - before) / 2**20, 1),
+            "rss_growth_after_epoch_mb": round(growth / 2**20, 1), "served": served,
+            "estimate_vs_rss_growth": round(estimate.nbytes / growth - 1, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pattern", default="../shared/realdata/yt8m_2018_video_validate/*.tfrecord")
+    parser.add_argument("--frame", action="store_true", help="frame-level (rgb,audio) instead of video-level")
+    parser.add_argument("--synthetic_videos", type=int, default=0, help="frame level: write this many videos")
+    parser.add_argument("--data_dir", default="/tmp/yt8m_bench_limits")
+    parser.add_argument("--batch_size", type=int, default=256)
+    args = parser.parse_args()
+    pattern = synthetic_frames(args.data_dir, args.synthetic_videos) if args.synthetic_videos else args.pattern
+    names = ["rgb", "audio"] if args.frame else ["mean_rgb", "mean_audio"]
+    spec = FeatureSpec(feature_names=names, feature_sizes=[1024, 128], frame_features=args.frame, num_classes=3862)
+    print(json.dumps({"pattern": pattern, "frame": args.frame, **measure(pattern, spec, args.batch_size)}))
+
+
+if __name__ == "__main__":
+    main()
