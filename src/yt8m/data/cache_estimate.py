@@ -4,7 +4,7 @@ shard are decoded into a small VideoCache, and its bytes a record scaled by the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from yt8m.data.batch_build import finish_batch
 from yt8m.data.batch_memory import BatchMemory
@@ -34,11 +34,11 @@ class CacheEstimate:
         return CacheEstimate(self.records + other.records, self.nbytes + other.nbytes)
 
 
-def fill_batch_bytes(spec: FeatureSpec, batch_size: int) -> int:
+def fill_batch_bytes(spec: FeatureSpec, batch_size: int, records: Optional[int] = None) -> int:
     """The buffers of one batch the cache is filled from (features as decoded, padded frames at most, and dense
-    float32 labels): freed after the fill, but kept by the allocator, which measures as part of the cache's growth
-    (bench/README.md: 27 of 196 MB on the real 2018 shards)."""
-    load_batch = cache_load_batch(spec, batch_size)
+    float32 labels; of `records` videos at most): freed after the fill but kept by the allocator, so measured as
+    part of the cache's growth (bench/README.md: about 20 of 180-200 MB on the real 2018 shards)."""
+    load_batch = min(cache_load_batch(spec, batch_size), records if records is not None else batch_size * 1024)
     features = spec.max_frames * spec.feature_size if spec.frame_features else spec.feature_size * 4
     return load_batch * (features + spec.num_classes * 4)
 
@@ -66,4 +66,4 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
     cache = VideoCache.from_batches([finish_batch(sample, spec.num_classes)], spec)
     records = sum(storage.size(path) for path in paths) * len(sample) / record_bytes / max(1, world_size)
     return CacheEstimate(round(records), round(records * cache.nbytes / len(sample))
-                         + fill_batch_bytes(spec, batch_size))
+                         + fill_batch_bytes(spec, batch_size, round(records)))
