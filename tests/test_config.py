@@ -199,9 +199,10 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     flat = yaml.safe_load((OLD_RUNS / run / "config.yaml").read_text())
     values = config_values(config)
     # Added since, each at the default that changes nothing: the loss's hyper-parameter (CrossEntropyLoss's label
-    # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay.
+    # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay, the
+    # RAM cache's --cache_in_memory_required.
     added = {"label_smoothing": 0.0, "metrics": [], "mixup_alpha": 0.0, "feature_dropout": 0.0, "swa_start_epoch": 0,
-             "weight_decay": None}
+             "weight_decay": None, "cache_in_memory_required": False}
     assert {name: values[name] for name in set(values) - set(flat)} == added
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}
