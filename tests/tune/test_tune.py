@@ -385,6 +385,18 @@ def test_two_jobs_share_one_study(tmp_path, shards):
     assert len(set(params)) == len(params)  # each job has its own seed
 
 
+@pytest.mark.integration
+def test_each_of_two_jobs_checks_its_ram_cache_against_half_the_memory(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=1, cache_in_memory=True,
+                     log_every_steps=1000)
+    process = yt8m_process("tune", "--config", path, "--n_trials", "2", "--n_jobs", "2", stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    checks = [line for line in err.splitlines() if "caching the training data in RAM: estimate" in line]
+    assert len(checks) == 2 and all("(this job's share: 1/2 for --n_jobs 2)" in line for line in checks)
+
+
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_meanwhile(tmp_path, shards,
                                                                                       monkeypatch):
