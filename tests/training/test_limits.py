@@ -63,9 +63,12 @@ def test_the_cache_estimate_is_within_15_percent_of_the_cache_filled(tmp_path, k
 def test_a_cache_that_does_not_fit_is_streamed_with_one_warning(tiny_data, tmp_path, monkeypatch, caplog):
     little_memory(monkeypatch)
     caplog.set_level(logging.INFO)
-    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory=True)]) == 0
-    [warning] = warnings_with(caplog, "RAM cache")
-    assert "streaming the shards instead" in warning and "--cache_in_memory false" in warning
+    flags = train_flags(tiny_data, tmp_path / "run", cache_in_memory=True,
+                        eval_data_pattern=tiny_data["validate_pattern"])
+    assert cli_main(["train", *flags]) == 0
+    validation, training = warnings_with(caplog, "RAM cache")
+    assert "RAM cache of the validation data" in validation and "RAM cache of the training data" in training
+    assert "streaming the shards instead" in training and "--cache_in_memory false" in training
     assert list_checkpoints(str(tmp_path / "run"))  # trained to the end, streaming
 
 
@@ -81,7 +84,8 @@ def test_a_required_cache_that_does_not_fit_is_refused_in_one_line(tiny_data, tm
     flags = train_flags(tiny_data, tmp_path / "run", cache_in_memory=True, cache_in_memory_required=True)
     assert cli_main(["train", *flags]) == 1
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("yt8m train: error: --cache_in_memory_required: the RAM cache would take an estimated")
+    assert error.startswith("yt8m train: error: --cache_in_memory_required: the RAM cache of the training data "
+                            "would take an estimated")
     assert "Traceback" not in capsys.readouterr().err
     assert not list_checkpoints(str(tmp_path / "run"))
 

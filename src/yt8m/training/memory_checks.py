@@ -18,18 +18,19 @@ log = logging.getLogger("yt8m.train")
 OPTIMIZER_VALUES_PER_PARAMETER = 2  # Adam's moments
 
 
-def cache_fits(datasets: Sequence[YT8MDataset], required: bool) -> bool:
-    """Whether the datasets' RAM caches (--cache_in_memory) fit this process's memory budget; where they do not, one
-    warning and False (the caller streams), or with `required` (--cache_in_memory_required) one ConfigError."""
+def cache_fits(datasets: Sequence[YT8MDataset], required: bool, what: str = "training data") -> bool:
+    """Whether the datasets' RAM caches (--cache_in_memory; of `what`) fit this process's memory budget; where they
+    do not, one warning and False (the caller streams), or with `required` (--cache_in_memory_required) one
+    ConfigError."""
     estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt, dataset.plan.world_size,
                                    dataset.batch_size) for dataset in datasets), CacheEstimate(0, 0))
     budget = memory_budget()
     if budget is None or estimate.nbytes <= budget:
-        log.info("caching the training data in RAM: estimate %s, within the %s available%s", estimate,
+        log.info("caching the %s in RAM: estimate %s, within the %s available%s", what, estimate,
                  "unknown memory" if budget is None else human_bytes(budget), _per_job())
         return True
-    problem = (f"the RAM cache would take an estimated {estimate}, more than the {human_bytes(budget)} available"
-               f"{_per_job()} (memory less a margin for the model and batches)")
+    problem = (f"the RAM cache of the {what} would take an estimated {estimate}, more than the "
+               f"{human_bytes(budget)} available{_per_job()} (memory less a margin for the model and batches)")
     if required:
         raise ConfigError("--cache_in_memory_required", [f"{problem}: leave --cache_in_memory_required off to stream "
                                                           "instead, or set --cache_in_memory false"])

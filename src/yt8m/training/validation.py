@@ -29,6 +29,7 @@ from yt8m.tasks.metrics import higher_is_better, is_own_metric, metric_problem, 
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.best_models import Exporters
 from yt8m.training.data import source_spec
+from yt8m.training.memory_checks import cache_fits
 
 log = logging.getLogger("yt8m.train_eval")
 
@@ -131,9 +132,12 @@ def validation_evaluator(validation: ValidationConfig, data: DataConfig, feature
     sources = tasks.validation_sources()
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
     options = ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1, cache_in_memory=data.cache_in_memory)
-    loaders = [make_loader(YT8MDataset(source.pattern, source_spec(features, source), batch_size, options),
-                           reader_workers(data.num_readers, features.frame_features), pin_memory=device.type == "cuda")
-               for source in sources]
+    datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size, options) for source in sources]
+    if data.cache_in_memory and not cache_fits(datasets, data.cache_in_memory_required, "validation data"):
+        for dataset in datasets:
+            dataset.stream_instead_of_caching()
+    loaders = [make_loader(dataset, reader_workers(data.num_readers, features.frame_features),
+                           pin_memory=device.type == "cuda") for dataset in datasets]
     steps = validation.eval_steps
 
     def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
