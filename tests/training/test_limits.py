@@ -114,14 +114,17 @@ def frame_flags(frame_data: dict, train_dir: Path, readers: int) -> list[str]:
             "--seed", "3"]
 
 
-def test_reader_slots_that_do_not_fit_dev_shm_fall_back_to_reading_in_process(frame_data, tmp_path, monkeypatch,
-                                                                              caplog):
-    # 16 videos x 20 frames x 24 bytes = 7.5 KB a slot, 3 slots a worker: 10 KB of /dev/shm fit no worker
-    monkeypatch.setattr(memory_budget, "shm_free_bytes", lambda: 10_000)
+@pytest.mark.parametrize("readers, free, reading", [(1, 10_000, "reading in-process instead"),
+                                                    (2, 30_000, "reading with 1 worker process instead")])
+def test_reader_slots_that_do_not_fit_dev_shm_fall_back_to_fewer_readers(frame_data, tmp_path, monkeypatch, caplog,
+                                                                         readers, free, reading):
+    # 16 videos x 20 frames x 24 bytes = 7.5 KB a slot, 3 slots a worker (23 KB), of which 90% of /dev/shm may hold
+    monkeypatch.setattr(memory_budget, "shm_free_bytes", lambda: free)
+    monkeypatch.setattr("yt8m.runtime.available_cpus", lambda: 2)  # 2 readers are not clamped to fewer CPUs
     caplog.set_level(logging.INFO)
-    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "run", readers=1)]) == 0
+    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "run", readers=readers)]) == 0
     [warning] = warnings_with(caplog, "/dev/shm")
-    assert "reading in-process instead" in warning and "--shm-size=" in warning
+    assert reading in warning and "--shm-size=" in warning
     assert list_checkpoints(str(tmp_path / "run"))
 
 

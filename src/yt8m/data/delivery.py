@@ -152,8 +152,7 @@ def workers_fitting_shm(dataset: DeliveringDataset, num_workers: int, depth: int
     log.warning("/dev/shm has %s free, less than the %s that %d reader processes' batch slots need (%d batches of %s "
                 "each): reading %s instead; give the container more shared memory (Docker: --shm-size=%s or more)",
                 human_bytes(free), human_bytes(num_workers * per_worker), num_workers, depth,
-                human_bytes(per_worker // depth),
-                f"with {fitting} worker processes" if fitting else "in-process", needed.replace(" ", ""))
+                human_bytes(per_worker // depth), _readers(fitting), needed.replace(" ", ""))
     return fitting
 
 
@@ -166,6 +165,10 @@ def _slot_bytes(dataset: DeliveringDataset) -> int:
     if spec.frame_features:
         return dataset.batch_size * min(spec.max_frames, ROW_FRAMES) * spec.feature_size
     return dataset.batch_size * spec.feature_size * torch.float32.itemsize
+
+
+def _readers(workers: int) -> str:
+    return f"with {workers} worker process{'es' if workers > 1 else ''}" if workers else "in-process"
 
 
 def _sendable(err: BaseException) -> bool:
