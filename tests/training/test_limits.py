@@ -99,6 +99,22 @@ def test_concurrent_jobs_share_the_memory():
     assert memory_budget.memory_budget(lambda: 8 * GiB) == 8 * GiB - MEMORY_MARGIN
 
 
+def test_the_memory_available_is_the_cgroups_room(tmp_path):
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("3000000000\n")
+    (v2 / "job" / "memory.current").write_text("1000000000\n")
+    assert memory_budget.cgroup_v2_room(str(v2), "/job") == 2_000_000_000
+    (v2 / "job" / "memory.max").write_text("max\n")  # no limit
+    assert memory_budget.cgroup_v2_room(str(v2), "/job") is None
+    v1.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "memory.usage_in_bytes").write_text("5\n")
+    assert memory_budget.cgroup_v1_room(str(v1), "/") is None
+    (v1 / "memory.limit_in_bytes").write_text("105\n")
+    assert memory_budget.cgroup_v1_room(str(v1), "/elsewhere") == 100  # a container's own cgroup is its root
+
+
 @pytest.fixture(scope="module")
 def frame_data(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("frames")

@@ -24,16 +24,38 @@ def _read_int(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None  # "max" (cgroup v2: no limit) reads as None
 
 
-def _cgroup_v2_room(root: str = "/sys/fs/cgroup") -> Optional[int]:
-    limit, used = _read_int(f"{root}/memory.max"), _read_int(f"{root}/memory.current")
-    return None if limit is None or used is None else max(0, limit - used)
+def _own_cgroup(controller: str, listing: str = "/proc/self/cgroup") -> str:
+    """This process's cgroup path for `controller` ("" for cgroup v2's unified line "0::/path"), or "/"."""
+    try:
+        with open(listing) as file:
+            for line in file:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    return path
+    except (OSError, ValueError):
+        pass
+    return "/"
 
 
-def _cgroup_v1_room(root: str = "/sys/fs/cgroup/memory") -> Optional[int]:
-    limit, used = _read_int(f"{root}/memory.limit_in_bytes"), _read_int(f"{root}/memory.usage_in_bytes")
-    if limit is None or used is None or limit >= _UNLIMITED:
-        return None
-    return max(0, limit - used)
+def cgroup_v2_room(root: str = "/sys/fs/cgroup", group: Optional[str] = None) -> Optional[int]:
+    """memory.max less memory.current of this process's cgroup (v2); None without a limit or a cgroup v2."""
+    folder = os.path.join(root, (_own_cgroup("") if group is None else group).lstrip("/"))
+    for candidate in (folder, root):  # a container sees its own cgroup as the root
+        limit, used = _read_int(f"{candidate}/memory.max"), _read_int(f"{candidate}/memory.current")
+        if limit is not None and used is not None:
+            return max(0, limit - used)
+    return None
+
+
+def cgroup_v1_room(root: str = "/sys/fs/cgroup/memory", group: Optional[str] = None) -> Optional[int]:
+    """memory.limit_in_bytes less memory.usage_in_bytes of this process's memory cgroup (v1); None without one."""
+    folder = os.path.join(root, (_own_cgroup("memory") if group is None else group).lstrip("/"))
+    for candidate in (folder, root):
+        limit = _read_int(f"{candidate}/memory.limit_in_bytes")
+        used = _read_int(f"{candidate}/memory.usage_in_bytes")
+        if limit is not None and used is not None and limit < _UNLIMITED:
+            return max(0, limit - used)
+    return None
 
 
 def _meminfo_available(path: str = "/proc/meminfo") -> Optional[int]:
@@ -49,7 +71,7 @@ def _meminfo_available(path: str = "/proc/meminfo") -> Optional[int]:
 
 def available_memory() -> Optional[int]:
     """Bytes this process may still take: the least of the cgroup's room and MemAvailable; None where nothing says."""
-    known = [room for room in (_cgroup_v2_room(), _cgroup_v1_room(), _meminfo_available()) if room is not None]
+    known = [room for room in (cgroup_v2_room(), cgroup_v1_room(), _meminfo_available()) if room is not None]
     return min(known) if known else None
 
 
