@@ -44,11 +44,11 @@ def little_memory(monkeypatch) -> None:
     monkeypatch.setattr(memory_budget, "available_memory", lambda: MEMORY_MARGIN + 10_000)
 
 
-@pytest.mark.parametrize("kind", ["video", "frame"])
-def test_the_cache_estimate_is_within_15_percent_of_the_cache_filled(tmp_path, kind):
+@pytest.mark.parametrize("kind, gzip", [("video", False), ("frame", False), ("video", True)])
+def test_the_cache_estimate_is_within_15_percent_of_the_cache_filled(tmp_path, kind, gzip):
     frame = kind == "frame"
     write_synthetic(str(tmp_path), kind=kind, num_classes=20, train_videos=300, validate_videos=0, test_videos=0,
-                    shards=3, feature_sizes=(16, 8), min_frames=5, max_frames=40, seed=4)
+                    shards=3, feature_sizes=(16, 8), min_frames=5, max_frames=40, seed=4, gzip=gzip)
     names = ["rgb", "audio"] if frame else ["mean_rgb", "mean_audio"]
     spec = FeatureSpec(feature_names=names, feature_sizes=[16, 8], frame_features=frame, num_classes=20)
     dataset = YT8MDataset(str(tmp_path / kind / "train-*"), spec, 64, ReadOptions(cache_in_memory=True))

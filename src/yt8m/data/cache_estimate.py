@@ -14,6 +14,7 @@ from yt8m.data.read_plan import ReadOptions, reader_shares
 from yt8m.data.read_stats import ReadCounter
 from yt8m.data.shard_reader import ShardReader
 from yt8m.data.spec import FeatureSpec
+from yt8m.data.tfrecord import is_compressed, read_records
 from yt8m.io import storage
 
 # Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.
@@ -32,6 +33,14 @@ class CacheEstimate:
 
     def __add__(self, other: "CacheEstimate") -> "CacheEstimate":
         return CacheEstimate(self.records + other.records, self.nbytes + other.nbytes)
+
+
+def _file_bytes_per_record(path: str, sample_records: int, sample_bytes: int) -> float:
+    """A record's share of its file's bytes: the sample's record bytes a record where the shards are plain; a GZIP
+    shard's records are counted (the whole first file) against its compressed size."""
+    if not is_compressed(path):
+        return sample_bytes / sample_records
+    return storage.size(path) / max(1, sum(1 for _ in read_records(path)))
 
 
 def fill_batch_bytes(spec: FeatureSpec, batch_size: int, records: Optional[int] = None) -> int:
@@ -64,6 +73,7 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
     if sample is None or not record_bytes:
         return CacheEstimate(0, 0)
     cache = VideoCache.from_batches([finish_batch(sample, spec.num_classes)], spec)
-    records = sum(storage.size(path) for path in paths) * len(sample) / record_bytes / max(1, world_size)
+    records = sum(storage.size(path) for path in paths) / _file_bytes_per_record(paths[0], len(sample), record_bytes)
+    records /= max(1, world_size)
     return CacheEstimate(round(records), round(records * cache.nbytes / len(sample))
                          + fill_batch_bytes(spec, batch_size, round(records)))

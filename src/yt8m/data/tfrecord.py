@@ -221,6 +221,13 @@ def _record_stream(raw: SourceFile) -> RecordStream:
     return raw
 
 
+def is_compressed(path: str) -> bool:
+    """Whether the file is GZIP-compressed (as _record_stream tells it: by its magic bytes)."""
+    with storage.open_file(path, "rb") as raw:
+        head = raw.read(HEADER_SIZE)
+    return head[:2] == _GZIP_MAGIC and not _is_plain_tfrecord(head)
+
+
 _spare_buffers: list[np.ndarray] = []  # read buffers of finished files, for the next files' readers
 
 
