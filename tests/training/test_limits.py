@@ -90,6 +90,12 @@ def test_a_required_cache_that_does_not_fit_is_refused_in_one_line(tiny_data, tm
     assert not list_checkpoints(str(tmp_path / "run"))
 
 
+def test_a_required_cache_needs_the_cache(tiny_data, tmp_path, capsys):
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory_required=True)]) == 1
+    assert "--cache_in_memory_required stops a run whose RAM cache would not fit: it needs --cache_in_memory" in \
+        capsys.readouterr().err
+
+
 def test_concurrent_jobs_share_the_memory():
     try:
         share_memory_among(4)

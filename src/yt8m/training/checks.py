@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import AbstractSet, Optional
 
 from yt8m.config import ConfigError, config_problems
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.models.config import ModelConfig
 from yt8m.models.registry import known_model
@@ -34,7 +34,13 @@ def train_config_problems(config: TrainConfig, skip: AbstractSet[str] = frozense
             + teacher_problems(config) + without_evaluation
             + augment_problems(config.augment, config.features.frame_features, config.tasks.multitask,
                                bool(config.distillation.teacher))
-            + config.optimizer.average_problems())
+            + config.optimizer.average_problems() + cache_problems(config.data))
+
+
+def cache_problems(data: DataConfig) -> list[str]:
+    if data.cache_in_memory_required and not data.cache_in_memory:
+        return ["--cache_in_memory_required stops a run whose RAM cache would not fit: it needs --cache_in_memory"]
+    return []
 
 
 def model_problems(model: ModelConfig, features: FeatureSpec, skip: AbstractSet[str] = frozenset()) -> list[str]:
