@@ -4,14 +4,21 @@ growth of this process's RSS from before the cache is filled to after the first 
 Run on demand, one kind per process (a fresh RSS):
   .venv/bin/python bench/bench_limits.py --pattern '../shared/realdata/yt8m_2018_video_validate/*.tfrecord'
   .venv/bin/python bench/bench_limits.py --frame --synthetic_videos 1000 --data_dir /tmp/yt8m_limits
+`--train` measures whole `yt8m train` runs instead (LogisticModel, SGD, 2 epochs; video level): the RSS growth from
+the start of reading to the start of epoch 2 with the cache, and without it (what training itself takes).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from typing import Any
 
 from yt8m.data.cache_estimate import estimate_cache
 from yt8m.data.dataset import YT8MDataset, make_loader
@@ -57,6 +64,56 @@ def measure(pattern: str, spec: FeatureSpec, batch_size: int) -> dict:
             "estimate_vs_rss_growth": round(estimate.nbytes / growth - 1, 3)}
 
 
+def training_growth(pattern: str, spec: FeatureSpec, batch_size: int, cache: bool) -> int:
+    """RSS growth of a `yt8m train` run through the API from the start of reading (where a RAM cache is filled) to
+    the start of epoch 2."""
+    from yt8m.training import train
+    from yt8m.training.data import TrainingData
+
+    rss: dict[str, int] = {}
+    start_reading, epoch_batches = TrainingData.open, TrainingData.epoch_batches
+
+    def opened(self: TrainingData, device: Any) -> None:
+        rss["before_fill"] = rss_bytes()
+        start_reading(self, device)
+
+    def epochs(self: TrainingData, epoch: int) -> Any:
+        if epoch == 1:
+            rss["epoch_2"] = rss_bytes()
+        return epoch_batches(self, epoch)
+
+    TrainingData.open, TrainingData.epoch_batches = opened, epochs  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as train_dir:
+        train(train_config(pattern, spec, batch_size, os.path.join(train_dir, "run"), cache))
+    return rss["epoch_2"] - rss["before_fill"]
+
+
+def measure_training(pattern: str, spec: FeatureSpec, batch_size: int) -> dict:
+    """The estimate against the RSS growth of a cached run, and a streamed run's growth beside it (what training
+    itself takes there: gradients, batches, the shuffle buffer), each run in a process of its own."""
+    growth = {}
+    for mode in ("cache", "stream"):
+        child = subprocess.run([sys.executable, __file__, "--pattern", pattern, "--batch_size", str(batch_size),
+                                "--train_one", mode], capture_output=True, text=True, check=True)
+        growth[mode] = int(child.stdout.strip().splitlines()[-1])
+    estimate = estimate_cache(sorted(glob.glob(pattern)), spec, batch_size=batch_size)
+    return {"estimate_mb": round(estimate.nbytes / 2**20, 1),
+            "rss_growth_cached_mb": round(growth["cache"] / 2**20, 1),
+            "rss_growth_streamed_mb": round(growth["stream"] / 2**20, 1),
+            "estimate_vs_cached_growth": round(estimate.nbytes / growth["cache"] - 1, 3)}
+
+
+def train_config(pattern: str, spec: FeatureSpec, batch_size: int, train_dir: str, cache: bool) -> Any:
+    from yt8m.config import config_from_dict
+    from yt8m.training import TrainConfig
+
+    return config_from_dict(TrainConfig, {
+        "train_data_pattern": pattern, "train_dir": train_dir, "start_new_model": True, "model": "LogisticModel",
+        "feature_names": ",".join(spec.feature_names), "feature_sizes": ",".join(map(str, spec.feature_sizes)),
+        "num_classes": spec.num_classes, "batch_size": batch_size, "num_epochs": 2, "optimizer": "SGD",
+        "num_readers": 0, "cache_in_memory": cache, "log_every_steps": 1000}, source="bench_limits")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pattern", default="../shared/realdata/yt8m_2018_video_validate/*.tfrecord")
@@ -64,11 +121,20 @@ def main() -> None:
     parser.add_argument("--synthetic_videos", type=int, default=0, help="frame level: write this many videos")
     parser.add_argument("--data_dir", default="/tmp/yt8m_bench_limits")
     parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--train", action="store_true", help="video level: whole `yt8m train` runs (see above)")
+    parser.add_argument("--train_one", choices=["cache", "stream"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     pattern = synthetic_frames(args.data_dir, args.synthetic_videos) if args.synthetic_videos else args.pattern
     names = ["rgb", "audio"] if args.frame else ["mean_rgb", "mean_audio"]
     spec = FeatureSpec(feature_names=names, feature_sizes=[1024, 128], frame_features=args.frame, num_classes=3862)
-    print(json.dumps({"pattern": pattern, "frame": args.frame, **measure(pattern, spec, args.batch_size)}))
+    if args.train_one:
+        print(training_growth(pattern, spec, args.batch_size, args.train_one == "cache"))
+        return
+    if args.train:
+        figures = measure_training(pattern, spec, args.batch_size)
+    else:
+        figures = measure(pattern, spec, args.batch_size)
+    print(json.dumps({"pattern": pattern, "frame": args.frame, "train": args.train, **figures}))
 
 
 if __name__ == "__main__":
