@@ -64,9 +64,9 @@ def measure(pattern: str, spec: FeatureSpec, batch_size: int) -> dict:
             "estimate_vs_rss_growth": round(estimate.nbytes / growth - 1, 3)}
 
 
-def training_growth(pattern: str, spec: FeatureSpec, batch_size: int, cache: bool) -> int:
+def training_growth(pattern: str, spec: FeatureSpec, batch_size: int, cache: bool) -> list[int]:
     """RSS growth of a `yt8m train` run through the API from the start of reading (where a RAM cache is filled) to
-    the start of epoch 2."""
+    the start of epoch 1 (the fill done) and of epoch 2."""
     from yt8m.training import train
     from yt8m.training.data import TrainingData
 
@@ -78,29 +78,29 @@ def training_growth(pattern: str, spec: FeatureSpec, batch_size: int, cache: boo
         start_reading(self, device)
 
     def epochs(self: TrainingData, epoch: int) -> Any:
-        if epoch == 1:
-            rss["epoch_2"] = rss_bytes()
+        rss[f"epoch_{epoch + 1}"] = rss_bytes()
         return epoch_batches(self, epoch)
 
     TrainingData.open, TrainingData.epoch_batches = opened, epochs  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as train_dir:
         train(train_config(pattern, spec, batch_size, os.path.join(train_dir, "run"), cache))
-    return rss["epoch_2"] - rss["before_fill"]
+    return [rss["epoch_1"] - rss["before_fill"], rss["epoch_2"] - rss["before_fill"]]
 
 
 def measure_training(pattern: str, spec: FeatureSpec, batch_size: int) -> dict:
     """The estimate against the RSS growth of a cached run, and a streamed run's growth beside it (what training
     itself takes there: gradients, batches, the shuffle buffer), each run in a process of its own."""
-    growth = {}
+    growth: dict[str, list[int]] = {}
     for mode in ("cache", "stream"):
         child = subprocess.run([sys.executable, __file__, "--pattern", pattern, "--batch_size", str(batch_size),
                                 "--train_one", mode], capture_output=True, text=True, check=True)
-        growth[mode] = int(child.stdout.strip().splitlines()[-1])
+        growth[mode] = json.loads(child.stdout.strip().splitlines()[-1])
     estimate = estimate_cache(sorted(glob.glob(pattern)), spec, batch_size=batch_size)
     return {"estimate_mb": round(estimate.nbytes / 2**20, 1),
-            "rss_growth_cached_mb": round(growth["cache"] / 2**20, 1),
-            "rss_growth_streamed_mb": round(growth["stream"] / 2**20, 1),
-            "estimate_vs_cached_growth": round(estimate.nbytes / growth["cache"] - 1, 3)}
+            "rss_growth_cached_mb": [round(value / 2**20, 1) for value in growth["cache"]],
+            "rss_growth_streamed_mb": [round(value / 2**20, 1) for value in growth["stream"]],
+            "estimate_vs_growth_after_fill": round(estimate.nbytes / growth["cache"][0] - 1, 3),
+            "estimate_vs_growth_after_epoch_1": round(estimate.nbytes / growth["cache"][1] - 1, 3)}
 
 
 def train_config(pattern: str, spec: FeatureSpec, batch_size: int, train_dir: str, cache: bool) -> Any:
@@ -128,7 +128,7 @@ def main() -> None:
     names = ["rgb", "audio"] if args.frame else ["mean_rgb", "mean_audio"]
     spec = FeatureSpec(feature_names=names, feature_sizes=[1024, 128], frame_features=args.frame, num_classes=3862)
     if args.train_one:
-        print(training_growth(pattern, spec, args.batch_size, args.train_one == "cache"))
+        print(json.dumps(training_growth(pattern, spec, args.batch_size, args.train_one == "cache")))
         return
     if args.train:
         figures = measure_training(pattern, spec, args.batch_size)
