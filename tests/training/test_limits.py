@@ -96,7 +96,10 @@ def test_a_required_cache_needs_the_cache(tiny_data, tmp_path, capsys):
         capsys.readouterr().err
 
 
-def test_concurrent_jobs_share_the_memory():
+def test_concurrent_jobs_share_the_memory(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun processes on this machine: each has half
+    assert memory_budget.memory_budget(lambda: 8 * GiB) == 4 * GiB - MEMORY_MARGIN
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
     try:
         share_memory_among(4)
         assert memory_budget.memory_budget(lambda: 8 * GiB) == 2 * GiB - MEMORY_MARGIN

@@ -85,14 +85,20 @@ def jobs_sharing() -> int:
     return _jobs_sharing
 
 
+def processes_on_this_machine() -> int:
+    """This machine's processes of a torchrun run (LOCAL_WORLD_SIZE), each caching its share of the records."""
+    value = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, int(value)) if value.isdigit() else 1
+
+
 def memory_budget(probe: Optional[Callable[[], Optional[int]]] = None) -> Optional[int]:
     """Bytes a RAM cache of this process may take: the available memory (`probe`, default available_memory, looked
-    up when called so that tests can replace it) less MEMORY_MARGIN, divided among the jobs sharing the machine;
-    None where the memory is unknown (nothing is refused then)."""
+    up when called so that tests can replace it) divided among the jobs and torchrun processes sharing the machine,
+    less MEMORY_MARGIN; None where the memory is unknown (nothing is refused then)."""
     room = (probe or available_memory)()
     if room is None:
         return None
-    return max(0, room // _jobs_sharing - MEMORY_MARGIN)
+    return max(0, room // (_jobs_sharing * processes_on_this_machine()) - MEMORY_MARGIN)
 
 
 def shm_free_bytes(path: str = "/dev/shm") -> Optional[int]:

@@ -10,7 +10,7 @@ from yt8m.config import ConfigError
 from yt8m.data import memory_budget as machine
 from yt8m.data.cache_estimate import CacheEstimate, estimate_cache
 from yt8m.data.dataset import YT8MDataset
-from yt8m.data.memory_budget import human_bytes, jobs_sharing, memory_budget
+from yt8m.data.memory_budget import human_bytes, jobs_sharing, memory_budget, processes_on_this_machine
 from yt8m.io import storage
 from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize
 
@@ -40,8 +40,9 @@ def cache_fits(datasets: Sequence[YT8MDataset], required: bool, what: str = "tra
 
 
 def _per_job() -> str:
-    jobs = jobs_sharing()
-    return f" (this job's share: 1/{jobs} for --n_jobs {jobs})" if jobs > 1 else ""
+    jobs, processes = jobs_sharing(), processes_on_this_machine()
+    shares = ([f"--n_jobs {jobs}"] if jobs > 1 else []) + ([f"{processes} torchrun processes"] if processes > 1 else [])
+    return f" (this job's share: 1/{jobs * processes} for {' x '.join(shares)})" if shares else ""
 
 
 def checkpoint_bytes(size: ModelSize) -> int:
