@@ -394,7 +394,7 @@ def test_each_of_two_jobs_checks_its_ram_cache_against_half_the_memory(tmp_path,
     out, err = process.communicate(timeout=300)
     assert process.returncode == 0, err[-3000:]
     checks = [line for line in err.splitlines() if "caching the training data in RAM: estimate" in line]
-    assert len(checks) == 2 and all("(this job's share: 1/2 for --n_jobs 2)" in line for line in checks)
+    assert len(checks) == 2 and all("(this process's share: 1/2 for --n_jobs 2)" in line for line in checks)
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")

@@ -12,6 +12,7 @@ from yt8m.data.cache_estimate import CacheEstimate, estimate_cache
 from yt8m.data.dataset import YT8MDataset
 from yt8m.data.memory_budget import human_bytes, jobs_sharing, memory_budget, processes_on_this_machine
 from yt8m.io import storage
+from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize
 
 log = logging.getLogger("yt8m.train")
@@ -42,7 +43,7 @@ def cache_fits(datasets: Sequence[YT8MDataset], required: bool, what: str = "tra
 def _per_job() -> str:
     jobs, processes = jobs_sharing(), processes_on_this_machine()
     shares = ([f"--n_jobs {jobs}"] if jobs > 1 else []) + ([f"{processes} torchrun processes"] if processes > 1 else [])
-    return f" (this job's share: 1/{jobs * processes} for {' x '.join(shares)})" if shares else ""
+    return f" (this process's share: 1/{jobs * processes} for {' x '.join(shares)})" if shares else ""
 
 
 def checkpoint_bytes(size: ModelSize) -> int:
@@ -52,13 +53,13 @@ def checkpoint_bytes(size: ModelSize) -> int:
 
 
 def warn_if_disk_short(train_dir: str, one_checkpoint: int, keep_checkpoints: int) -> None:
-    """One warning where the train dir's volume (local only) lacks room for keep_checkpoints + 1 checkpoints: the
-    newest is written before the oldest is removed."""
+    """One warning where the train dir's volume (local only) lacks room for keep_checkpoints + 1 checkpoints (the
+    newest is written before the oldest is removed), less those a resumed run has there already."""
     if not storage.is_local(train_dir):
         return
-    free, needed = machine.disk_free_bytes(train_dir), one_checkpoint * (keep_checkpoints + 1)
+    to_come = max(1, keep_checkpoints + 1 - len(list_checkpoints(train_dir)))
+    free, needed = machine.disk_free_bytes(train_dir), one_checkpoint * to_come
     if free is not None and needed > free:
-        log.warning("%s has %s free, less than the %s that %d checkpoints of about %s take (--keep_checkpoints %d, "
-                    "and one more while the newest is written): free space or lower --keep_checkpoints", train_dir,
-                    human_bytes(free), human_bytes(needed), keep_checkpoints + 1, human_bytes(one_checkpoint),
-                    keep_checkpoints)
+        log.warning("%s has %s free, less than the %s that %d more checkpoints of about %s take (--keep_checkpoints "
+                    "%d, and one more while the newest is written): free space or lower --keep_checkpoints", train_dir,
+                    human_bytes(free), human_bytes(needed), to_come, human_bytes(one_checkpoint), keep_checkpoints)
