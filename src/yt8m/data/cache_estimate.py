@@ -18,7 +18,7 @@ from yt8m.data.tfrecord import is_compressed, read_records
 from yt8m.io import storage
 
 # Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.
-SAMPLE_RECORDS = 256
+SAMPLE_RECORDS = 256  # from the first shards, in order (an empty first shard is passed over)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
     counter = ReadCounter()
     reader = ShardReader(spec, SAMPLE_RECORDS, ReadOptions(skip_corrupt=skip_corrupt, rank=0, world_size=1,
                                                             record_bytes=True), counter, BatchMemory())
-    sample = next(reader.batches(reader_shares(list(paths[:1]), 0, 1), None), None)
+    sample = next(reader.batches(reader_shares(list(paths), 0, 1), None), None)
     record_bytes = counter.take_unsent().record_bytes
     if sample is None or not record_bytes:
         return CacheEstimate(0, 0)
