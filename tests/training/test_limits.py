@@ -60,6 +60,14 @@ def test_the_cache_estimate_is_within_15_percent_of_the_cache_filled(tmp_path, k
     assert abs(estimate.nbytes - cached) <= 0.15 * cached
 
 
+def test_an_empty_first_shard_is_passed_over_by_the_estimate(tiny_data, tmp_path):
+    empty = tmp_path / "a-empty.tfrecord"
+    empty.write_bytes(b"")
+    spec = FeatureSpec(feature_names=["mean_rgb", "mean_audio"], feature_sizes=[16, 8], num_classes=20)
+    estimate = estimate_cache([str(empty), *tiny_data["train"]], spec)
+    assert estimate.records == 240
+
+
 def test_a_cache_that_does_not_fit_is_streamed_with_one_warning(tiny_data, tmp_path, monkeypatch, caplog):
     little_memory(monkeypatch)
     caplog.set_level(logging.INFO)
