@@ -52,8 +52,9 @@ def tune_in_process(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def yt8m_process(*argv: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+def yt8m_process(*argv: str, env_extra: dict | None = None, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+           **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "yt8m", *argv], env=env, text=True, **popen)
 
 
@@ -622,6 +623,60 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
     trials = load_study(study_dir).trials
     retried = {trial.user_attrs["retry_of"]: trial.params for trial in trials if "retry_of" in trial.user_attrs}
     assert retried == {0: trials[0].params, 1: trials[1].params}
+
+
+STUDY_MARK = "YT8M_TEST_STUDY"  # set in a killed study's environment: its jobs (and their readers) inherit it
+
+
+def processes_of(mark: str) -> set[int]:
+    """The live processes whose environment holds STUDY_MARK=`mark` (spawned jobs' command lines name no study)."""
+    wanted = f"{STUDY_MARK}={mark}".encode()
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if wanted in fh.read().split(b"\0"):
+                    found.add(int(entry))
+        except OSError:
+            pass
+    return running(found)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_study_killed_20_times_at_random_points_leaves_no_process_and_a_rerun_completes_it(tmp_path, shards):
+    """SIGTERM, SIGINT and SIGKILL of the tune process in turn, each at a random moment (starting up, spawning its
+    jobs, mid-trial): every time, within the jobs' grace, no process of the study is left; a rerun completes it."""
+    import random
+
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=3)
+    argv = ("tune", "--config", path, "--n_trials", "6", "--n_jobs", "2")
+    mark = uuid.uuid4().hex
+    rng = random.Random(35)
+    kinds = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
+    for round_ in range(20):
+        with open(tmp_path / "tune.log", "w") as log_file:
+            process = yt8m_process(*argv, stdout=subprocess.DEVNULL, stderr=log_file, env_extra={STUDY_MARK: mark})
+        time.sleep(rng.uniform(0.0, 12.0))
+        process.send_signal(kinds[round_ % 3])
+        try:
+            process.wait(timeout=90)  # a SIGTERM or SIGINT lets it stop its jobs and write the report
+        finally:
+            process.kill()
+        deadline = time.time() + 30  # the jobs' grace (10 s) and their watchdog's poll, on a loaded machine
+        while processes_of(mark) and time.time() < deadline:
+            time.sleep(0.2)
+        left = processes_of(mark)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, (f"round {round_} ({kinds[round_ % 3].name}): {len(left)} process(es) of the study "
+                          f"outlived it; its log:\n{(tmp_path / 'tune.log').read_text()[-4000:]}")
+    resumed = finish(yt8m_process(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    counts = resumed["n_trials"]
+    assert (counts["complete"], counts["running"], counts["waiting"]) == (6, 0, 0), counts
+    completed = [t for t in load_study(tmp_path / "study").trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(completed) == 6
 
 
 def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shards):
