@@ -218,7 +218,9 @@ def reader_worker_death(err: BaseException, exits: Optional[dict[int, Any]] = No
 def worker_deaths_deferred() -> Iterator[None]:
     """Within: a reader's death, which torch's SIGCHLD handler raises wherever the main thread is, waits for the end
     of the block (an optimizer step, a checkpoint's write), so that what the run then saves is whole."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+    # Only the main thread sets handlers; one installed from C (getsignal None) could not be put back: left as is.
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD") or \
+            signal.getsignal(signal.SIGCHLD) is None:
         yield
         return
     pending: list[Any] = []
