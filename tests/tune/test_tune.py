@@ -695,6 +695,17 @@ def processes_of(mark: str) -> set[int]:
     return running(found)
 
 
+def wait_for_a_running_trial(study_dir: Path, process: subprocess.Popen) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if (study_dir / "trials").exists():
+            trials = load_study(study_dir).trials
+            if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+                return
+        time.sleep(0.2)
+    raise AssertionError("no trial started running")
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_study_killed_20_times_at_random_points_leaves_no_process_and_a_rerun_completes_it(tmp_path, shards):
@@ -703,7 +714,7 @@ def test_a_study_killed_20_times_at_random_points_leaves_no_process_and_a_rerun_
     import random
 
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
-                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=10)
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
     argv = ("tune", "--config", path, "--n_trials", "6", "--n_jobs", "2")
     mark = uuid.uuid4().hex
     rng = random.Random(35)
@@ -711,8 +722,12 @@ def test_a_study_killed_20_times_at_random_points_leaves_no_process_and_a_rerun_
     for round_ in range(20):
         with open(tmp_path / "tune.log", "w") as log_file:
             process = yt8m_process(*argv, stdout=subprocess.DEVNULL, stderr=log_file, env_extra={STUDY_MARK: mark})
-        time.sleep(rng.uniform(0.0, 12.0))
-        # Each signal lands on a running study: 3 trials in turn per job outlast the longest wait.
+        if round_ % 2:  # mid-trial: a moment into a running trial
+            wait_for_a_running_trial(tmp_path / "study", process)
+            time.sleep(rng.uniform(0.0, 3.0))
+        else:  # anywhere: starting up, spawning the jobs, opening the study, training
+            time.sleep(rng.uniform(0.0, 10.0))
+        # Each signal lands on a running study: a trial (some 10 s) outlasts the waits after one starts.
         assert process.poll() is None, f"round {round_}: the study ended before its signal"
         process.send_signal(kinds[round_ % 3])
         try:
