@@ -1,5 +1,6 @@
 """An S3-compatible server on loopback for the object-storage tests and bench/bench_s3.py: moto's server in a
-process of its own, reached through s3fs with the standard AWS environment (AWS_ENDPOINT_URL_S3 and keys)."""
+process of its own, reached through s3fs with the standard AWS environment (AWS_ENDPOINT_URL_S3 and keys); and a
+proxy in front of it that, once told to, stalls every ranged GET (an object's data): answers nothing, forever."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Tuple
 
 _START_SECS = 30
 
@@ -78,3 +80,55 @@ def s3_environment_set(endpoint: str) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def stalling_proxy(endpoint: str) -> Iterator[Tuple[str, threading.Event]]:
+    """A TCP proxy to `endpoint` on a free loopback port; yields (its endpoint, stall): while `stall` is set, a
+    connection that sends a GET with a Range header (s3fs reading an object's bytes) gets no more answer, as from
+    a stalled object store; listings and metadata still pass."""
+    upstream = endpoint.rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stall = threading.Event()
+    threading.Thread(target=_accept, args=(listener, (upstream[0].split("//")[1], int(upstream[1])), stall),
+                     daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", stall
+    finally:
+        listener.close()
+
+
+def _accept(listener: socket.socket, upstream: Tuple[str, int], stall: threading.Event) -> None:
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        try:
+            server = socket.create_connection(upstream)
+        except OSError:  # the server is gone (the test ended while a read was left stalled)
+            client.close()
+            continue
+        stalled = threading.Event()
+        threading.Thread(target=_relay, args=(client, server, stall, stalled, True), daemon=True).start()
+        threading.Thread(target=_relay, args=(server, client, stall, stalled, False), daemon=True).start()
+
+
+def _relay(source: socket.socket, sink: socket.socket, stall: threading.Event, stalled: threading.Event,
+           requests: bool) -> None:
+    """Copy `source` to `sink`; on the request side mark the connection stalled at a ranged GET while `stall` is
+    set, on the answer side drop everything once it is."""
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            if requests and stall.is_set() and data.startswith(b"GET ") and b"\r\nrange:" in data.lower():
+                stalled.set()
+            if not (stalled.is_set() and not requests):
+                sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        if not stalled.is_set():
+            sink.close()

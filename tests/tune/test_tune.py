@@ -52,8 +52,9 @@ def tune_in_process(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def yt8m_process(*argv: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+def yt8m_process(*argv: str, env_extra: dict | None = None, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+           **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "yt8m", *argv], env=env, text=True, **popen)
 
 
@@ -634,6 +635,133 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
     trials = load_study(study_dir).trials
     retried = {trial.user_attrs["retry_of"]: trial.params for trial in trials if "retry_of" in trial.user_attrs}
     assert retried == {0: trials[0].params, 1: trials[1].params}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc")
+def test_a_job_whose_interrupt_is_swallowed_still_ends_after_the_grace(tmp_path):
+    """The interrupt a SIGTERM raises lands in code that swallows it, and the job's handler ignores later signals:
+    its watchdog ends it (exit 130) once the grace has passed."""
+    script = ("import os, signal, sys, time\n"
+              "from yt8m.tuning.lifetime import watch_over_job\n"
+              "from yt8m.tuning.runner import interrupt_once\n"
+              "signal.signal(signal.SIGTERM, interrupt_once)\n"
+              "watch_over_job(os.getppid(), 130, grace=1.0)\n"
+              "print('ready', flush=True)\n"
+              "while True:\n"
+              "    try:\n"
+              "        time.sleep(0.05)\n"
+              "    except KeyboardInterrupt:\n"
+              "        pass  # a library's `except BaseException`\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        job.send_signal(signal.SIGTERM)
+        job.send_signal(signal.SIGTERM)  # ignored: the interrupt is under way
+        assert job.wait(timeout=60) == 130
+    finally:
+        job.kill()
+
+
+def test_stopping_jobs_kills_one_that_does_not_end_within_the_grace():
+    class Job:
+        def __init__(self, deaf: bool):
+            self.deaf, self.alive, self.calls = deaf, True, []
+
+        def terminate(self):
+            self.calls.append("terminate")
+            self.alive = self.deaf
+
+        def kill(self):
+            self.calls.append("kill")
+            self.alive = False
+
+        def join(self, timeout=None):
+            self.calls.append("join")
+
+        def is_alive(self):
+            return self.alive
+
+    from yt8m.tuning.lifetime import stop_jobs
+
+    listening, deaf = Job(deaf=False), Job(deaf=True)
+    stop_jobs([listening, deaf], grace=0.1)
+    assert listening.calls == ["terminate", "join"]
+    assert deaf.calls == ["terminate", "join", "kill", "join"] and not deaf.alive
+
+
+STUDY_MARK = "YT8M_TEST_STUDY"  # set in a killed study's environment: its jobs (and their readers) inherit it
+
+
+def processes_of(mark: str) -> set[int]:
+    """The live processes whose environment holds STUDY_MARK=`mark` (spawned jobs' command lines name no study)."""
+    wanted = f"{STUDY_MARK}={mark}".encode()
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if wanted in fh.read().split(b"\0"):
+                    found.add(int(entry))
+        except OSError:
+            pass
+    return running(found)
+
+
+def wait_for_a_running_trial(study_dir: Path, process: subprocess.Popen) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if (study_dir / "trials").exists():
+            trials = load_study(study_dir).trials
+            if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+                return
+        time.sleep(0.2)
+    raise AssertionError("no trial started running")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_study_killed_20_times_at_random_points_leaves_no_process_and_a_rerun_completes_it(tmp_path, shards):
+    """SIGTERM, SIGINT and SIGKILL of the tune process in turn, each at a random moment (starting up, spawning its
+    jobs, mid-trial): every time, within the jobs' grace, no process of the study is left; a rerun completes it."""
+    import random
+
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=40)
+    argv = ("tune", "--config", path, "--n_trials", "6", "--n_jobs", "2")
+    mark = uuid.uuid4().hex
+    rng = random.Random(35)
+    kinds = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
+    for round_ in range(20):
+        with open(tmp_path / "tune.log", "w") as log_file:
+            process = yt8m_process(*argv, stdout=subprocess.DEVNULL, stderr=log_file, env_extra={STUDY_MARK: mark})
+        if round_ % 2:  # mid-trial: a moment into a running trial
+            wait_for_a_running_trial(tmp_path / "study", process)
+            time.sleep(rng.uniform(0.0, 3.0))
+        else:  # anywhere: starting up, spawning the jobs, opening the study, training
+            time.sleep(rng.uniform(0.0, 10.0))
+        # Each signal lands on a running study: a trial (some 10 s) outlasts the waits after one starts.
+        assert process.poll() is None, f"round {round_}: the study ended before its signal"
+        process.send_signal(kinds[round_ % 3])
+        try:
+            process.wait(timeout=90)  # a SIGTERM or SIGINT lets it stop its jobs and write the report
+        finally:
+            process.kill()
+        deadline = time.time() + 30  # the jobs' grace (10 s) and their watchdog's poll, on a loaded machine
+        while processes_of(mark) and time.time() < deadline:
+            time.sleep(0.2)
+        left = processes_of(mark)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, (f"round {round_} ({kinds[round_ % 3].name}): {len(left)} process(es) of the study "
+                          f"outlived it; its log:\n{(tmp_path / 'tune.log').read_text()[-4000:]}")
+    before = load_study(tmp_path / "study").trials
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in before) < 6  # the rerun has trials to finish
+    resumed = finish(yt8m_process(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    counts = resumed["n_trials"]
+    assert counts["interrupted"] >= 1, counts  # kills landed mid-trial
+    assert (counts["complete"], counts["running"], counts["waiting"]) == (6, 0, 0), counts
+    completed = [t for t in load_study(tmp_path / "study").trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(completed) == 6
 
 
 def test_best_yaml_and_the_leaderboard_follow_each_finished_trial(tmp_path, shards):

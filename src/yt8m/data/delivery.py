@@ -3,8 +3,13 @@ each batch with the read counts its worker met (and a worker's data error raised
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import pickle
+import re
+import signal
+import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Protocol, cast
@@ -48,6 +53,7 @@ class Delivery:
     read_stats: Optional[ReadStats] = None
     error: Optional[BaseException] = None
     num_classes: int = 0  # what the batch's label ids expand to
+    worker: tuple[int, int] = (0, 0)  # the sending worker's pid and resident memory (bytes) as it sent
 
     def pin_memory(self) -> "Delivery":
         """Called by the DataLoader's pinning thread (pin_memory=True), off the training loop's thread: the batch
@@ -55,7 +61,7 @@ class Delivery:
         if self.batch is None:
             return self
         batch = finish_batch(self.batch, self.num_classes, pin_memory=True)
-        return Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes)
+        return Delivery(batch.pin_memory(), self.read_stats, self.error, self.num_classes, self.worker)
 
 
 def in_process(batches: Iterator[Batch], counter: ReadCounter, num_classes: int,
@@ -73,7 +79,7 @@ def worker_deliveries(batches: Iterator[Batch], counter: ReadCounter, num_classe
     read after it; a data error is sent as data."""
     try:
         for batch in batches:
-            yield Delivery(batch, counter.take_unsent() or None, num_classes=num_classes)
+            yield Delivery(batch, counter.take_unsent() or None, num_classes=num_classes, worker=_own_memory())
         if counter.unsent:
             yield Delivery(read_stats=counter.take_unsent())
     except (ValueError, OSError) as err:
@@ -103,13 +109,22 @@ class BatchLoader(DataLoader):
             deliveries = super().__iter__()  # starts the workers, which take the slots with the dataset
         finally:
             dataset.memory.slots = None
-        for delivery in deliveries:
-            if delivery.error is not None:
-                raise delivery.error
-            if delivery.read_stats is not None:
-                dataset.counter.absorb(delivery.read_stats)
-            if delivery.batch is not None:
-                yield finish_batch(delivery.batch, dataset.spec.num_classes, self.pin_memory)
+        try:
+            for delivery in deliveries:
+                _WORKER_RSS[delivery.worker[0]] = delivery.worker[1]
+                if delivery.error is not None:
+                    raise delivery.error
+                if delivery.read_stats is not None:
+                    dataset.counter.absorb(delivery.read_stats)
+                if delivery.batch is not None:
+                    yield finish_batch(delivery.batch, dataset.spec.num_classes, self.pin_memory)
+        except RuntimeError as err:
+            # torch's "exited unexpectedly" drops how: its worker processes (a private list, read if there) keep it.
+            exits = {worker.pid: worker.exitcode for worker in getattr(deliveries, "_workers", [])}
+            died = reader_worker_death(err, exits)
+            if died is None:
+                raise
+            raise died from err
         # Held until here, while the workers run: the pinning thread finds the slots by their token, which holds them
         # only weakly.
         del slots
@@ -191,3 +206,83 @@ def _deliver_to_batch_loader(worker_id: int) -> None:
 
 def _as_is(item: Any) -> Any:
     return item
+
+
+class ReaderWorkerDied(OSError):
+    """A DataLoader worker (a --num_readers reader process) died: killed by a signal (the out-of-memory killer's
+    SIGKILL, most often) or exited; one line names it, the signal, the likely cause and its last memory seen."""
+
+
+# The last resident memory each worker reported with a batch, by pid: what a killed worker's message quotes.
+_WORKER_RSS: dict[int, int] = {}
+_WORKER_DEATH = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (is killed by signal: (.*?)\.|exited "
+                           r"unexpectedly(?: with exit code (-?\d+))?)")
+# What a worker's signal most likely means, for its one line.
+LIKELY_CAUSES: dict[int, str] = {
+    int(signal.SIGKILL): "likely out of memory (the kernel's OOM killer sends it; lower --batch_size or --num_readers, "
+                         "or free memory)",
+    int(signal.SIGSEGV): "a crash in native code",
+    int(signal.SIGBUS): "shared memory (/dev/shm) ran out",
+}
+
+
+def reader_worker_death(err: BaseException, exits: Optional[dict[int, Any]] = None) -> Optional[ReaderWorkerDied]:
+    """`err` (torch's RuntimeError for a dead DataLoader worker, raised where the main process was when it noticed)
+    as one line, or None for any other error; `exits`: the workers' exit codes by pid, where known."""
+    if isinstance(err, ReaderWorkerDied):
+        return err
+    found = _WORKER_DEATH.search(str(err)) if isinstance(err, RuntimeError) else None
+    if found is None:
+        return None
+    pids = [int(pid) for pid in found.group(1).replace(" ", "").split(",") if pid]
+    codes = [code for pid in pids for code in [(exits or {}).get(pid)] if isinstance(code, int)]
+    number = _signal_number(found.group(3)) if found.group(3) else (-codes[0] if codes and codes[0] < 0 else 0)
+    if number or found.group(3):
+        cause = LIKELY_CAUSES.get(number, "killed from outside")
+        how = f"was killed by signal {number or '?'} ({_signal_name(number, found.group(3) or '')}): {cause}"
+    else:
+        code = found.group(4) or (str(codes[0]) if codes else None)
+        how = f"exited unexpectedly{f' with exit code {code}' if code else ''}"
+    seen = [f"{_WORKER_RSS[pid] / 2 ** 20:.0f} MiB" for pid in pids if _WORKER_RSS.get(pid)]
+    memory = f"; its memory when it last sent a batch: {', '.join(seen)} resident" if seen else ""
+    return ReaderWorkerDied(f"reader process (DataLoader worker, pid {', '.join(map(str, pids))}) {how}{memory}")
+
+
+@contextlib.contextmanager
+def worker_deaths_deferred() -> Iterator[None]:
+    """Within: a reader's death, which torch's SIGCHLD handler raises wherever the main thread is, waits for the end
+    of the block (an optimizer step, a checkpoint's write), so that what the run then saves is whole."""
+    # Only the main thread sets handlers; one installed from C (getsignal None) could not be put back: left as is.
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD") or \
+            signal.getsignal(signal.SIGCHLD) is None:
+        yield
+        return
+    pending: list[Any] = []
+    previous = signal.signal(signal.SIGCHLD, lambda signum, frame: pending.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        if pending and callable(previous):
+            previous(signal.SIGCHLD, pending[-1])
+
+
+def _signal_number(description: str) -> int:
+    """The signal torch described by its strsignal text ("Killed", "Segmentation fault")."""
+    for number in signal.Signals:
+        if signal.strsignal(number) == description:
+            return int(number)
+    return 0
+
+
+def _signal_name(number: int, description: str) -> str:
+    return signal.Signals(number).name if number else description
+
+
+def _own_memory() -> tuple[int, int]:
+    """This process's pid and resident bytes, read from /proc (a few microseconds a batch; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return os.getpid(), int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return os.getpid(), 0

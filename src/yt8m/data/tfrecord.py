@@ -11,7 +11,7 @@ import logging
 import os
 import struct
 import zlib
-from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional, Protocol, Union
+from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional, Protocol, Union, cast
 
 import crc32c
 import fsspec
@@ -20,6 +20,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from yt8m.fields import quoted
 from yt8m.io import storage
+from yt8m.io.remote_reads import open_for_reading
 from yt8m.optional import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)
@@ -358,8 +359,8 @@ def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
     every READ_SIZE bytes of the stream, and at the file's end); `send(n)` asks for up to n in the next chunk
     instead. A chunk is valid until the next is asked for or the generator is closed. Errors as in read_records."""
     log_path_once("native TFRecord decoding", native is not None, _native_why)
-    with fsspec.open(path, "rb") as raw:
-        reader = _ChunkReader(_record_stream(raw), path, limit)
+    with open_for_reading(path) as raw:  # on object storage, every read with a deadline and retries
+        reader = _ChunkReader(_record_stream(cast(SourceFile, raw)), path, limit)
         try:
             yield from reader.chunks()
         except CorruptRecordError as err:

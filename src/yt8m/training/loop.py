@@ -17,6 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from yt8m.config import config_document
 from yt8m.data.batch import Batch
+from yt8m.data.delivery import ReaderWorkerDied, reader_worker_death, worker_deaths_deferred
 from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
@@ -29,7 +30,7 @@ from yt8m.training.randomness import process_seed, restore_rng_state, seed_every
 from yt8m.training.stepper import Stepper, StepResult
 from yt8m.training.summaries import StepLog
 from yt8m.training.trained_ids import record_trained_ids
-from yt8m.training.validation import TrainEvaluator, Verdict
+from yt8m.training.validation import TrainEvaluator, Verdict, out_of_memory_error
 
 log = logging.getLogger("yt8m.train")
 EpochBatches = Callable[[int], Iterable[Batch]]
@@ -109,7 +110,7 @@ class TrainingLoop:
             seed_everything(process_seed(self.schedule.seed, self.rank, 0))
         self.loss_value = math.nan
         self.stop = False
-        self.hooked_step = self.progress.step
+        self.hooked_step = self.saved_step = self.progress.step
         self.pending_revert: Optional[int] = None
 
     def run(self) -> dict[str, Any]:
@@ -119,8 +120,16 @@ class TrainingLoop:
         self.log.open(self.progress.step)
         self._settle(self._replayed_verdict())
         with logging_redirect_tqdm():
-            while not self._done():
-                self._train_epoch()
+            try:
+                while not self._done():
+                    self._train_epoch()
+            except (RuntimeError, ReaderWorkerDied) as err:
+                died = reader_worker_death(err)
+                if died is None:
+                    raise
+                # What was trained since the last checkpoint is saved (rank 0): the same command resumes it.
+                saved = self._save() if self.chief and self.progress.step != self.saved_step else None
+                raise reader_death_error(died, self.progress.step, saved, self.checkpointer.last()) from err
         self._cleanup()
         return self._summary(started)
 
@@ -147,7 +156,6 @@ class TrainingLoop:
             if examples == 0:  # every process has finished its share of the epoch
                 self._end_epoch()
                 return
-            progress.batches_in_epoch += per_step
             self._step(group, examples)
             if progress.step % self.config.checkpoints.export_model_steps == 0:
                 self._checkpoint()
@@ -198,15 +206,20 @@ class TrainingLoop:
         lr = self.config.optimizer.learning_rate(progress.examples) * progress.lr_factor
         group = [batch.to(self.stepper.device) for batch in group]
         self.log.meter.data_ready()
-        result = self.stepper.step(group, examples, lr)
-        if group:
-            self.loss_value = result.loss
-        if result.non_finite_processes:
-            raise non_finite_loss_error(progress.step + 1, self.loss_value, result.non_finite_processes, group,
-                                        self.checkpointer.last())
-        record_trained_ids(self.rank, progress.epoch, group)
-        progress.step += 1
-        progress.examples += examples
+        with worker_deaths_deferred():  # a step is applied whole or not at all: what a dead reader's save keeps
+            try:
+                result = self.stepper.step(group, examples, lr)
+            except torch.OutOfMemoryError as err:
+                raise out_of_memory_error("a training step", self.schedule.batch_size) from err
+            if group:
+                self.loss_value = result.loss
+            if result.non_finite_processes:
+                raise non_finite_loss_error(progress.step + 1, self.loss_value, result.non_finite_processes, group,
+                                            self.checkpointer.last())
+            record_trained_ids(self.rank, progress.epoch, group)
+            progress.batches_in_epoch += self.schedule.numbatches_to_aggregate
+            progress.step += 1
+            progress.examples += examples
         self._record(group, result, lr, self.log.meter.step_done(examples))
 
     def _record(self, group: list[Batch], result: StepResult, lr: float, examples_per_sec: float) -> None:
@@ -235,7 +248,10 @@ class TrainingLoop:
 
     def _save(self, final: bool = False) -> str:
         validation = self.evaluator.state_dict() if self.evaluator is not None else None
-        return self.checkpointer.save(self.progress, validation, final)
+        with worker_deaths_deferred():
+            path = self.checkpointer.save(self.progress, validation, final)
+        self.saved_step = self.progress.step
+        return path
 
     def _settle(self, verdict: Verdict) -> None:
         """Rank 0's verdict, applied on every process: halve the LR factor, revert before the next step, stop."""
@@ -293,6 +309,17 @@ def non_finite_loss_error(step: int, loss: float, processes: int, group: list[Ba
         f"step {step}: the training loss is {loss} on {processes} process(es){where}; stopped before updating the "
         f"weights. The last checkpoint, {last_checkpoint or 'none yet'}, is kept. Lower --base_learning_rate, keep "
         f"--clip_gradient_norm on, or check the data.")
+
+
+def reader_death_error(died: ReaderWorkerDied, step: int, saved: Optional[str],
+                       last: Optional[str]) -> ReaderWorkerDied:
+    """A reader's death as one line saying where the same command resumes: the checkpoint just `saved`, or the
+    `last` one (nothing trained since), or the start."""
+    if saved is not None:
+        return ReaderWorkerDied(f"{died}; saved {saved} (step {step}): run the same command to resume")
+    if last is not None:
+        return ReaderWorkerDied(f"{died}; nothing was trained since {last}: run the same command to resume from it")
+    return ReaderWorkerDied(f"{died}; nothing was trained yet: run the same command to start again")
 
 
 def reached_max_steps(max_steps: Optional[int], progress: Progress) -> bool:

@@ -141,6 +141,12 @@ def validation_evaluator(validation: ValidationConfig, data: DataConfig, feature
     steps = validation.eval_steps
 
     def evaluate(model: nn.Module, step: int) -> dict[str, Any]:
+        try:
+            return evaluate_sources(model)
+        except torch.OutOfMemoryError as err:
+            raise out_of_memory_error("a validation batch", batch_size) from err
+
+    def evaluate_sources(model: nn.Module) -> dict[str, Any]:
         results = {}
         for source, loader in zip(sources, loaders):
             for name in source.tasks:
@@ -152,6 +158,13 @@ def validation_evaluator(validation: ValidationConfig, data: DataConfig, feature
         return results
 
     return evaluate
+
+
+def out_of_memory_error(where: str, batch_size: int) -> ValueError:
+    """The GPU ran out of memory in `where` (a training step, a validation batch): one line naming the batch size
+    and the flag that lowers it (validation reads batches of --batch_size too)."""
+    return ValueError(f"out of GPU memory in {where} at --batch_size {batch_size}: lower --batch_size (with "
+                      f"--numbatches_to_aggregate to keep the examples per optimizer step), or free GPU memory")
 
 
 class TrainEvaluator:

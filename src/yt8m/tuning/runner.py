@@ -24,6 +24,7 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging
+from yt8m.tuning.lifetime import note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits, StudyDeadline
 from yt8m.tuning.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tuning.report import LEADERBOARD_TXT, write_leaderboard_and_best, write_report
@@ -164,12 +165,9 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
         for worker in workers:
             worker.join()
     except KeyboardInterrupt:
-        # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, then let
-        # each job mark its trial interrupted.
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.join()
+        # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, let each job
+        # mark its trial interrupted, and kill one that does not end within the grace (its interrupt was lost).
+        stop_jobs(workers)
         raise
     return [f"{worker.name} ({_exit_description(worker.exitcode)})" for worker in workers if worker.exitcode != 0]
 
@@ -237,6 +235,8 @@ def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
     signal.signal(signal.SIGTERM, interrupt_once)
     try:
         _die_with_parent(parent_pid)
+        # The death signal and the interrupt can be lost: the watchdog ends this job anyway, after a grace.
+        watch_over_job(parent_pid, EXIT_INTERRUPTED)
         configure_training_process()  # a spawned process starts afresh (its environment is the parent's)
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core.
@@ -289,6 +289,7 @@ def interrupt_once(signum: int, frame: Any) -> None:
         # A Python handler that does nothing, not SIG_IGN: a signal already caught by the interpreter when its
         # handler became SIG_IGN is printed as "Signal 15 ignored due to race condition" with a traceback.
         signal.signal(getattr(signal, name), _already_interrupted)
+    note_interrupt()  # a job's watchdog ends it if this interrupt gets lost
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
