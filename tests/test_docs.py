@@ -37,8 +37,9 @@ def hooks() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def command_flags(hooks: ModuleType) -> dict[str, set[str]]:
-    """`yt8m NAME` (and `yt8m bench read`) -> every flag its parser takes, hidden ones included."""
-    return {name: hooks.flags(parser, hidden=True) for name, parser in hooks.parsers()}
+    """`yt8m NAME` (and `yt8m bench read`) -> every flag its parser takes, hidden ones included, and the two every
+    command takes: --help, and --verbose (yt8m.cli's: an error's traceback)."""
+    return {name: hooks.flags(parser, hidden=True) | {"--help", "--verbose"} for name, parser in hooks.parsers()}
 
 
 def test_the_build_renders_the_command_reference():
