@@ -67,7 +67,7 @@ def render_commands() -> str:
     """Markdown of every command: its description, its positional arguments and a list entry per flag."""
     out = []
     for name, parser in parsers():
-        out += [f"## `{name}`", "", html.escape(parser.description or ""), ""]
+        out += [f"## `{name}`", "", _markdown_safe(parser.description or ""), ""]
         positionals = [action for action in parser._actions if not action.option_strings
                        and not isinstance(action, argparse._SubParsersAction)]
         out += [f"- `{action.metavar or action.dest}`: {_help(parser, action)}" for action in positionals]
@@ -86,7 +86,15 @@ def _metavar(action: argparse.Action) -> str:
 def _help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     """The help text as --help prints it (%(default)s expanded), on one line, safe in Markdown."""
     text = parser._get_formatter()._expand_help(action) if action.help else ""
-    return html.escape(" ".join(text.split())).replace("*", "\\*").replace("_", "\\_")
+    return _markdown_safe(" ".join(text.split()))
+
+
+def _markdown_safe(text: str) -> str:
+    """Plain text as Markdown that shows it as is: <, >, &, * and _ escaped outside `code` spans, which show theirs."""
+    pieces = text.split("`")
+    for index in range(0, len(pieces), 2 if len(pieces) % 2 else 1):  # unpaired backticks: no span is code
+        pieces[index] = html.escape(pieces[index], quote=False).replace("*", "\\*").replace("_", "\\_")
+    return "`".join(pieces)
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
