@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test wheel-test clean
+.PHONY: demo test docs wheel-test clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,15 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check src
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
+
+# The documentation site into site/ (mkdocs.yml; docs/hooks.py writes the command reference from the parsers).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 wheel-test:  # the wheel, installed without extras in a fresh venv, runs the workflow (.ci/wheel_test.sh)
 	PYTHON=$(PYTHON) bash .ci/wheel_test.sh
 
 clean:
-	rm -rf $(VENV) demo_output
+	rm -rf $(VENV) demo_output site

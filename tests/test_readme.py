@@ -1,7 +1,9 @@
-"""Every shell example of README.md (```bash and ```sh blocks) runs as written, in README order, in one folder: the
-venv's `yt8m`, `python` and `torchrun` on PATH, the README's own `yt8m synth` data, its named YAML and Python files (a
-```yaml or ```python block whose first line is `# NAME.yaml:` or `# NAME.py:`: a module the commands import, a script
-they run), and a loopback mirror of data.yt8m.org behind http_proxy for the downloads.
+"""Every shell example of README.md and of the documentation site's pages (```bash and ```sh blocks) runs as written,
+in one folder, in order: README.md's, then each page's in mkdocs.yml's nav order, so that a page's commands find what
+an earlier page's made (the quickstart's `yt8m synth` data, its trained runs). A block that is the same, word for word,
+as one met earlier runs once. The commands have the venv's `yt8m`, `python` and `torchrun` on PATH, the pages' named
+YAML and Python files (a ```yaml or ```python block whose first line is `# NAME.yaml:` or `# NAME.py:`: a module the
+commands import, a script they run), and a loopback mirror of data.yt8m.org behind http_proxy for the downloads.
 
 A command that cannot run here is listed in NOT_RUN with why; one that runs with less work than written (fewer videos,
 trials, processes, a smaller model) in SMALLER with why. A new command runs: it fails this test until it works or is
@@ -21,6 +23,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,12 +31,15 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import REALDATA, REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
 README = REPO_ROOT / "README.md"
+MKDOCS = REPO_ROOT / "mkdocs.yml"
+DOCS = REPO_ROOT / "docs"
 COMMAND_SECONDS = 600
 # A block is skipped whole where it holds one of these; a command where it holds one of COMMANDS_NOT_RUN.
 BLOCKS_NOT_RUN = {
@@ -74,9 +80,10 @@ FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 @dataclass
 class Command:
     text: str
-    line: int  # its first line in README.md
+    line: int  # its first line in its file
     end: int  # its last
     block: str
+    path: str = "README.md"  # its file, relative to the repository
     expected_error: Optional[str] = None
 
 
@@ -119,15 +126,40 @@ def commands(body: list[str], first_line: int) -> list[Command]:
     return found
 
 
+def nav_pages(nav: object) -> Iterator[str]:
+    """The pages of mkdocs.yml's nav (a list of pages, `title: page` and `title: [sections]`), in order."""
+    if isinstance(nav, str):
+        yield nav
+    elif isinstance(nav, list):
+        for item in nav:
+            yield from nav_pages(item)
+    elif isinstance(nav, dict):
+        for value in nav.values():
+            yield from nav_pages(value)
+
+
+def documented_files() -> list[Path]:
+    """README.md, then the site's pages in nav order: the order their examples run in."""
+    return [README] + [DOCS / page for page in nav_pages(yaml.safe_load(MKDOCS.read_text())["nav"])]
+
+
 def readme_commands() -> tuple[list[Command], dict[str, str]]:
-    """The shell commands of README.md in order, and its named YAML and Python files (name -> text)."""
-    shell, files = [], {}
-    for language, first_line, body in fenced_blocks(README.read_text()):
-        named = NAMED_FILE[language].match(body[0]) if language in NAMED_FILE and body else None
-        if language in ("bash", "sh"):
-            shell += commands(body, first_line)
-        elif named:
-            files[named.group(1)] = "\n".join(body) + "\n"
+    """The shell commands of README.md and the site's pages in order, a block met before left out, and their named
+    YAML and Python files (name -> text)."""
+    shell: list[Command] = []
+    files: dict[str, str] = {}
+    seen_blocks: set[str] = set()
+    for path in documented_files():
+        for language, first_line, body in fenced_blocks(path.read_text()):
+            named = NAMED_FILE[language].match(body[0]) if language in NAMED_FILE and body else None
+            if language in ("bash", "sh") and "\n".join(body) not in seen_blocks:
+                seen_blocks.add("\n".join(body))
+                for command in commands(body, first_line):
+                    command.path = str(path.relative_to(REPO_ROOT))
+                    shell.append(command)
+            elif named:
+                assert files.get(named.group(1), "\n".join(body) + "\n") == "\n".join(body) + "\n", named.group(1)
+                files[named.group(1)] = "\n".join(body) + "\n"
     return shell, files
 
 
@@ -153,12 +185,13 @@ def test_the_lists_name_readme_commands():
         assert sum(key in block for block in blocks) == 1, key
     for key in COMMANDS_NOT_RUN:
         assert sum(key in command.text for command in shell) == 1, key
+    assert not [page for page, count in Counter(documented_files()).items() if count > 1], "a page twice in the nav"
     for old, _, _ in SMALLER:
         assert any(old in command.text for command in shell), old
     assert len(shell) > 40 and sum(skipped(command) is None for command in shell) > 35
 
 
-def test_every_readme_example_runs(tmp_path):
+def test_every_documented_example_runs(tmp_path):
     shell, files = readme_commands()
     lay_out(tmp_path, files)
     failures, timings = [], []
@@ -169,19 +202,19 @@ def test_every_readme_example_runs(tmp_path):
                 continue
             started = time.monotonic()
             failure = run(command, tmp_path, env)
-            timings.append((time.monotonic() - started, command.line))
+            timings.append((time.monotonic() - started, f"{command.path}:{command.line}"))
             if failure:
                 failures.append(failure)
-    slowest = ", ".join(f"README.md:{line} {seconds:.0f} s" for seconds, line in sorted(timings, reverse=True)[:12])
+    slowest = ", ".join(f"{where} {seconds:.0f} s" for seconds, where in sorted(timings, reverse=True)[:12])
     print(f"{len(timings)} commands in {sum(t for t, _ in timings):.0f} s; slowest: {slowest}")
     assert not failures, "\n\n".join(failures)
 
 
 def run(command: Command, folder: Path, env: dict[str, str]) -> Optional[str]:
-    """Why the command did not do what the README says, or None."""
+    """Why the command did not do what its page says, or None."""
     done = subprocess.run(["bash", "-o", "pipefail", "-c", as_run(command)], cwd=folder, env=env, text=True,
                           capture_output=True, timeout=COMMAND_SECONDS)
-    where = f"README.md:{command.line}: {command.text}"
+    where = f"{command.path}:{command.line}: {command.text}"
     if command.expected_error is None:
         return None if done.returncode == 0 else f"{where}\nexit {done.returncode}:\n{done.stderr[-2500:]}"
     last = (done.stderr.strip().splitlines() or [""])[-1]
@@ -202,7 +235,7 @@ def in_order(pieces: list[str], text: str) -> bool:
 
 
 def lay_out(folder: Path, files: dict[str, str]) -> None:
-    """What the examples take as there: the repository's configs, the README's YAML and Python files, the PCA release's
+    """What the examples take as there: the repository's configs, the pages' YAML and Python files, the PCA release's
     eigenvalues NeXtVLAD's recipe reads, configs/tune_video.yaml's data folder (data/synthetic/video: synth's
     data/video) and the real 2018 validate shards of "Real data in 10 minutes" (yt8m2018/: ../shared/realdata's)."""
     (folder / "configs").symlink_to(REPO_ROOT / "configs")

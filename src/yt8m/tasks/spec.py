@@ -42,10 +42,10 @@ def _task_metric_problem(name: str) -> Optional[str]:
 
 @dataclass(frozen=True)
 class TasksConfig:
-    """The `tasks` section: a run's tasks beside its main one (README 'Multi-task training'), and how batches of
+    """The `tasks` section: a run's tasks beside its main one (docs/how-to/multi-task.md), and how batches of
     their data sets take turns."""
 
-    entries: list[dict] = setting([], "Multi-task training: a list of tasks (YAML; README 'Multi-task training'), "
+    entries: list[dict] = setting([], "Multi-task training: a list of tasks (YAML; docs/how-to/multi-task.md), "
                                       "each with its own labels, data, head, loss and weight.", flag="tasks")
     aux_vertical_weight: float = setting(0.0, "Add the auxiliary task 'vertical' with this loss weight: the entity "
                                               "labels mapped to the Vertical1 column of --vocabulary_file (0: none).",
