@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 28's GPU checks, in one run of under 8 minutes on one H100/H200 with 16 cores (each stage has its own time
-# limit; what a stage printed stays printed if a later one runs out of time):
+# Issues 28's and 35's GPU checks, in one run of under 9 minutes on one H100/H200 with 16 cores (each stage has its
+# own time limit; what a stage printed stays printed if a later one runs out of time):
 #   1. the CUDA tests (pytest -m gpu): dequantization bit-identical on the GPU, eager and compiled; pinned batches
 #      reaching the GPU one step ahead; training, evaluation and prediction on the GPU.
 #   2. NeXtVLADModel and NetVLADModel, --compile --mixed_precision, frame level (300-frame synthetic videos, uint8
@@ -8,6 +8,9 @@
 #      batches (target: trainer_over_bare_loop >= 0.80) and the trainer's input wait.
 #   3. MoeModel, video level, streamed from the shards (no RAM cache), readers as `--num_readers auto` picks them:
 #      input_wait_fraction (target: <= 0.10).
+#   4. Out of GPU memory at the first training step (issue 35): an MoE of 200 mixtures at batch 65,536 (its gates'
+#      and experts' logits alone are 200 GB) must end in one line naming --batch_size, with no traceback. (The
+#      validation case is the same handler around the evaluation batch: tests/training/test_train_faults.py.)
 # Usage, from the repository root with its venv built (make .venv/.installed):
 #   bash bench/gpu_check.sh [WORK_DIR]        # WORK_DIR (default /tmp/yt8m-gpu-check) keeps the synthetic data
 # Prints the nvidia-smi line, each stage's JSON, then a summary of each target: met or not, with the figure.
@@ -51,6 +54,18 @@ echo "== 3. MoeModel, video level, streamed: input wait"
 timeout 100 $PY bench/bench_train.py --models MoeModel --no-cache --batch_size 1024 --steps 60 --rounds 1 \
   --videos 65536 --num_readers "$READERS" --work_dir "$WORK" 2>"$WORK/video.log" | tee -a "$LOG"
 
+echo "== 4. out of GPU memory at the first training step: one line"
+timeout 120 .venv/bin/yt8m train --train_data_pattern "$WORK/data/video/train-*" --train_dir "$WORK/oom_run" \
+  --model MoeModel --moe_num_mixtures 200 --batch_size 65536 --max_steps 1 --num_readers 0 --start_new_model \
+  > "$WORK/oom.out" 2> "$WORK/oom.err"
+echo "oom_exit $?"
+tail -3 "$WORK/oom.err"
+if grep -q "out of GPU memory in a training step" "$WORK/oom.err" && ! grep -q Traceback "$WORK/oom.err"; then
+  echo '{"check": "cuda_oom_one_line", "met": true}' | tee -a "$LOG"
+else
+  echo '{"check": "cuda_oom_one_line", "met": false}' | tee -a "$LOG"
+fi
+
 echo "== summary"
 $PY - "$LOG" <<'EOF'
 import json, sys
@@ -71,4 +86,6 @@ else:
     wait = r["input_wait_fraction"]
     print(f"MoeModel (video level, streamed): {r['trainer_examples_per_sec']:.0f} examples/s, input wait {wait:.1%} "
           f"(target <= 10%: {'met' if wait <= 0.10 else 'NOT met'})")
+oom = [r for r in map(json.loads, open(sys.argv[1])) if r.get("check") == "cuda_oom_one_line"]
+print(f"out of GPU memory at the first step: {'one line (met)' if oom and oom[0]['met'] else 'NOT met (see oom.err)'}")
 EOF

@@ -204,12 +204,12 @@ class TrainingLoop:
                              f"{progress.epoch + 1}: {self.config.data.train_data_pattern} has fewer records (or "
                              f"files) than processes x --num_readers can share")
         lr = self.config.optimizer.learning_rate(progress.examples) * progress.lr_factor
-        group = [batch.to(self.stepper.device) for batch in group]
-        self.log.meter.data_ready()
         with worker_deaths_deferred():  # a step is applied whole or not at all: what a dead reader's save keeps
             try:
+                group = [batch.to(self.stepper.device) for batch in group]
+                self.log.meter.data_ready()
                 result = self.stepper.step(group, examples, lr)
-            except torch.OutOfMemoryError as err:
+            except torch.OutOfMemoryError as err:  # in the batch's copy to the GPU or in the step
                 raise out_of_memory_error("a training step", self.schedule.batch_size) from err
             if group:
                 self.loss_value = result.loss
