@@ -204,7 +204,9 @@ class TrainingLoop:
                              f"{progress.epoch + 1}: {self.config.data.train_data_pattern} has fewer records (or "
                              f"files) than processes x --num_readers can share")
         lr = self.config.optimizer.learning_rate(progress.examples) * progress.lr_factor
-        with worker_deaths_deferred():  # a step is applied whole or not at all: what a dead reader's save keeps
+        # A step is applied whole or not at all (what a dead reader's save keeps), and its log line is written whole:
+        # a death raised inside a logging call would be taken by the logging module, printed as a traceback.
+        with worker_deaths_deferred():
             try:
                 group = [batch.to(self.stepper.device) for batch in group]
                 self.log.meter.data_ready()
@@ -220,7 +222,7 @@ class TrainingLoop:
             progress.batches_in_epoch += self.schedule.numbatches_to_aggregate
             progress.step += 1
             progress.examples += examples
-        self._record(group, result, lr, self.log.meter.step_done(examples))
+            self._record(group, result, lr, self.log.meter.step_done(examples))
 
     def _record(self, group: list[Batch], result: StepResult, lr: float, examples_per_sec: float) -> None:
         """The step's log line, progress bar and scalars: its loss, rate, tasks' losses and, every
