@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,15 @@ from yt8m.config import config_values
 from yt8m.data import memory_budget
 from yt8m.data.cache_estimate import estimate_cache, fill_batch_bytes
 from yt8m.data.dataset import YT8MDataset
-from yt8m.data.memory_budget import GiB, MEMORY_MARGIN, share_memory_among
+from yt8m.data.memory_budget import GiB, MemoryUse, share_memory_among
 from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import FeatureSpec
 from yt8m.data.synthetic import write_synthetic
 from yt8m.io.checkpoints import list_checkpoints
+from yt8m.models.model_size import ModelSize
 from yt8m.training import TrainConfig
+from yt8m.training import memory_checks
+from yt8m.training.memory_checks import SLACK, memory_watch, run_memory
 
 
 def train_flags(data: dict, train_dir: Path, **overrides) -> list[str]:
@@ -39,9 +43,14 @@ def warnings_with(caplog, text: str) -> list[str]:
             if record.levelno >= logging.WARNING and text in record.getMessage()]
 
 
+def memory_left(monkeypatch, room: int, what: str = memory_budget.MACHINE_MEMORY, used: int = 0) -> None:
+    """The memory in use as `used` of a limit (`what`) that leaves `room`."""
+    monkeypatch.setattr(memory_budget, "memory_use", lambda: MemoryUse(used, used + room, what))
+
+
 def little_memory(monkeypatch) -> None:
-    """The machine as one with 10 KB above the margin: no cache of the tiny data (about 34 KB) fits."""
-    monkeypatch.setattr(memory_budget, "available_memory", lambda: MEMORY_MARGIN + 10_000)
+    """The machine as one whose memory left is the run's slack alone: no cache of the tiny data (about 34 KB) fits."""
+    memory_left(monkeypatch, SLACK)
 
 
 @pytest.mark.parametrize("kind, gzip", [("video", False), ("frame", False), ("video", True)])
@@ -105,31 +114,139 @@ def test_a_required_cache_needs_the_cache(tiny_data, tmp_path, capsys):
 
 
 def test_concurrent_jobs_share_the_memory(monkeypatch):
+    reserve = GiB // 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun processes on this machine: each has half
-    assert memory_budget.memory_budget(lambda: 8 * GiB) == 4 * GiB - MEMORY_MARGIN
+    assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 4 * GiB - reserve
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     try:
         share_memory_among(4)
-        assert memory_budget.memory_budget(lambda: 8 * GiB) == 2 * GiB - MEMORY_MARGIN
+        assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 2 * GiB - reserve
     finally:
         share_memory_among(1)
-    assert memory_budget.memory_budget(lambda: 8 * GiB) == 8 * GiB - MEMORY_MARGIN
+    assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 8 * GiB - reserve
+    assert memory_budget.memory_budget(reserve, lambda: reserve // 2) == 0
 
 
-def test_the_memory_available_is_the_cgroups_room(tmp_path):
+def test_the_memory_in_use_is_the_cgroups_memory_less_its_file_cache(tmp_path):
     v2, v1 = tmp_path / "v2", tmp_path / "v1"
     (v2 / "job").mkdir(parents=True)
     (v2 / "job" / "memory.max").write_text("3000000000\n")
     (v2 / "job" / "memory.current").write_text("1000000000\n")
-    assert memory_budget.cgroup_v2_room(str(v2), "/job") == 2_000_000_000
+    assert memory_budget.cgroup_v2_use(str(v2), "/job") == MemoryUse(1_000_000_000, 3_000_000_000,
+                                                                       "the cgroup's memory.max")
+    # the page cache of files read (active or not) is reclaimed before the kernel kills: not counted as used
+    (v2 / "job" / "memory.stat").write_text("anon 500000000\ninactive_file 400000000\nactive_file 100000000\n"
+                                            "shmem 7\n")
+    assert memory_budget.cgroup_v2_use(str(v2), "/job").room == 2_500_000_000
     (v2 / "job" / "memory.max").write_text("max\n")  # no limit
-    assert memory_budget.cgroup_v2_room(str(v2), "/job") is None
+    assert memory_budget.cgroup_v2_use(str(v2), "/job") is None
     v1.mkdir()
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
-    (v1 / "memory.usage_in_bytes").write_text("5\n")
-    assert memory_budget.cgroup_v1_room(str(v1), "/") is None
+    (v1 / "memory.usage_in_bytes").write_text("50\n")
+    assert memory_budget.cgroup_v1_use(str(v1), "/") is None
     (v1 / "memory.limit_in_bytes").write_text("105\n")
-    assert memory_budget.cgroup_v1_room(str(v1), "/elsewhere") == 100  # a container's own cgroup is its root
+    (v1 / "memory.stat").write_text("cache 30\ntotal_inactive_file 20\ntotal_active_file 5\ntotal_shmem 5\n")
+    assert memory_budget.cgroup_v1_use(str(v1), "/elsewhere").room == 80  # a container's own cgroup is its root
+
+
+def test_the_machines_memory_in_use_is_memtotal_less_memavailable(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    400 kB\n")
+    assert memory_budget.meminfo_use(str(meminfo)) == MemoryUse(600 * 1024, 1000 * 1024, "the machine's memory")
+
+
+def test_a_runs_own_memory_counts_its_optimizer_batches_and_shuffle_buffers(tiny_data):
+    spec = FeatureSpec(feature_names=["mean_rgb", "mean_audio"], feature_sizes=[16, 8], num_classes=20)
+    pattern = tiny_data["train_pattern"]
+    dataset = YT8MDataset(pattern, spec, 32, ReadOptions(shuffle=True, shuffle_buffer=3))
+    memory = run_memory(ModelSize(parameters=1000, buffer_values=7), [dataset], readers=2)
+    assert memory.optimizer == 1000 * 3 * 4  # the gradient and Adam's two moments, float32
+    assert memory.batches == 4 * 32 * (24 * 4 + 20 * 4)  # four batches of float32 features and dense labels
+    assert 2 * 3 * 60 < memory.shuffle_buffers < 2 * 3 * 200  # 2 readers x 3 records of ~100 bytes
+    assert memory.reserve(streaming=False) == memory.optimizer + memory.batches + SLACK
+    assert memory.reserve(streaming=True) == memory.reserve(streaming=False) + memory.shuffle_buffers
+    whole = YT8MDataset(pattern, spec, 32, ReadOptions(shuffle=True))  # 10,000 records: more than the shards hold
+    shards = sum(os.path.getsize(path) for path in whole.paths)
+    assert run_memory(ModelSize(1000, 7), [whole], readers=2).shuffle_buffers == shards
+
+
+def test_a_run_the_machines_memory_cannot_hold_is_warned_of_at_start(tiny_data, tmp_path, monkeypatch, caplog):
+    memory_left(monkeypatch, 64 * 1024 * 1024)
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run")]) == 0  # other processes may free it
+    [warning] = warnings_with(caplog, "the kernel is likely to kill it")
+    assert "more memory than it holds now, but 64.0 MiB is left of the machine's memory" in warning
+    assert "gradients and optimizer state" in warning and "shuffle buffers" in warning  # it streams
+    assert "lower --batch_size, --shuffle_buffer or --num_readers" in warning
+
+
+def test_a_run_its_cgroup_cannot_hold_is_refused_in_one_line(tiny_data, tmp_path, monkeypatch, capsys, caplog):
+    memory_left(monkeypatch, 64 * 1024 * 1024, "the cgroup's memory.max", used=2 * GiB)
+    monkeypatch.setattr(memory_checks, "WATCH_SECONDS", 0.001)
+    flags = train_flags(tiny_data, tmp_path / "run")
+    assert cli_main(["train", *flags]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("yt8m train: error: the run will take about ") and "but 64.0 MiB is left of the cgroup's " \
+        "memory.max (2.1 GiB, 2.0 GiB in use)" in line
+    assert line.endswith("the kernel would kill it part-way; lower --batch_size, --shuffle_buffer or --num_readers, "
+                         "or give it more memory (or --memory_check warn to try anyway)")
+    assert not (tmp_path / "run").exists()  # refused before anything was trained: nothing left behind
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *flags, "--memory_check", "warn"]) == 1  # tries: its memory watch then stops it
+    assert warnings_with(caplog, "the kernel is likely to kill it")
+    assert "error: stopped: memory in use reached 2.0 GiB, 97% of the cgroup's memory.max" in capsys.readouterr().err
+
+
+def test_a_run_within_the_memory_left_is_not_warned_of(tiny_data, tmp_path, monkeypatch, caplog):
+    memory_left(monkeypatch, 4 * GiB, "the cgroup's memory.max")
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run")]) == 0
+    assert not warnings_with(caplog, "memory")
+
+
+@pytest.mark.parametrize("used, warned", [(95, True), (89, False)])
+def test_the_memory_watch_warns_once_near_the_limit(monkeypatch, caplog, used, warned):
+    monkeypatch.setattr(memory_budget, "memory_use", lambda: MemoryUse(used * GiB, 100 * GiB, "the cgroup's memory.max"))
+    caplog.set_level(logging.INFO)
+    with memory_watch(seconds=0.01):
+        time.sleep(0.3)  # about 30 looks
+    found = warnings_with(caplog, "memory in use is")
+    assert len(found) == (1 if warned else 0)
+    if warned:
+        assert found[0].startswith("memory in use is 95.0 GiB, 95% of the cgroup's memory.max (100.0 GiB): the "
+                                   "kernel kills the run when it is reached")
+
+
+def test_the_machines_memory_near_full_is_warned_of_and_the_run_goes_on(tiny_data, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(memory_checks, "WATCH_SECONDS", 0.001)
+    monkeypatch.setattr(memory_budget, "memory_use", lambda: MemoryUse(99, 100, memory_budget.MACHINE_MEMORY))
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run")]) == 0  # other processes may hold it
+    [warning] = warnings_with(caplog, "memory in use is")
+    assert "99% of the machine's memory" in warning
+
+
+def test_a_run_at_its_cgroups_limit_stops_in_one_line_with_a_checkpoint_and_resumes(tiny_data, tmp_path,
+                                                                                   monkeypatch, capsys, caplog):
+    flags = train_flags(tiny_data, tmp_path / "run", num_epochs=3)
+    with monkeypatch.context() as near_the_limit:
+        near_the_limit.setattr(memory_checks, "WATCH_SECONDS", 0.001)
+        near_the_limit.setattr(memory_budget, "memory_use", lambda: MemoryUse(96 * GiB, 100 * GiB,
+                                                                             "the cgroup's memory.max"))
+        assert cli_main(["train", *flags]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("yt8m train: error: stopped: memory in use reached 96.0 GiB, 96% of the cgroup's "
+                           "memory.max (100.0 GiB), where the kernel kills the run; lower --batch_size"), line
+    assert "run the same command to resume" in line
+    [(step, saved)] = list_checkpoints(str(tmp_path / "run"))
+    assert f"saved {saved} (step {step})" in line
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *flags]) == 0  # the same command, with the memory back
+    assert f"resuming from {saved}" in caplog.text
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +329,43 @@ def test_a_frame_level_run_under_an_8_mb_dev_shm_reads_in_process_and_completes(
     [warning] = [line for line in result.stderr.splitlines() if "/dev/shm has" in line]
     assert "8.0 MiB free" in warning and "reading in-process instead" in warning and "--shm-size=" in warning
     assert list_checkpoints(str(tmp_path / "run"))
+
+
+def memory_cgroup_to_make() -> tuple[Path | None, str]:
+    """Where a child memory cgroup can be made (this process's own, cgroup v1 or v2), or why not."""
+    if os.geteuid() != 0:
+        return None, "making a memory cgroup needs root"
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers in ("memory", ""):
+            root = Path("/sys/fs/cgroup/memory" if controllers == "memory" else "/sys/fs/cgroup")
+            for parent in (root / path.lstrip("/"), root):
+                if parent.is_dir() and os.access(parent, os.W_OK):
+                    return parent, ""
+    return None, "no writable memory cgroup (v1 or v2)"
+
+
+@pytest.mark.integration
+def test_the_ram_cache_recipe_in_a_real_420_mb_cgroup_is_refused_in_one_line(realdata_dir, tmp_path):
+    parent, problem = memory_cgroup_to_make()
+    if parent is None:
+        pytest.skip(problem)
+    group = parent / f"yt8m_test_{os.getpid()}"
+    group.mkdir()
+    try:
+        v1 = (group / "memory.limit_in_bytes").exists()
+        (group / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(420 * 10 ** 6))
+        train = [sys.executable, "-m", "yt8m", "train", "--train_data_pattern",
+                 str(realdata_dir / "yt8m_2018_video_validate" / "validate*.tfrecord"), "--train_dir",
+                 str(tmp_path / "run"), "--model", "LogisticModel", "--cache_in_memory", "--num_readers", "0",
+                 "--batch_size", "256", "--max_steps", "40"]
+        script = f'echo $$ > {shlex.quote(str(group / "cgroup.procs"))} && exec "$@"'
+        result = subprocess.run(["sh", "-c", script, "sh", *train], capture_output=True, text=True, timeout=300)
+    finally:
+        group.rmdir()
+    # Before the reckoning, the same run was killed by the kernel (rc -9) with nothing in its log.
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("yt8m train: error: the run will take about ") and "of the cgroup's memory" in line, line
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()

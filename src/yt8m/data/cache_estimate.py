@@ -14,7 +14,7 @@ from yt8m.data.read_plan import ReadOptions, reader_shares
 from yt8m.data.read_stats import ReadCounter
 from yt8m.data.shard_reader import ShardReader
 from yt8m.data.spec import FeatureSpec
-from yt8m.data.tfrecord import is_compressed, read_records
+from yt8m.data.tfrecord import CorruptRecordError, is_compressed, read_records
 from yt8m.io import storage
 
 # Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.
@@ -48,8 +48,14 @@ def fill_batch_bytes(spec: FeatureSpec, batch_size: int, records: Optional[int] 
     float32 labels; of `records` videos at most): freed after the fill but kept by the allocator, so measured as
     part of the cache's growth (bench/README.md: about 20 of 180-200 MB on the real 2018 shards)."""
     load_batch = min(cache_load_batch(spec, batch_size), records if records is not None else batch_size * 1024)
+    return batch_bytes(spec, load_batch)
+
+
+def batch_bytes(spec: FeatureSpec, videos: int) -> int:
+    """A batch of `videos` as read: features (frames as uint8, padded to --max_frames; video level float32) and dense
+    float32 labels."""
     features = spec.max_frames * spec.feature_size if spec.frame_features else spec.feature_size * 4
-    return load_batch * (features + spec.num_classes * 4)
+    return videos * (features + spec.num_classes * 4)
 
 
 def cache_load_batch(spec: FeatureSpec, batch_size: int) -> int:
@@ -77,3 +83,18 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
     records /= max(1, world_size)
     return CacheEstimate(round(records), round(records * cache.nbytes / len(sample))
                          + fill_batch_bytes(spec, batch_size, round(records)))
+
+
+def mean_record_bytes(paths: Sequence[str], sample_records: int = SAMPLE_RECORDS) -> float:
+    """The mean size of the first shards' first records as a shuffle buffer holds them (serialized, uncompressed);
+    0 where the files hold none. A damaged record ends the sample: reporting it is the run's reading's job."""
+    sizes: list[int] = []
+    try:
+        for path in paths:
+            for _, record in read_records(path):
+                sizes.append(len(record))
+                if len(sizes) == sample_records:
+                    return sum(sizes) / len(sizes)
+    except CorruptRecordError:
+        pass
+    return sum(sizes) / len(sizes) if sizes else 0.0

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 GiB = 1 << 30
 MiB = 1 << 20
-# Kept back from the available memory for the model, its optimizer, batches and the interpreter's own growth.
-MEMORY_MARGIN = 1 * GiB
+MACHINE_MEMORY = "the machine's memory"  # MemoryUse.what of /proc/meminfo's
 _UNLIMITED = 1 << 60  # cgroup v1 writes a huge number (page-rounded 2**63) for "no limit"
 _jobs_sharing = 1  # concurrent jobs (yt8m tune --n_jobs) whose caches share the machine's memory
 
@@ -37,42 +37,85 @@ def _own_cgroup(controller: str, listing: str = "/proc/self/cgroup") -> str:
     return "/"
 
 
-def cgroup_v2_room(root: str = "/sys/fs/cgroup", group: Optional[str] = None) -> Optional[int]:
-    """memory.max less memory.current of this process's cgroup (v2); None without a limit or a cgroup v2."""
+@dataclass(frozen=True)
+class MemoryUse:
+    """Memory in use against the limit the kernel enforces: `used` leaves out the page cache of files (active and
+    inactive), which the kernel reclaims before it kills (a streamed shard read twice is active file cache), and
+    keeps anonymous and shared memory (/dev/shm batch slots); `limit` the limit and `what` where it is set."""
+
+    used: int
+    limit: int
+    what: str
+
+    @property
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+
+def _file_cache(folder: str, keys: tuple[str, ...]) -> int:
+    """The cgroup's page cache of files (memory.stat's `keys`), which the kernel reclaims before it kills."""
+    total = 0
+    try:
+        with open(f"{folder}/memory.stat") as file:
+            for line in file:
+                name, _, value = line.partition(" ")
+                if name in keys and value.strip().isdigit():
+                    total += int(value)
+    except OSError:
+        pass
+    return total
+
+
+def cgroup_v2_use(root: str = "/sys/fs/cgroup", group: Optional[str] = None) -> Optional[MemoryUse]:
+    """memory.current against memory.max of this process's cgroup (v2); None without a limit or a cgroup v2."""
     folder = os.path.join(root, (_own_cgroup("") if group is None else group).lstrip("/"))
     for candidate in (folder, root):  # a container sees its own cgroup as the root
         limit, used = _read_int(f"{candidate}/memory.max"), _read_int(f"{candidate}/memory.current")
         if limit is not None and used is not None:
-            return max(0, limit - used)
+            unreclaimable = used - _file_cache(candidate, ("active_file", "inactive_file"))
+            return MemoryUse(max(0, unreclaimable), limit, "the cgroup's memory.max")
     return None
 
 
-def cgroup_v1_room(root: str = "/sys/fs/cgroup/memory", group: Optional[str] = None) -> Optional[int]:
-    """memory.limit_in_bytes less memory.usage_in_bytes of this process's memory cgroup (v1); None without one."""
+def cgroup_v1_use(root: str = "/sys/fs/cgroup/memory", group: Optional[str] = None) -> Optional[MemoryUse]:
+    """memory.usage_in_bytes against memory.limit_in_bytes of this process's memory cgroup (v1); None without one."""
     folder = os.path.join(root, (_own_cgroup("memory") if group is None else group).lstrip("/"))
     for candidate in (folder, root):
         limit = _read_int(f"{candidate}/memory.limit_in_bytes")
         used = _read_int(f"{candidate}/memory.usage_in_bytes")
         if limit is not None and used is not None and limit < _UNLIMITED:
-            return max(0, limit - used)
+            unreclaimable = used - _file_cache(candidate, ("total_active_file", "total_inactive_file"))
+            return MemoryUse(max(0, unreclaimable), limit, "the cgroup's memory.limit_in_bytes")
     return None
 
 
-def _meminfo_available(path: str = "/proc/meminfo") -> Optional[int]:
+def meminfo_use(path: str = "/proc/meminfo") -> Optional[MemoryUse]:
+    """MemTotal less MemAvailable against MemTotal: the machine's own memory."""
+    values = {}
     try:
         with open(path) as file:
             for line in file:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                name, _, rest = line.partition(":")
+                if name in ("MemTotal", "MemAvailable"):
+                    values[name] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    if len(values) < 2:
+        return None
+    return MemoryUse(values["MemTotal"] - values["MemAvailable"], values["MemTotal"], MACHINE_MEMORY)
+
+
+def memory_use() -> Optional[MemoryUse]:
+    """The tightest of the limits on this process (cgroup v2, v1, the machine's memory): the one with the least
+    room; None where nothing says."""
+    known = [use for use in (cgroup_v2_use(), cgroup_v1_use(), meminfo_use()) if use is not None]
+    return min(known, key=lambda use: use.room) if known else None
 
 
 def available_memory() -> Optional[int]:
-    """Bytes this process may still take: the least of the cgroup's room and MemAvailable; None where nothing says."""
-    known = [room for room in (cgroup_v2_room(), cgroup_v1_room(), _meminfo_available()) if room is not None]
-    return min(known) if known else None
+    """Bytes this process may still take: the least room of memory_use's limits; None where nothing says."""
+    use = memory_use()
+    return None if use is None else use.room
 
 
 def share_memory_among(jobs: int) -> None:
@@ -91,14 +134,14 @@ def processes_on_this_machine() -> int:
     return max(1, int(value)) if value.isdigit() else 1
 
 
-def memory_budget(probe: Optional[Callable[[], Optional[int]]] = None) -> Optional[int]:
+def memory_budget(reserve: int, probe: Optional[Callable[[], Optional[int]]] = None) -> Optional[int]:
     """Bytes a RAM cache of this process may take: the available memory (`probe`, default available_memory, looked
     up when called so that tests can replace it) divided among the jobs and torchrun processes sharing the machine,
-    less MEMORY_MARGIN; None where the memory is unknown (nothing is refused then)."""
+    less `reserve` (what the run itself will still take); None where the memory is unknown (nothing is refused)."""
     room = (probe or available_memory)()
     if room is None:
         return None
-    return max(0, room // (_jobs_sharing * processes_on_this_machine()) - MEMORY_MARGIN)
+    return max(0, room // (_jobs_sharing * processes_on_this_machine()) - reserve)
 
 
 def shm_free_bytes(path: str = "/dev/shm") -> Optional[int]:

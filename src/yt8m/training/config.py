@@ -57,6 +57,9 @@ class CheckpointConfig:
                                  "by name and shape; the log lists what was not loaded.")
 
 
+MEMORY_CHECKS = ("refuse", "warn", "off")
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """The `runtime` section: the device and its numerics, compilation, logging, processes and the model-size
@@ -77,6 +80,11 @@ class RuntimeConfig:
     max_model_size_mb: float = setting(0.0, "Refuse, before training starts, a model whose parameters and buffers "
                                             "take more than this many MB as float32 (0: no limit; the Kaggle 2018 "
                                             "limit was 1 GB, --max_model_size_mb 1024).", at_least=0)
+    memory_check: str = setting("refuse", "Where the run's reckoning of the memory it will take (gradients, optimizer "
+                                          "state, batches, shuffle buffers) exceeds what its cgroup's limit leaves at "
+                                          "the start: refuse (one line, before the kernel's kill), warn and train, or "
+                                          "off. The machine's own memory, which other processes may free, is only "
+                                          "warned of.", choices=lambda: MEMORY_CHECKS)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.data.tfrecord import read_records
 from yt8m.distributed.ranks import rank_and_world_size
 from yt8m.io import storage
+from yt8m.models.model_size import ModelSize
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
-from yt8m.training.memory_checks import cache_fits
+from yt8m.training.memory_checks import RunMemory, cache_fits, run_memory
 
 
 class TrainingData:
@@ -49,14 +50,25 @@ class TrainingData:
                                      f"nothing was trained")
                 dataset.check_first_record()
 
-    def open(self, device: torch.device) -> None:
+    def memory(self, size: ModelSize) -> RunMemory:
+        """What a run of a model of `size` on these sources will still take once the model is built."""
+        readers = max(reader_workers(self.data.num_readers, dataset.spec.frame_features) for dataset in self.datasets)
+        return run_memory(size, self.datasets, readers)
+
+    def open(self, device: torch.device, reserve: int) -> None:
         """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here (where its
-        estimate fits the memory: otherwise the sources are streamed, or --cache_in_memory_required stops the run)."""
-        if self.data.cache_in_memory and not cache_fits(self.datasets, self.data.cache_in_memory_required):
+        estimate fits the memory less `reserve` for the run: otherwise the sources are streamed, or
+        --cache_in_memory_required stops the run)."""
+        if self.data.cache_in_memory and not cache_fits(self.datasets, self.data.cache_in_memory_required, reserve):
             for dataset in self.datasets:
                 dataset.stream_instead_of_caching()
         self.loaders = [make_loader(dataset, reader_workers(self.data.num_readers, dataset.spec.frame_features),
                                     pin_memory=device.type == "cuda") for dataset in self.datasets]
+
+    @property
+    def streaming(self) -> bool:
+        """Whether any source is read from its shards each epoch (not a RAM cache)."""
+        return any(not dataset.options.cache_in_memory for dataset in self.datasets)
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         for dataset in self.datasets:

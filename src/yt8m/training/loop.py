@@ -17,7 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from yt8m.config import config_document
 from yt8m.data.batch import Batch
-from yt8m.data.delivery import ReaderWorkerDied, reader_worker_death, worker_deaths_deferred
+from yt8m.data.delivery import reader_worker_death, worker_deaths_deferred
 from yt8m.data.device_prefetch import to_device_ahead
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
@@ -25,6 +25,7 @@ from yt8m.tasks.taskset import TaskSet
 from yt8m.training.augment import Augmenter
 from yt8m.training.checkpointing import Checkpointer, NonFiniteLossError, Progress
 from yt8m.training.config import TrainConfig
+from yt8m.training.memory_checks import MemoryLimitReached, check_memory_limit
 from yt8m.training.meter import RunEstimate
 from yt8m.training.randomness import process_seed, restore_rng_state, seed_everything
 from yt8m.training.stepper import Stepper, StepResult
@@ -123,13 +124,13 @@ class TrainingLoop:
             try:
                 while not self._done():
                     self._train_epoch()
-            except (RuntimeError, ReaderWorkerDied) as err:
-                died = reader_worker_death(err)
-                if died is None:
+            except (RuntimeError, OSError) as err:  # a dead reader or the memory limit: resumable, in one line
+                stopped = err if isinstance(err, MemoryLimitReached) else reader_worker_death(err)
+                if stopped is None:
                     raise
                 # What was trained since the last checkpoint is saved (rank 0): the same command resumes it.
                 saved = self._save() if self.chief and self.progress.step != self.saved_step else None
-                raise reader_death_error(died, self.progress.step, saved, self.checkpointer.last()) from err
+                raise resumable_error(stopped, self.progress.step, saved, self.checkpointer.last()) from err
         self._cleanup()
         return self._summary(started)
 
@@ -223,6 +224,7 @@ class TrainingLoop:
             progress.step += 1
             progress.examples += examples
             self._record(group, result, lr, self.log.meter.step_done(examples))
+        check_memory_limit()
 
     def _record(self, group: list[Batch], result: StepResult, lr: float, examples_per_sec: float) -> None:
         """The step's log line, progress bar and scalars: its loss, rate, tasks' losses and, every
@@ -313,15 +315,14 @@ def non_finite_loss_error(step: int, loss: float, processes: int, group: list[Ba
         f"--clip_gradient_norm on, or check the data.")
 
 
-def reader_death_error(died: ReaderWorkerDied, step: int, saved: Optional[str],
-                       last: Optional[str]) -> ReaderWorkerDied:
-    """A reader's death as one line saying where the same command resumes: the checkpoint just `saved`, or the
-    `last` one (nothing trained since), or the start."""
+def resumable_error(err: OSError, step: int, saved: Optional[str], last: Optional[str]) -> OSError:
+    """A stop (a dead reader, the memory limit) as one line saying where the same command resumes: the checkpoint
+    just `saved`, or the `last` one (nothing trained since), or the start."""
     if saved is not None:
-        return ReaderWorkerDied(f"{died}; saved {saved} (step {step}): run the same command to resume")
+        return type(err)(f"{err}; saved {saved} (step {step}): run the same command to resume")
     if last is not None:
-        return ReaderWorkerDied(f"{died}; nothing was trained since {last}: run the same command to resume from it")
-    return ReaderWorkerDied(f"{died}; nothing was trained yet: run the same command to start again")
+        return type(err)(f"{err}; nothing was trained since {last}: run the same command to resume from it")
+    return type(err)(f"{err}; nothing was trained yet: run the same command to start again")
 
 
 def reached_max_steps(max_steps: Optional[int], progress: Progress) -> bool:

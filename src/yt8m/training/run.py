@@ -26,6 +26,7 @@ from yt8m.tasks.teacher import DISTILLATION_FIELDS, Teacher
 from yt8m.training.checks import teacher_fit
 from yt8m.training.config import TrainConfig
 from yt8m.training.data import TrainingData
+from yt8m.training.memory_checks import RunMemory
 from yt8m.training.optim import build_optimizer, resumable_optimizer_state
 from yt8m.training.validation import EvaluateFn, TrainEvaluator, validation_evaluator
 
@@ -43,6 +44,7 @@ class Run:
     data: TrainingData
     evaluator: Optional[TrainEvaluator]
     size: ModelSize
+    memory: RunMemory
     newest: Optional[str]
     resume: Optional[Checkpoint]
 
@@ -67,13 +69,15 @@ def build_run(config: TrainConfig, device: torch.device, resources: contextlib.E
                         config.tasks.task_sampling, tasks)
     data.check_first_records()
     tasks = resources.enter_context(tasks.teachers(lambda spec, paths: _teacher(spec, paths, device)))
+    memory = data.memory(size)
     evaluator = None
     if chief and (config.validation.eval_data_pattern or evaluate is not None):
         evaluate = evaluate or validation_evaluator(config.validation, config.data, config.features,
-                                                    config.schedule.batch_size, tasks, device)
+                                                    config.schedule.batch_size, tasks, device,
+                                                    memory.reserve(streaming=False))
         evaluator = TrainEvaluator(config.validation, config.checkpoints.train_dir, evaluate, tasks)
     newest = latest_checkpoint(config.checkpoints.train_dir)
-    return Run(model, optimizer, tasks, data, evaluator, size, newest,
+    return Run(model, optimizer, tasks, data, evaluator, size, memory, newest,
                checkpoint_to_resume(config, model, optimizer, tasks))
 
 

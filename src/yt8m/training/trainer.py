@@ -31,7 +31,7 @@ from yt8m.models.model_size import ModelSize
 from yt8m.training.checks import check_train_config
 from yt8m.training.config import TrainConfig
 from yt8m.training.loop import TrainHook, fit
-from yt8m.training.memory_checks import checkpoint_bytes, warn_if_disk_short
+from yt8m.training.memory_checks import check_run_memory, checkpoint_bytes, memory_watch, warn_if_disk_short
 from yt8m.training.randomness import seed_everything
 from yt8m.training.run import build_run
 from yt8m.training.validation import EvaluateFn
@@ -65,14 +65,19 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
             prepare_train_dir(config, rank, run.newest, run.size)
             if rank == 0:
                 warn_if_disk_short(train_dir, checkpoint_bytes(run.size), config.checkpoints.keep_checkpoints)
-            run.data.open(device)
+            run.data.open(device, run.memory.reserve(streaming=False))
+            if rank == 0:
+                # Refused on one process only where there is one: torchrun's others would wait for it.
+                check_run_memory(run.memory, run.data.streaming,
+                                 config.runtime.memory_check if world_size == 1 else "warn")
             log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
                      config.model.name, run.size.describe(), device, world_size,
                      config.schedule.global_batch(world_size))
             log_train_dir(config, rank)
-            summary = fit(run.model, run.optimizer, run.tasks, run.data.epoch_batches, config, hooks=hooks,
-                          resume=run.resume, device=device, evaluator=run.evaluator,
-                          epoch_fraction=run.data.epoch_fraction)
+            with memory_watch(stops=world_size == 1):
+                summary = fit(run.model, run.optimizer, run.tasks, run.data.epoch_batches, config, hooks=hooks,
+                              resume=run.resume, device=device, evaluator=run.evaluator,
+                              epoch_fraction=run.data.epoch_fraction)
             if config.data.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(run.data.skipped_files, device),
                                skipped_records=all_reduce_sum(run.data.skipped_records, device))

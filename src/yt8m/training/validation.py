@@ -125,15 +125,15 @@ class ValidationState:
 
 
 def validation_evaluator(validation: ValidationConfig, data: DataConfig, features: FeatureSpec, batch_size: int,
-                         tasks: TaskSet, device: torch.device) -> EvaluateFn:
+                         tasks: TaskSet, device: torch.device, reserve: int) -> EvaluateFn:
     """evaluate(model, step) -> metrics: every validated task's metrics on its own validation data, read by the
     task's head (all of it, or --eval_steps batches per data set), keyed as the task set names them; read as the
-    training data is (`data`'s readers, damage and RAM cache)."""
+    training data is (`data`'s readers, damage and RAM cache, which must leave `reserve` bytes for the run)."""
     sources = tasks.validation_sources()
     # rank/world_size given: a distributed run's rank 0 evaluates the whole set, not its share of it.
     options = ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1, cache_in_memory=data.cache_in_memory)
     datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size, options) for source in sources]
-    if data.cache_in_memory and not cache_fits(datasets, data.cache_in_memory_required, "validation data"):
+    if data.cache_in_memory and not cache_fits(datasets, data.cache_in_memory_required, reserve, "validation data"):
         for dataset in datasets:
             dataset.stream_instead_of_caching()
     loaders = [make_loader(dataset, reader_workers(data.num_readers, features.frame_features),
