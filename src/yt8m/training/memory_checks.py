@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
@@ -172,8 +171,6 @@ def check_memory_limit() -> None:
 
 
 def _watch(stop: threading.Event, seconds: float, stops: bool) -> None:
-    # SIGINT and SIGTERM go to the other threads: one taken here would not wake a main thread blocked in a call.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     warned = False
     while not stop.wait(seconds):
         use: Optional[machine.MemoryUse] = machine.memory_use()

@@ -163,10 +163,7 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
         worker.start()
     try:
         for worker in workers:
-            while worker.is_alive():
-                # With a timeout: the kernel may hand a SIGTERM to another thread of this process (torch's OpenMP
-                # threads take signals too), and Python runs its handler only when this thread wakes.
-                worker.join(timeout=1.0)
+            worker.join()
     except KeyboardInterrupt:
         # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, let each job
         # mark its trial interrupted, and kill one that does not end within the grace (its interrupt was lost).
