@@ -1,10 +1,12 @@
 """Shared test paths: the fixture and real-data folders beside the repository (../shared, or $YT8M_SHARED_DIR for
-a checkout elsewhere, e.g. a git worktree); and a process-wide setting reset between tests."""
+a checkout elsewhere, e.g. a git worktree); a process-wide setting reset between tests; SIGINT
+at its default for the commands the tests interrupt."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,14 @@ def as_float32(values: list) -> np.ndarray:
 # The longest tests (minutes each), started first: pytest-xdist hands tests out in collection order, and one of these
 # handed out last kept a worker busy for minutes after the other had finished (19 min in all against about 15).
 STARTED_FIRST = ("tests/test_readme.py::", "tests/tune/test_tune.py::test_a_study_killed_at_random_points")
+
+
+def pytest_configure(config) -> None:
+    """Ctrl+C as a terminal sends it, for the commands the tests interrupt: a suite started in the background by a
+    shell without job control (`make test &` in a script) inherits SIGINT ignored, and so would every command it
+    starts, which then never sees the SIGINT a test sends it (a `yt8m tune` training on, a test timing out)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal is default again after exec
 
 
 def pytest_collection_modifyitems(config, items) -> None:

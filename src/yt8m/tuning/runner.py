@@ -159,15 +159,17 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_job_process, args=(spec, limits, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
-    for worker in workers:
-        worker.start()
     try:
+        for worker in workers:
+            worker.start()
         for worker in workers:
             worker.join()
     except KeyboardInterrupt:
         # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, let each job
         # mark its trial interrupted, and kill one that does not end within the grace (its interrupt was lost).
-        stop_jobs(workers)
+        # Also while the jobs start: one started and left running would hold this process at its exit, where
+        # multiprocessing waits for its children.
+        stop_jobs([worker for worker in workers if worker.pid is not None])
         raise
     return [f"{worker.name} ({_exit_description(worker.exitcode)})" for worker in workers if worker.exitcode != 0]
 
