@@ -5,7 +5,10 @@ fitting the weights; the ensembles scored on the held-out shards; the printed co
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 
 import optuna
 import pytest
@@ -49,3 +52,27 @@ def test_refit_and_crossfit_score_on_held_out_shards_and_print_a_working_command
         "predictions.csv", str(tmp_path / "p.csv")))
     assert command[:2] == ["yt8m", "ensemble"] and cli.main(command[1:]) == 0
     assert len(open(tmp_path / "p.csv").read().splitlines()) == 60 + 1
+
+
+def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_out(tmp_path, shards, capsys):  # noqa: F811
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": {"type": "float", "low": 0.01,
+                                                                              "high": 0.3, "log": True}},
+                     tune={"n_trials": 2, "pruner": "none", "sampler": "random"}, model="LogisticModel")
+    assert cli.main(["tune", "--config", path]) == 0
+    capsys.readouterr()
+    validation = sorted(str(p) for p in shards.glob("validate-*.tfrecord"))
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--holdout", validation[1]]) == 0
+    summary = json.loads(capsys.readouterr().out)["refit"]
+    assert summary["fit_videos"] == 60  # the first validation shard's videos; the held-out shard's 60 are not seen
+    assert set(summary["holdout_scores"]) == {"refits", "best_single_refit"}
+    # The written script predicts the held-out shard with the chosen ensemble, as the printed command does.
+    done = subprocess.run(["sh", summary["predict_script"], validation[1], str(tmp_path / "held.csv")],
+                          env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(open(tmp_path / "held.csv").read().splitlines()) == 60 + 1
+    # Holding out every validation shard leaves nothing to fit the weights on: one line, not a biased fit.
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--holdout",
+                     ",".join(validation)]) != 0
+    stderr = capsys.readouterr().err  # the leaderboard, then the one line
+    assert "Traceback" not in stderr and "holds out every validation shard" in stderr.strip().splitlines()[-1]

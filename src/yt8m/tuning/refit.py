@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -34,18 +35,21 @@ log = logging.getLogger("yt8m.tune")
 
 REFIT_DIR = "refit"
 CROSSFIT_DIR = "crossfit"
+PREDICT_SCRIPT = "predict.sh"  # in DIR/refit/
 OOF_TOP_K = 100  # classes per video in the out-of-fold prediction files: ensemble.ADVISED_FILE_TOP_K
 
 
 @dataclass(frozen=True)
 class RefitPlan:
     """What is trained: the best trials, the labelled shards they train on (the study's training and validation
-    shards less the held-out ones), those split into folds (by shard, round robin), and the held-out shards."""
+    shards less the held-out ones), those split into folds (by shard, round robin), the held-out shards, and the
+    shards the ensemble's weights are fitted on (without folds: the study's validation shards less the held-out)."""
 
     trials: list[FrozenTrial]
     labelled: list[str]
     folds: list[list[str]]
     holdout: list[str]
+    weight_shards: list[str]
 
     @property
     def models(self) -> int:
@@ -72,7 +76,14 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
         raise ValueError(f"--crossfit_folds {folds}: {len(labelled)} labelled shards cannot make {folds} folds (a "
                          "fold is whole shards)")
     split = [labelled[index::folds] for index in range(folds)] if folds else []
-    return RefitPlan(best, labelled, split, held)
+    # Without folds the weights are fitted on the trials' own validation predictions: only on shards not held out,
+    # so that the held-out score stays free of the weights' fit.
+    weight_shards = labelled if folds else [path for path in expand_pattern(spec.eval_data_pattern)
+                                            if path not in held]
+    if not weight_shards:
+        raise ValueError(f"--holdout {holdout}: it holds out every validation shard, so none is left to fit the "
+                         "ensemble's weights on (hold out fewer, or add --crossfit_folds)")
+    return RefitPlan(best, labelled, split, held, weight_shards)
 
 
 def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0,
@@ -91,16 +102,15 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
     if plan.folds:
         fold_dirs, oof_files = _crossfit(spec, plan, root, progress)
         summary.update(fold_dirs=fold_dirs, out_of_fold=oof_files)
-        weights_on = ",".join(plan.labelled)
-        with opened_inputs(oof_files, num_classes) as inputs:
-            fitted = fit_ensemble(inputs, weights_on, num_classes)
+        members = oof_files
     else:
-        fold_dirs, weights_on = [], spec.eval_data_pattern
-        with opened_inputs([_trial_run(spec, trial) for trial in plan.trials], num_classes) as inputs:
-            fitted = fit_ensemble(inputs, weights_on, num_classes)
+        fold_dirs, members = [], [_trial_run(spec, trial) for trial in plan.trials]
+    with opened_inputs(members, num_classes) as inputs:
+        fitted = fit_ensemble(inputs, ",".join(plan.weight_shards), num_classes)
     weights = fitted["weights"]
     summary.update(weights=weights, weights_fitted_on="out-of-fold predictions of the labelled shards" if plan.folds
-                   else f"the trials' validation ({weights_on})", fit=fitted["ensemble"])
+                   else f"the trials' validation ({len(plan.weight_shards)} shards, none held out)",
+                   fit=fitted["ensemble"], fit_videos=fitted["videos"])
     candidates = {"refits": (refits, weights)}
     if fold_dirs:
         candidates["folds"] = ([run for runs in fold_dirs for run in runs],
@@ -113,8 +123,9 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
                                                                 num_classes)
         summary["chosen"] = max(candidates, key=lambda name: summary["holdout_scores"][name]["gap"])
     runs, run_weights = candidates[summary["chosen"]]
-    summary["predict"] = (f"yt8m ensemble {' '.join(runs)} --weights {','.join(f'{w:g}' for w in run_weights)} "
-                          f"--input_data_pattern TEST_PATTERN --output_file predictions.csv")
+    summary["predict"] = _ensemble_command(runs, run_weights, "TEST_PATTERN", "predictions.csv")
+    summary["predict_script"] = _write_predict_script(os.path.join(root, REFIT_DIR, PREDICT_SCRIPT), runs,
+                                                      run_weights)
     summary["seconds"] = round(progress.elapsed(), 1)
     return summary
 
@@ -173,6 +184,21 @@ def _trial_run(spec: TuneSpec, trial: FrozenTrial) -> str:
     run = trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
     exports = list_exports(run, "best")
     return exports[-1][1] if exports else run
+
+
+def _ensemble_command(runs: Sequence[str], weights: Sequence[float], pattern: str, output: str) -> str:
+    return (f"yt8m ensemble {' '.join(map(shlex.quote, runs))} --weights {','.join(f'{w:g}' for w in weights)} "
+            f"--input_data_pattern {pattern} --output_file {output}")
+
+
+def _write_predict_script(path: str, runs: Sequence[str], weights: Sequence[float]) -> str:
+    """`sh PATH TEST_PATTERN [OUTPUT_FILE]` predicts with the chosen ensemble (a CSV unless OUTPUT ends .jsonl)."""
+    command = _ensemble_command(runs, weights, '"${1:?usage: sh predict.sh TEST_PATTERN [OUTPUT_FILE]}"',
+                                '"${2:-predictions.csv}"')
+    write_file_atomically(path, lambda out: out.write(
+        f"#!/bin/sh\n# The ensemble chosen by `yt8m tune-report --refit_top`: predict TEST_PATTERN's videos.\n"
+        f"exec {command}\n"))
+    return path
 
 
 def _score(runs: Sequence[str], weights: Sequence[float], pattern: str, num_classes: int) -> dict[str, Any]:
