@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from yt8m.data.memory_budget import GiB, MemoryUse, share_memory_among
 from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import FeatureSpec
 from yt8m.data.synthetic import write_synthetic
+from yt8m.io import storage
 from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import ModelSize
 from yt8m.training import TrainConfig
@@ -94,6 +96,19 @@ def test_a_cache_that_fits_is_filled_and_logged(tiny_data, tmp_path, caplog):
     assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory=True)]) == 0
     assert any("caching the training data in RAM: estimate" in record.getMessage() for record in caplog.records)
     assert not warnings_with(caplog, "RAM cache")
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_each_training_shard_is_sized_once_for_the_whole_run(tiny_data, tmp_path, monkeypatch, cache):
+    """The shuffle buffers' cap, the cache estimate, the ETA and the sources' weights share one size a shard: on
+    object storage each is a request."""
+    sized: list[str] = []
+    size = storage.size
+    monkeypatch.setattr(storage, "size", lambda path: sized.append(path) or size(path))
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "run", cache_in_memory=cache, num_epochs=2)]) == 0
+    train_shards = set(tiny_data["train"])
+    counts = Counter(path for path in sized if path in train_shards)
+    assert set(counts) == train_shards and set(counts.values()) == {1}, counts
 
 
 def test_a_required_cache_that_does_not_fit_is_refused_in_one_line(tiny_data, tmp_path, monkeypatch, capsys):

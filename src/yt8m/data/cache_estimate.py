@@ -65,10 +65,11 @@ def cache_load_batch(spec: FeatureSpec, batch_size: int) -> int:
 
 
 def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool = False, world_size: int = 1,
-                   batch_size: int = 1024) -> CacheEstimate:
+                   batch_size: int = 1024, shard_bytes: Optional[int] = None) -> CacheEstimate:
     """The estimate for the records of `paths` one of `world_size` ranks caches (filled in batches of `batch_size`
     as YT8MDataset.load_cache does): the sample's cache bytes and record bytes a record, the files' bytes
-    (uncompressed shards: a record's bytes are the file's) over the record bytes, and one fill batch's buffers."""
+    (uncompressed shards: a record's bytes are the file's; `shard_bytes` where the caller has them) over the record
+    bytes, and one fill batch's buffers."""
     if not paths:
         return CacheEstimate(0, 0)
     counter = ReadCounter()
@@ -79,7 +80,9 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
     if sample is None or not record_bytes:
         return CacheEstimate(0, 0)
     cache = VideoCache.from_batches([finish_batch(sample, spec.num_classes)], spec)
-    records = sum(storage.size(path) for path in paths) / _file_bytes_per_record(paths[0], len(sample), record_bytes)
+    if shard_bytes is None:
+        shard_bytes = sum(storage.size(path) for path in paths)
+    records = shard_bytes / _file_bytes_per_record(paths[0], len(sample), record_bytes)
     records /= max(1, world_size)
     return CacheEstimate(round(records), round(records * cache.nbytes / len(sample))
                          + fill_batch_bytes(spec, batch_size, round(records)))

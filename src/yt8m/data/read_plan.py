@@ -3,6 +3,7 @@ DataLoader worker) takes epoch by epoch, in which file order and shuffle stream 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional, Sequence
@@ -10,6 +11,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
+
+from yt8m.io import storage
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,12 @@ class ReadPlan:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    @functools.cached_property
+    def shard_bytes(self) -> int:
+        """The files' bytes, stat'ed once (a request a shard on object storage): the shuffle buffers' cap, the RAM
+        cache's estimate, the ETA's share of the epoch and the sources' sampling weights read it."""
+        return sum(storage.size(path) for path in self.paths)
 
     def reader(self) -> tuple[int, int]:
         """(the reader calling, readers): this rank's DataLoader workers come one after another."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from typing import Iterable, Iterator, Optional
 
 import numpy as np
@@ -16,8 +15,6 @@ from yt8m.data.dataset import YT8MDataset, make_loader
 from yt8m.data.read_plan import ReadOptions
 from yt8m.data.spec import DataConfig, FeatureSpec
 from yt8m.data.tfrecord import read_records
-from yt8m.distributed.ranks import rank_and_world_size
-from yt8m.io import storage
 from yt8m.models.model_size import ModelSize
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
@@ -38,7 +35,6 @@ class TrainingData:
         self.loaders: list[Iterable[Batch]] = []
         self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began
         self._examples: list[int] = []  # this epoch's examples of each source
-        self._bytes_per_process: Optional[float] = None
 
     def check_first_records(self) -> None:
         """Decode each source's first record, so that a mismatch fails before the run starts; a source without a
@@ -95,17 +91,15 @@ class TrainingData:
         if any(dataset.options.cache_in_memory for dataset in self.datasets):
             cached = sum(len(dataset.cache) for dataset in self.datasets if dataset.cache is not None)
             return sum(self._examples) / cached if cached else None
-        if self._bytes_per_process is None:
-            self._bytes_per_process = sum(storage.size(path) for dataset in self.datasets
-                                          for path in dataset.paths) / rank_and_world_size()[1]
+        share = sum(dataset.plan.shard_bytes / dataset.plan.world_size for dataset in self.datasets)
         read = sum(dataset.read_stats.record_bytes - start for dataset, start in zip(self.datasets, self._epoch_start))
-        return read / self._bytes_per_process if self._bytes_per_process else None
+        return read / share if share else None
 
     def source_weights(self) -> list[float]:
         if self.task_sampling == "weights":
             weights = dict(zip(self.tasks.names, (spec.objective.weight for spec in self.tasks.specs)))
             return [sum(weights[name] for name in source.tasks) for source in self.tasks.sources]
-        return [float(sum(os.path.getsize(path) for path in dataset.paths)) for dataset in self.datasets]
+        return [float(dataset.plan.shard_bytes) for dataset in self.datasets]
 
     @property
     def skipped_files(self) -> int:

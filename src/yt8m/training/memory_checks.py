@@ -70,7 +70,7 @@ def run_memory(size: ModelSize, datasets: Sequence[YT8MDataset], readers: int) -
 
 def _shuffle_buffers(dataset: YT8MDataset, readers: int) -> int:
     """Each reader's buffer of --shuffle_buffer records, at most the shards' bytes this process reads."""
-    share = sum(storage.size(path) for path in dataset.paths) / dataset.plan.world_size
+    share = dataset.plan.shard_bytes / dataset.plan.world_size
     return round(min(readers * dataset.options.shuffle_buffer * mean_record_bytes(dataset.paths), share))
 
 
@@ -79,7 +79,8 @@ def cache_fits(datasets: Sequence[YT8MDataset], required: bool, reserve: int, wh
     `reserve` for the run itself; where they do not, one warning and False (the caller streams), or with `required`
     (--cache_in_memory_required) one ConfigError."""
     estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt, dataset.plan.world_size,
-                                   dataset.batch_size) for dataset in datasets), CacheEstimate(0, 0))
+                                   dataset.batch_size, dataset.plan.shard_bytes) for dataset in datasets),
+                   CacheEstimate(0, 0))
     budget = memory_budget(reserve)
     if budget is None or estimate.nbytes <= budget:
         log.info("caching the %s in RAM: estimate %s, within the %s available%s", what, estimate,
