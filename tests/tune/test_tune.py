@@ -170,6 +170,14 @@ def test_example_configs_are_valid_and_enqueue_whole_configurations(name):
         assert spec.sample(optuna.trial.FixedTrial(entry)) == entry
 
 
+def test_a_train_section_may_stop_trials_early_on_the_studys_validation(tmp_path, shards):
+    """early_stopping_patience needs validations: a trial has the study's, so the file is accepted (it was refused as
+    if trials had none) and each trial stops that many epochs after its best."""
+    spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards, early_stopping_patience=2))
+    config = spec.trial_config({"model": "LogisticModel", "base_learning_rate": 0.01}, str(tmp_path / "trial"))
+    assert config.validation.early_stopping_patience == 2 and config.validation.eval_data_pattern
+
+
 def test_when_makes_a_field_conditional(tmp_path, shards):
     spec = load_tune_spec(tune_file(tmp_path / "tune.yaml", shards))
     logistic = spec.sample(optuna.trial.FixedTrial({"model": "LogisticModel", "base_learning_rate": 0.01}))

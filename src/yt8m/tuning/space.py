@@ -205,7 +205,8 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
     enqueue = _read_enqueue(path, raw_enqueue, search, problems)
     _check_report_schedule(path, settings, train, search, problems)
-    _check_trial_configs(path, train, search, settings, problems)
+    # Trials validate on the study's shards: what needs validations (early stopping) is checked with them.
+    _check_trial_configs(path, {**train, EVAL_PATTERN: eval_pattern}, search, settings, problems)
     if problems:
         raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
     name = settings.study.study_name or os.path.splitext(os.path.basename(path))[0]
