@@ -475,7 +475,8 @@ def test_two_tune_processes_share_one_postgres_study(tmp_path, shards):
 @pytest.mark.parametrize("report_every_steps, first_report, examples", [(0, 1, 240), (4, 4, 120)])
 def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_steps, first_report, examples):
     """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30.
-    The pruner judges from the first complete trial on, at the first report, whatever TPE's n_startup_trials."""
+    The pruner judges from the first complete trial on (or --pruner_startup_trials), at the first report, whatever
+    TPE's n_startup_trials."""
     search = {"base_learning_rate": {"type": "float", "low": 1e-7, "high": 0.5, "log": True}}
     enqueue = [{"base_learning_rate": 0.1}, {"base_learning_rate": 1e-7}]
     path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=4,
@@ -489,6 +490,10 @@ def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_s
     unpruned = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "unpruned",
                                "--pruner", "none")
     assert unpruned["n_trials"]["complete"] == 2
+    # Told to wait for 2 complete trials, the median pruner lets the second run to its end.
+    waiting = tune_in_process(capsys, "--config", path, "--n_trials", "2", "--study_name", "waiting",
+                              "--pruner_startup_trials", "2")
+    assert waiting["n_trials"]["complete"] == 2
 
 
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, shards, capsys):

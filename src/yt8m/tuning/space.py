@@ -82,8 +82,7 @@ class SamplingSettings:
     sampler: str = setting("tpe", f"Search algorithm: {', '.join(SAMPLERS)}.", choices=_samplers)
     seed: int = setting(0, "Seed of the sampler; each trial draws from (seed, its number), so resumed runs, "
                             "parallel jobs and machines sample different points, the same history the same ones.")
-    n_startup_trials: int = setting(5, "Trials sampled at random before TPE models the results; also the "
-                                        "completed trials the median pruner waits for.", at_least=0)
+    n_startup_trials: int = setting(5, "Trials sampled at random before TPE models the results.", at_least=0)
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,8 @@ class PruningSettings:
     pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.", choices=_pruners)
     n_warmup_steps: int = setting(0, "Median pruner: never prune at a report step below this (epochs, or "
                                       "training steps with --report_every_steps).", at_least=0)
+    pruner_startup_trials: int = setting(1, "Median pruner: complete trials it waits for before it judges (1: from "
+                                             "the first on; the median of one trial is that trial).", at_least=1)
     report_every_steps: int = setting(0, "Evaluate and report to the pruner every this many training steps "
                                           "(0: at each epoch end).", at_least=0)
 

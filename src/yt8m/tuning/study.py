@@ -37,9 +37,6 @@ HEARTBEAT_GRACE_INTERVALS = 4
 # An interrupted parameter set is re-queued at most this many times, counted over the study's history (a
 # config that kills its process every time must not loop forever).
 MAX_RETRIES = 2
-# The median pruner compares a trial's reports with those of this many complete trials at least.
-PRUNER_STARTUP_TRIALS = 1
-
 # Trial user attributes.
 WORKER_ATTR = "worker"  # {"host", "pid", "start"}: the process running the trial
 RETRY_OF_ATTR = "retry_of"  # the number of the interrupted trial whose parameters this one re-runs
@@ -209,9 +206,9 @@ def _seeded_sampler(sampling: SamplingSettings, seed: int) -> optuna.samplers.Ba
 def create_pruner(pruning: PruningSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
     """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode."""
     if pruning.pruner == "median":
-        # From the first complete trial on (not after TPE's n_startup_trials): a slow, poor trial dies at its first
-        # report instead of running to the end while the study warms up.
-        return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS,
+        # By default from the first complete trial on (not after TPE's n_startup_trials): a slow, poor trial dies at
+        # its first report instead of running to the end while the study warms up.
+        return optuna.pruners.MedianPruner(n_startup_trials=pruning.pruner_startup_trials,
                                            n_warmup_steps=pruning.n_warmup_steps)
     if pruning.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner()
