@@ -57,7 +57,8 @@ def test_refit_and_crossfit_score_on_held_out_shards_and_print_a_working_command
 def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_out(tmp_path, shards, capsys):  # noqa: F811
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": {"type": "float", "low": 0.01,
                                                                               "high": 0.3, "log": True}},
-                     tune={"n_trials": 2, "pruner": "none", "sampler": "random"}, model="LogisticModel")
+                     tune={"n_trials": 2, "pruner": "none", "sampler": "random"}, model="LogisticModel",
+                     early_stopping_patience=1)  # the trials' early stopping is off in a refit, which validates none
     assert cli.main(["tune", "--config", path]) == 0
     capsys.readouterr()
     validation = sorted(str(p) for p in shards.glob("validate-*.tfrecord"))

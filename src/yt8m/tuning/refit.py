@@ -28,7 +28,7 @@ from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
 from yt8m.tuning.objective import TRAIN_DIR_ATTR, trial_dir, trial_value
-from yt8m.tuning.report import retrain_length
+from yt8m.tuning.report import WITHOUT_VALIDATION, retrain_length
 from yt8m.tuning.space import TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -148,9 +148,8 @@ def _crossfit(spec: TuneSpec, plan: RefitPlan, root: str, progress: "Progress") 
 
 def _train(spec: TuneSpec, trial: FrozenTrial, shards: Sequence[str], train_dir: str, progress: "Progress") -> str:
     """The trial's configuration trained on `shards` to its best epoch, in `train_dir` (resumed there)."""
-    config = spec.trial_config(trial.params, train_dir, **{**retrain_length(spec, trial),
-                               "train_data_pattern": ",".join(shards), "eval_data_pattern": "",
-                               "checkpoint_every_epoch": False, "start_new_model": False})
+    config = spec.trial_config(trial.params, train_dir, **{**retrain_length(spec, trial), **WITHOUT_VALIDATION,
+                               "train_data_pattern": ",".join(shards), "start_new_model": False})
     log.info("refit %d/%d: trial %d on %d shards into %s", progress.done + 1, progress.total, trial.number,
              len(shards), train_dir)
     train(config)

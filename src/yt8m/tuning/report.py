@@ -124,6 +124,12 @@ def best_train_config(spec: TuneSpec, trial: FrozenTrial) -> TrainConfig:
                              start_new_model=False, **retrain_length(spec, trial))
 
 
+# A retrain without validation shards (on training + validation shards, a refit, a fold) trains to the trial's best
+# epoch: what acts on validations (early stopping, learning-rate halving) is off, as there are none.
+WITHOUT_VALIDATION = {"eval_data_pattern": "", "checkpoint_every_epoch": False, "early_stopping_patience": 0,
+                      "lr_halving_patience": 0, "revert_to_best": False}
+
+
 def retrain_length(spec: TuneSpec, trial: FrozenTrial) -> dict[str, Any]:
     """How long a retrain of the trial trains: to the epoch its value was validated at (num_epochs), or to the step
     where trials report by steps (max_steps); nothing for a trial without one recorded."""
@@ -274,7 +280,7 @@ def retrain_best(spec: TuneSpec, study: optuna.Study, train_on_validate: bool) -
         config = with_values(  # no held-out data is left to evaluate on
             config, train_data_pattern=f"{config.data.train_data_pattern},{spec.eval_data_pattern}",
             train_dir=os.path.join(os.path.abspath(spec.settings.study.study_dir), "best_train_validate"),
-            eval_data_pattern="", checkpoint_every_epoch=False)
+            **WITHOUT_VALIDATION)
     train_dir = config.checkpoints.train_dir
     log.info("retraining trial %d's config in %s", best.number, train_dir)
     result: dict[str, Any] = {"train_dir": train_dir, **train(config)}
