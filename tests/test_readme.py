@@ -48,7 +48,10 @@ BLOCKS_NOT_RUN = {
     "--rdzv_endpoint HEAD:29500": "several machines (N, HEAD and k stand for yours): tests/distributed/"
                                   "test_multinode.py runs two nodes on loopback",
     "#SBATCH": "a SLURM cluster",
-    "s3://my-bucket": "TEMPORARY",
+    "s3://my-bucket": "an S3 bucket (my-bucket stands for yours): tests/io/test_object_storage.py runs train, eval "
+                      "and predict on s3:// against a loopback S3 server",
+    "configs/recipes/tune_refit_ensemble.sh": "over an hour of tuning and refits on the real shards: "
+                                              "tests/test_recipes.py runs the sequence whole at a test's size",
 }
 COMMANDS_NOT_RUN = {
     "--num_gpu 4": "four CUDA GPUs (tests/test_gpu.py runs the GPU path where there are some)",
