@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("YT8M_SHARED_DIR", REPO_ROOT.parent / "shared"))
 FIXTURES = SHARED / "fixtures" / "yt8m"
 REALDATA = SHARED / "realdata"
+
+
+def venv_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (os.environ by default) with the venv's commands (`yt8m`, `python`, `torchrun`) first on PATH, for a
+    shell script or command line run as a user runs it."""
+    env = dict(os.environ if env is None else env)
+    return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
 
 
 def load_sidecar(path: Path) -> dict:

@@ -19,7 +19,6 @@ import os
 import re
 import string
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -33,7 +32,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REALDATA, REPO_ROOT
+from conftest import REALDATA, REPO_ROOT, venv_environment
 
 pytestmark = pytest.mark.integration
 
@@ -253,8 +252,7 @@ def lay_out(folder: Path, files: dict[str, str]) -> None:
 def command_environment(proxy: str) -> dict[str, str]:
     """The venv's commands first on PATH; plain HTTP through the loopback mirror; no display for plots."""
     env = {name: value for name, value in os.environ.items() if name.lower() not in ("no_proxy", "http_proxy")}
-    return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "http_proxy": proxy,
-            "MPLBACKEND": "Agg"}
+    return {**venv_environment(env), "http_proxy": proxy, "MPLBACKEND": "Agg"}
 
 
 # The loopback mirror ---------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, venv_environment
 from yt8m.config import config_values, load_config
 from yt8m.data.synthetic import write_synthetic
 from yt8m.training import TrainConfig
@@ -73,8 +72,7 @@ def test_the_tune_refit_ensemble_sequence_runs_whole_and_scores_its_held_out_sha
                 "VAL": ",".join(validation), "HOLDOUT": validation[1], "TEST": str(real_shaped_shards / "test-*"),
                 "STUDY": str(tmp_path / "study"), "TIMEOUT": "600", "TRIALS": "2", "TOP": "2"}
     done = subprocess.run(["sh", str(REPO_ROOT / "configs" / "recipes" / "tune_refit_ensemble.sh")], cwd=tmp_path,
-                          env={**os.environ, **settings,
-                               "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"},
+                          env={**venv_environment(), **settings},
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     refit = json.loads((tmp_path / "study" / "refit.json").read_text())["refit"]

@@ -5,15 +5,14 @@ fitting the weights; the ensembles scored on the held-out shards; the printed co
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import sys
 
 import optuna
 import pytest
 import yaml
 
+from conftest import venv_environment
 from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
 from yt8m import cli
 
@@ -68,7 +67,7 @@ def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_
     assert set(summary["holdout_scores"]) == {"refits", "best_single_refit"}
     # The written script predicts the held-out shard with the chosen ensemble, as the printed command does.
     done = subprocess.run(["sh", summary["predict_script"], validation[1], str(tmp_path / "held.csv")],
-                          env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"},
+                          env=venv_environment(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(open(tmp_path / "held.csv").read().splitlines()) == 60 + 1

@@ -37,6 +37,7 @@ HEARTBEAT_GRACE_INTERVALS = 4
 # An interrupted parameter set is re-queued at most this many times, counted over the study's history (a
 # config that kills its process every time must not loop forever).
 MAX_RETRIES = 2
+
 # Trial user attributes.
 WORKER_ATTR = "worker"  # {"host", "pid", "start"}: the process running the trial
 RETRY_OF_ATTR = "retry_of"  # the number of the interrupted trial whose parameters this one re-runs
