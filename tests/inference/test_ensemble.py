@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 import torch
 import yaml
@@ -193,28 +194,46 @@ def test_fit_weights_climbs_to_the_best_mix_deterministically():
 
 
 @pytest.mark.integration
-def test_tune_report_ensembles_the_best_trials(tiny_data, tmp_path, capsys):
+def test_tune_report_ensembles_the_best_trials_or_the_best_of_each_model(tiny_data, tmp_path, capsys):
+    # Three logistic models that learn, then an MoE that cannot in two epochs (a learning rate of 1e-6): the top 2
+    # are logistic, the best of each model is the best logistic and the MoE.
+    learning = [{"model": "LogisticModel", "base_learning_rate": rate} for rate in (0.1, 0.05, 0.02)]
     document = {
         "train": {"train_data_pattern": tiny_data["train_pattern"], "eval_data_pattern": tiny_data["validate_pattern"],
                   "feature_names": "mean_rgb,mean_audio", "feature_sizes": "16,8", "num_classes": NUM_CLASSES,
                   "batch_size": 60, "num_epochs": 2, "num_readers": 0, "log_every_steps": 100},
         "search": {"model": {"type": "categorical", "choices": ["LogisticModel", "MoeModel"]},
-                   "base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True}},
+                   "base_learning_rate": {"type": "float", "low": 1e-6, "high": 0.3, "log": True}},
         "objective": {"metric": "gap", "direction": "maximize"},
-        "tune": {"study_dir": str(tmp_path / "study"), "n_startup_trials": 3, "pruner": "none", "keep_best": 2},
+        "tune": {"study_dir": str(tmp_path / "study"), "pruner": "none", "keep_best": 2,
+                 "enqueue": [*learning, {"model": "MoeModel", "base_learning_rate": 1e-6}]},
     }
     (tmp_path / "tune.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-    tuned = run_cli(capsys, "tune", "--config", str(tmp_path / "tune.yaml"), "--n_trials", "3")
+    tuned = run_cli(capsys, "tune", "--config", str(tmp_path / "tune.yaml"), "--n_trials", "4")
     study_dir = tuned["study_dir"]
+    trials = optuna.load_study(study_name="tune", storage=f"sqlite:///{study_dir}/study.db").trials
+    logistic = sorted((t for t in trials if t.params["model"] == "LogisticModel"), key=lambda t: -t.value)
+    moe = next(t for t in trials if t.params["model"] == "MoeModel")
+    assert moe.value < logistic[-1].value
+    # keep_best 2 keeps the best 2 and the best of each model among the best 2: the worst logistic's files go.
+    assert sorted(p.parent.name for p in Path(study_dir).glob("trials/trial-*/checkpoints")) == sorted(
+        f"trial-{t.number}" for t in (*logistic[:2], moe))
+
     assert cli_main(["tune-report", study_dir, "--ensemble_top", "2"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out.strip().splitlines()[-1])["ensemble"]
-    assert report["trials"][0] == tuned["best_trial"] and len(report["trials"]) == 2
+    assert report["trials"] == [t.number for t in logistic[:2]] and report["trials"][0] == tuned["best_trial"]
     assert report["best_single"]["gap"] == pytest.approx(tuned["best_value"], abs=1e-6)
     assert report["gap"] == pytest.approx(weighted_gap(tiny_data, report["train_dirs"], report["weights"]), abs=1e-6)
     assert report["gap_gain"] == pytest.approx(report["gap"] - report["best_single"]["gap"], abs=1e-6)
     assert len(out.strip().splitlines()) == 1  # the JSON line; the report for a person is on stderr
     assert f"ensemble of trials {report['trials'][0]},{report['trials'][1]}" in err and "yt8m ensemble" in err
-    # keep_best 2 removed the third trial's checkpoints: it cannot join an ensemble.
+
+    assert cli_main(["tune-report", study_dir, "--ensemble_top", "2", "--diverse"]) == 0
+    diverse = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ensemble"]
+    assert diverse["trials"] == [logistic[0].number, moe.number]
+    assert diverse["gap"] == pytest.approx(weighted_gap(tiny_data, diverse["train_dirs"], diverse["weights"]),
+                                           abs=1e-6)
+    # The worst logistic kept no checkpoints: it cannot join an ensemble.
     assert cli_main(["tune-report", study_dir, "--ensemble_top", "3"]) == 1
     assert "kept no checkpoints" in capsys.readouterr().err

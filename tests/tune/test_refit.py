@@ -76,3 +76,6 @@ def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_
                      ",".join(validation)]) != 0
     stderr = capsys.readouterr().err  # the leaderboard, then the one line
     assert "Traceback" not in stderr and "holds out every validation shard" in stderr.strip().splitlines()[-1]
+    # A study that does not search the model has no models to take the best of.
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--diverse"]) != 0
+    assert "does not search `model`" in capsys.readouterr().err.strip().splitlines()[-1]

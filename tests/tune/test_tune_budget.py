@@ -59,9 +59,12 @@ def test_timeout_stops_the_running_trial_with_its_best_epoch_and_writes_the_repo
     assert "--timeout 6 s reached after" in board and "scored by its best epoch" in board
 
 
-def test_trial_timeout_stops_a_slow_trial_with_its_best_epoch(tmp_path, shards, capsys):
-    path = slow_second_trial(tmp_path, shards)
-    assert cli.main(["tune", "--config", path, "--n_trials", "2", "--trial_timeout", "3"]) == 0
+@pytest.mark.parametrize("where", ["flag", "file"])
+def test_trial_timeout_stops_a_slow_trial_with_its_best_epoch(tmp_path, shards, capsys, where):
+    in_file = {"trial_timeout": 3} if where == "file" else {}
+    path = slow_second_trial(tmp_path, shards, **in_file)
+    flag = ["--trial_timeout", "3"] if where == "flag" else []
+    assert cli.main(["tune", "--config", path, "--n_trials", "2", *flag]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["n_trials"]["complete"] == 2
     quick, slow = trials_of(summary)

@@ -12,6 +12,7 @@ from typing import Sequence
 from yt8m.config import FlagParser
 from yt8m.optional import require
 from yt8m.runtime import setup_logging
+from yt8m.tuning.objective import MODEL_PARAM
 from yt8m.tuning.refit import print_refit, refit_and_crossfit
 from yt8m.tuning.report import (
     ensemble_of_best,
@@ -50,6 +51,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--holdout", default="", metavar="PATTERN",
                         help="With --refit_top: labelled shards of the study kept out of training and weight "
                              "fitting, to score the ensembles on (their figures are then unbiased).")
+    parser.add_argument("--diverse", action="store_true",
+                        help="With --ensemble_top or --refit_top: take the best trial of each searched model first, "
+                             "then the next best (members that differ gain an ensemble more than near-copies).")
     parser.add_argument("--report", default="", metavar="FILE.html",
                         help="Write the best complete trial's evaluation report to this HTML file, as `yt8m eval "
                              "--report` writes it: its latest checkpoint evaluated on the study's validation shards "
@@ -63,6 +67,8 @@ def main(argv: Sequence[str]) -> int:
         parser.error(f"--refit_top must be at least 1, got {args.refit_top}")
     if (args.crossfit_folds or args.holdout) and args.refit_top is None:
         parser.error("--crossfit_folds and --holdout go with --refit_top")
+    if args.diverse and args.ensemble_top is None and args.refit_top is None:
+        parser.error("--diverse goes with --ensemble_top or --refit_top")
     if args.crossfit_folds and args.crossfit_folds < 2:
         parser.error(f"--crossfit_folds must be at least 2, got {args.crossfit_folds}")
     if args.report:
@@ -76,15 +82,19 @@ def main(argv: Sequence[str]) -> int:
     if "***" in spec.settings.study.storage:
         raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
     study = load_existing_study(spec.settings.study)
+    if args.diverse and all(param.name != MODEL_PARAM for param in spec.search):
+        raise ValueError(f"--diverse takes the best trial of each searched model, and {spec_path} does not search "
+                         f"`{MODEL_PARAM}`")
     summary = write_report(study, spec)
     print_leaderboard(study, spec)
     if args.ensemble_top is not None:
-        summary["ensemble"] = ensemble_of_best(spec, study, args.ensemble_top)
+        summary["ensemble"] = ensemble_of_best(spec, study, args.ensemble_top, args.diverse)
         print_ensemble(summary["ensemble"])
     if args.retrain_best:
         summary["retrain"] = retrain_best(spec, study, args.train_on_validate)
     if args.refit_top is not None:
-        summary["refit"] = refit_and_crossfit(spec, study, args.refit_top, args.crossfit_folds, args.holdout)
+        summary["refit"] = refit_and_crossfit(spec, study, args.refit_top, args.crossfit_folds, args.holdout,
+                                             args.diverse)
         print_refit(summary["refit"])
     if args.report:
         summary["report"] = report_best(spec, study, args.report)

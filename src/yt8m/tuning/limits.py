@@ -1,5 +1,6 @@
 """A tuning run's time limits: the study's --timeout, which ends the running trials as Ctrl+C does (interrupted and
-re-queued), and --trial_timeout, which prunes a trial that runs longer; both delivered by a timer signal.
+re-queued), and --trial_timeout, which stops a trial that runs longer (scored by its best validated epoch); both
+delivered by a timer signal.
 
 A limit interrupts the trial wherever it is (a training step, an evaluation, a slow first batch), as Ctrl+C would: the
 trainer and the objective are built to stop cleanly there.
@@ -21,15 +22,13 @@ class StudyDeadline(KeyboardInterrupt):
 
 
 class TrialTimeLimit(KeyboardInterrupt):
-    """The trial ran past --trial_timeout: it is pruned with what it reported."""
+    """The trial ran past --trial_timeout: it ends scored by its best validated epoch."""
 
 
 @dataclasses.dataclass
 class RunFlags:
     """`yt8m tune` flags beside the tuning file's `tune:` settings."""
 
-    trial_timeout: Optional[float] = setting(None, "Prune a trial that runs longer than this many seconds, keeping "
-                                                   "what it reported (None: no limit).", above=0)
     train_data_pattern: str = setting("", "Train every trial on these shards instead of the file's "
                                           "train.train_data_pattern (a study keeps its data: another pattern is "
                                           "another study).")

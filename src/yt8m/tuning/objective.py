@@ -44,6 +44,7 @@ TRAIN_DIR_ATTR = "train_dir"
 BEST_EPOCH_ATTR = "best_epoch"  # the epoch (and step) the trial's value was validated at
 BEST_STEP_ATTR = "best_step"
 STOPPED_ATTR = "stopped"  # why a complete trial ended before its budget (--timeout, --trial_timeout)
+MODEL_PARAM = "model"  # the searched field that names a trial's model family
 
 
 class TrialFailure(RuntimeError):
@@ -225,19 +226,32 @@ def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
 
 def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Optional[int]) -> None:
     """--keep_best K: delete the checkpoints (and the exports, which share their files) of every finished trial but
-    the K best complete ones."""
+    the K best complete ones and the best of each model among them (what `tune-report --diverse` takes)."""
     if keep is None:
         return
-    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
-    complete = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE]
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = {t.number for t in sorted(complete, key=trial_value, reverse=maximize)[:keep]}
-    for trial in finished:
+    best = {t.number for t in [*best_trials(study, keep), *best_trials(study, keep, diverse=True)]}
+    for trial in study.get_trials(deepcopy=False):
         folder = trial_dir(study_dir, trial.number)
-        if trial.number not in best:
+        if trial.state.is_finished() and trial.number not in best:
             removed = [_remove_unless_gone(path) for path in (checkpoint_dir(folder), os.path.join(folder, EXPORT_DIR))]
             if any(removed):
                 log.info("--keep_best %d: removed the checkpoints and exports of trial %d", keep, trial.number)
+
+
+def best_trials(study: optuna.Study, count: int, diverse: bool = False) -> list[optuna.trial.FrozenTrial]:
+    """The `count` best complete trials (ties: the earlier first). Diverse: the best trial of each searched `model`
+    first, best first, then the rest by value; an ensemble gains more from members that differ than from the
+    near-copies a converged search leaves at its top."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    ranked = sorted(complete, key=lambda trial: (sign * trial_value(trial), trial.number))
+    if diverse:
+        leaders: dict[Any, optuna.trial.FrozenTrial] = {}
+        for trial in ranked:
+            leaders.setdefault(trial.params.get(MODEL_PARAM), trial)
+        firsts = {trial.number for trial in leaders.values()}
+        ranked = [*leaders.values(), *(trial for trial in ranked if trial.number not in firsts)]
+    return ranked[:count]
 
 
 def _remove_unless_gone(folder: str) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from yt8m.config import config_from_dict
 from yt8m.data.tfrecord import expand_pattern
@@ -27,7 +27,7 @@ from yt8m.io.checkpoints import list_exports
 from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
-from yt8m.tuning.objective import TRAIN_DIR_ATTR, trial_dir, trial_value
+from yt8m.tuning.objective import TRAIN_DIR_ATTR, best_trials, trial_dir
 from yt8m.tuning.report import WITHOUT_VALIDATION, retrain_length
 from yt8m.tuning.space import TuneSpec
 
@@ -56,15 +56,13 @@ class RefitPlan:
         return len(self.trials) * (len(self.folds) + 1)
 
 
-def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdout: str) -> RefitPlan:
+def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdout: str,
+               diverse: bool = False) -> RefitPlan:
     """The plan, or a ValueError saying why it cannot be made (too few trials, shards, or held-out shards among
-    them)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(complete) < top:
-        raise ValueError(f"--refit_top {top}: the study has {len(complete)} complete trials")
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = sorted(complete, key=lambda trial: (-trial_value(trial) if maximize else trial_value(trial),
-                                               trial.number))[:top]
+    them). `diverse` takes the best trial of each model first."""
+    best = best_trials(study, top, diverse)
+    if len(best) < top:
+        raise ValueError(f"--refit_top {top}: the study has {len(best)} complete trials")
     every = expand_pattern(f"{spec.train['train_data_pattern']},{spec.eval_data_pattern}")
     held = expand_pattern(holdout) if holdout else []
     outside = sorted(set(held) - set(every))
@@ -86,12 +84,12 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
     return RefitPlan(best, labelled, split, held, weight_shards)
 
 
-def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0,
-                       holdout: str = "") -> dict[str, Any]:
+def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0, holdout: str = "",
+                       diverse: bool = False) -> dict[str, Any]:
     """Train the plan's models (resuming any already there), fit the ensemble weights (on the out-of-fold
     predictions; without folds, on the trials' own validation), score the candidates on the held-out shards and
     return the summary, with the command that predicts with the chosen ensemble."""
-    plan = plan_refit(spec, study, top, folds, holdout)
+    plan = plan_refit(spec, study, top, folds, holdout, diverse)
     root = os.path.abspath(spec.settings.study.study_dir)
     progress = Progress(plan.models)
     refits = [_train(spec, trial, plan.labelled, os.path.join(root, REFIT_DIR, f"trial-{trial.number}"), progress)

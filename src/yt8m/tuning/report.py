@@ -33,6 +33,7 @@ from yt8m.tuning.objective import (
     EXAMPLES_ATTR,
     STOPPED_ATTR,
     TRAIN_DIR_ATTR,
+    best_trials,
     trial_dir,
     trial_value,
 )
@@ -316,16 +317,14 @@ def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any
     return {"trial": best.number, "train_dir": train_dir, **evaluate_latest(config)}
 
 
-def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int) -> dict[str, Any]:
-    """The ensemble of the best `count` complete trials (their latest checkpoints), its weights fitted for GAP on the
-    study's validation shards, and its validation metrics next to the best single trial's (measured alike)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(complete) < count:
-        raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(complete)} "
+def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: bool = False) -> dict[str, Any]:
+    """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; their latest
+    checkpoints), its weights fitted for GAP on the study's validation shards, and its validation metrics next to the
+    best single trial's (measured alike)."""
+    best = best_trials(study, count, diverse)
+    if len(best) < count:
+        raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
                          "complete trials")
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = sorted(complete, key=lambda trial: (-trial_value(trial) if maximize else trial_value(trial),
-                                               trial.number))[:count]
     train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
                   for trial in best]
     for trial, train_dir in zip(best, train_dirs):

@@ -50,10 +50,10 @@ PR_SET_PDEATHSIG = 1
 EXIT_INTERRUPTED = 130
 
 
-def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[optuna.Study, dict[str, Any]]:
+def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
     """Create or resume the study, run trials until it has --n_trials, write the report; returns the study and
     the summary. On Ctrl+C (or SIGTERM), and when --timeout passes, the running trials are re-queued and the report
-    is still written; a trial past `trial_timeout` seconds is pruned."""
+    is still written; a trial past --trial_timeout is stopped at its best validated epoch."""
     _check_data(spec)
     settings = spec.settings
     os.makedirs(settings.study.study_dir, exist_ok=True)
@@ -62,7 +62,7 @@ def run_tune(spec: TuneSpec, trial_timeout: Optional[float] = None) -> tuple[opt
     log.info("study '%s' in %s (%s): %s; target %d finished trials", settings.study.study_name,
              display_url(storage_url(settings.study)), settings.study.study_dir, describe_counts(state_counts(study)),
              settings.study.n_trials)
-    limits = RunLimits.starting_now(settings.study.timeout, trial_timeout)
+    limits = RunLimits.starting_now(settings.study.timeout, settings.study.trial_timeout)
     interrupted, failed_jobs = False, []
     try:
         with _ending_on_lost_interrupt():
@@ -94,7 +94,7 @@ def tune_from_file(path: str, values: dict[str, Any]) -> tuple[optuna.Study, Tun
     flags = config_from_dict(RunFlags, {name: value for name, value in values.items()
                                         if name in flag_names(RunFlags)}, source="flags")
     spec = with_data_patterns(load_tune_spec(path, overrides), flags.train_data_pattern, flags.eval_data_pattern)
-    study, summary = run_tune(spec, flags.trial_timeout)
+    study, summary = run_tune(spec)
     return study, spec, summary
 
 

@@ -68,6 +68,8 @@ class StudySettings:
     n_trials: int = setting(20, "The study's total of finished trials; re-running carries on to this total.",
                             at_least=1)
     timeout: Optional[float] = setting(None, "Start no new trial after this many seconds of this run.", above=0)
+    trial_timeout: Optional[float] = setting(None, "Stop a trial that runs longer than this many seconds; it keeps "
+                                                   "the value of its best validated epoch (None: no limit).", above=0)
     n_jobs: int = setting(1, "Trial processes run in parallel on this machine.", at_least=1)
     keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only; "
                                               "None keeps all.", at_least=0)
