@@ -61,9 +61,10 @@ def test_the_tune_refit_ensemble_sequence_runs_whole_and_scores_its_held_out_sha
     """Tune (2 trials), refit the best 2 without the held-out shard, predict it with the ensemble and score it, then
     predict the test shards: what the recipe's header promises, at the size of a test."""
     tune = {"train": {"feature_names": "mean_rgb,mean_audio", "feature_sizes": "1024,128", "num_classes": 3862,
-                      "model": "LogisticModel", "batch_size": 32, "num_epochs": 2, "num_readers": 0,
+                      "batch_size": 32, "num_epochs": 2, "num_readers": 0,
                       "train_data_pattern": "set by the recipe", "eval_data_pattern": "set by the recipe"},
-            "search": {"base_learning_rate": {"type": "float", "low": 0.01, "high": 0.1, "log": True}},
+            "search": {"model": {"type": "categorical", "choices": ["LogisticModel", "MoeModel"]},
+                       "base_learning_rate": {"type": "float", "low": 0.01, "high": 0.1, "log": True}},
             "objective": {"metric": "gap", "direction": "maximize"},
             "tune": {"sampler": "random", "pruner": "none"}}
     (tmp_path / "tune.yaml").write_text(yaml.safe_dump(tune))

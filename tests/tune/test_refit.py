@@ -79,3 +79,18 @@ def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_
     # A study that does not search the model has no models to take the best of.
     assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--diverse"]) != 0
     assert "does not search `model`" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_refit_that_needs_a_removed_trial_model_says_so_before_training(tmp_path, shards, capsys):  # noqa: F811
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": {"type": "float", "low": 0.01,
+                                                                              "high": 0.3, "log": True}},
+                     tune={"n_trials": 2, "pruner": "none", "sampler": "random", "keep_best": 1},
+                     model="LogisticModel", num_epochs=1)
+    assert cli.main(["tune", "--config", path]) == 0
+    capsys.readouterr()
+    # Without folds the weights are fitted on the trials' own models, and keep_best 1 removed the second one's.
+    validation = sorted(str(p) for p in shards.glob("validate-*.tfrecord"))
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--holdout", validation[1]]) != 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "kept no checkpoints" in last and "keep_best is 1" in last
+    assert not (tmp_path / "study" / "refit").exists()  # nothing trained first

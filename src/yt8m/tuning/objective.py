@@ -55,6 +55,11 @@ def trial_dir(study_dir: str, number: int) -> str:
     return os.path.join(os.path.abspath(study_dir), "trials", f"trial-{number}")
 
 
+def trial_train_dir(study_dir: str, trial: optuna.trial.FrozenTrial) -> str:
+    """Where the trial trained: the folder it recorded, else its folder in the study dir."""
+    return trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(study_dir, trial.number)
+
+
 @dataclass(frozen=True)
 class Validated:
     """One validation of a trial: its objective value, when (the epoch it ended, the step), all its metrics."""

@@ -23,11 +23,11 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
 from yt8m.inference.predict import run_predict
-from yt8m.io.checkpoints import list_exports
+from yt8m.io.checkpoints import checkpoint_dir, list_exports
 from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
-from yt8m.tuning.objective import TRAIN_DIR_ATTR, best_trials, trial_dir
+from yt8m.tuning.objective import best_trials, trial_train_dir
 from yt8m.tuning.report import WITHOUT_VALIDATION, retrain_length
 from yt8m.tuning.space import TuneSpec
 
@@ -81,7 +81,18 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
     if not weight_shards:
         raise ValueError(f"--holdout {holdout}: it holds out every validation shard, so none is left to fit the "
                          "ensemble's weights on (hold out fewer, or add --crossfit_folds)")
+    if not folds:  # the weights are fitted on the trials' own models: found before hours of refits, not after
+        _check_trials_kept_models(spec, best)
     return RefitPlan(best, labelled, split, held, weight_shards)
+
+
+def _check_trials_kept_models(spec: TuneSpec, trials: Sequence[FrozenTrial]) -> None:
+    for trial in trials:
+        run = trial_train_dir(spec.settings.study.study_dir, trial)
+        if not os.path.isdir(checkpoint_dir(run)):
+            raise ValueError(f"--refit_top: trial {trial.number} kept no checkpoints in {run} to fit the ensemble's "
+                             f"weights with (tune.keep_best is {spec.settings.study.keep_best}: only the best trials "
+                             "keep theirs; refit fewer, or add --crossfit_folds)")
 
 
 def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0, holdout: str = "",
@@ -178,7 +189,7 @@ def _concatenated(pieces: Sequence[str], output: str) -> str:
 def _trial_run(spec: TuneSpec, trial: FrozenTrial) -> str:
     """The trial's model at its best epoch: its best export (the epoch its value was validated at), else its run's
     latest checkpoint."""
-    run = trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
+    run = trial_train_dir(spec.settings.study.study_dir, trial)
     exports = list_exports(run, "best")
     return exports[-1][1] if exports else run
 

@@ -32,9 +32,8 @@ from yt8m.tuning.objective import (
     EPOCHS_ATTR,
     EXAMPLES_ATTR,
     STOPPED_ATTR,
-    TRAIN_DIR_ATTR,
     best_trials,
-    trial_dir,
+    trial_train_dir,
     trial_value,
 )
 from yt8m.tuning.space import TuneSpec
@@ -308,7 +307,7 @@ def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any
     best = best_trial(study)
     if best is None:
         raise ValueError(f"--report: study '{spec.settings.study.study_name}' has no complete trial to report on")
-    train_dir = best.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, best.number)
+    train_dir = trial_train_dir(spec.settings.study.study_dir, best)
     if not os.path.isdir(checkpoint_dir(train_dir)):
         raise ValueError(f"--report: the best trial, {best.number}, kept no checkpoints in {train_dir}")
     config = resolve_eval_config({"train_dir": train_dir, "eval_data_pattern": spec.eval_data_pattern,
@@ -325,8 +324,7 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: b
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
                          "complete trials")
-    train_dirs = [trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(spec.settings.study.study_dir, trial.number)
-                  for trial in best]
+    train_dirs = [trial_train_dir(spec.settings.study.study_dir, trial) for trial in best]
     for trial, train_dir in zip(best, train_dirs):
         if not os.path.isdir(checkpoint_dir(train_dir)):
             raise ValueError(f"--ensemble_top {count}: trial {trial.number} kept no checkpoints in {train_dir} "
