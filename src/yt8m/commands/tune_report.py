@@ -81,10 +81,10 @@ def main(argv: Sequence[str]) -> int:
     spec = load_tune_spec(spec_path, overrides)
     if "***" in spec.settings.study.storage:
         raise ValueError(f"{spec_path} holds the storage URL with its password hidden; pass --storage URL")
-    study = load_existing_study(spec.settings.study)
     if args.diverse and all(param.name != MODEL_PARAM for param in spec.search):
         raise ValueError(f"--diverse takes the best trial of each searched model, and {spec_path} does not search "
                          f"`{MODEL_PARAM}`")
+    study = load_existing_study(spec.settings.study)
     summary = write_report(study, spec)
     print_leaderboard(study, spec)
     if args.ensemble_top is not None:

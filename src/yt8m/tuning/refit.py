@@ -23,12 +23,12 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
 from yt8m.inference.predict import run_predict
-from yt8m.io.checkpoints import checkpoint_dir, list_exports
+from yt8m.io.checkpoints import list_exports
 from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
 from yt8m.tuning.objective import best_trials, trial_train_dir
-from yt8m.tuning.report import WITHOUT_VALIDATION, retrain_length
+from yt8m.tuning.report import WITHOUT_VALIDATION, kept_train_dirs, retrain_length
 from yt8m.tuning.space import TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -82,17 +82,8 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
         raise ValueError(f"--holdout {holdout}: it holds out every validation shard, so none is left to fit the "
                          "ensemble's weights on (hold out fewer, or add --crossfit_folds)")
     if not folds:  # the weights are fitted on the trials' own models: found before hours of refits, not after
-        _check_trials_kept_models(spec, best)
+        kept_train_dirs(spec, best, f"--refit_top {top}", "; refit fewer, or add --crossfit_folds")
     return RefitPlan(best, labelled, split, held, weight_shards)
-
-
-def _check_trials_kept_models(spec: TuneSpec, trials: Sequence[FrozenTrial]) -> None:
-    for trial in trials:
-        run = trial_train_dir(spec.settings.study.study_dir, trial)
-        if not os.path.isdir(checkpoint_dir(run)):
-            raise ValueError(f"--refit_top: trial {trial.number} kept no checkpoints in {run} to fit the ensemble's "
-                             f"weights with (tune.keep_best is {spec.settings.study.keep_best}: only the best trials "
-                             "keep theirs; refit fewer, or add --crossfit_folds)")
 
 
 def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int = 0, holdout: str = "",

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -316,6 +316,16 @@ def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any
     return {"trial": best.number, "train_dir": train_dir, **evaluate_latest(config)}
 
 
+def kept_train_dirs(spec: TuneSpec, trials: Sequence[FrozenTrial], flag: str, advice: str = "") -> list[str]:
+    """The trials' train dirs, or a ValueError naming the first whose checkpoints `keep_best` removed."""
+    train_dirs = [trial_train_dir(spec.settings.study.study_dir, trial) for trial in trials]
+    for trial, train_dir in zip(trials, train_dirs):
+        if not os.path.isdir(checkpoint_dir(train_dir)):
+            raise ValueError(f"{flag}: trial {trial.number} kept no checkpoints in {train_dir} (tune.keep_best is "
+                             f"{spec.settings.study.keep_best}: only the best trials keep theirs{advice})")
+    return train_dirs
+
+
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: bool = False) -> dict[str, Any]:
     """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; their latest
     checkpoints), its weights fitted for GAP on the study's validation shards, and its validation metrics next to the
@@ -324,11 +334,7 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: b
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
                          "complete trials")
-    train_dirs = [trial_train_dir(spec.settings.study.study_dir, trial) for trial in best]
-    for trial, train_dir in zip(best, train_dirs):
-        if not os.path.isdir(checkpoint_dir(train_dir)):
-            raise ValueError(f"--ensemble_top {count}: trial {trial.number} kept no checkpoints in {train_dir} "
-                             f"(tune.keep_best is {spec.settings.study.keep_best}: only the best trials keep theirs)")
+    train_dirs = kept_train_dirs(spec, best, f"--ensemble_top {count}")
     num_classes = spec.trial_config(best[0].params, train_dirs[0]).features.num_classes
     with opened_inputs(train_dirs, num_classes) as inputs:
         fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)

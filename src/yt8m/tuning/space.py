@@ -71,8 +71,8 @@ class StudySettings:
     trial_timeout: Optional[float] = setting(None, "Stop a trial that runs longer than this many seconds; it keeps "
                                                    "the value of its best validated epoch (None: no limit).", above=0)
     n_jobs: int = setting(1, "Trial processes run in parallel on this machine.", at_least=1)
-    keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only; "
-                                              "None keeps all.", at_least=0)
+    keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only (and of the "
+                                              "K that `tune-report --diverse` takes); None keeps all.", at_least=0)
     heartbeat_seconds: int = setting(30, "Running trials record a heartbeat this often; one silent for 4 "
                                           "heartbeats is taken as interrupted.", at_least=1)
 
