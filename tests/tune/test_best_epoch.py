@@ -15,7 +15,8 @@ from yt8m.tuning.limits import StudyDeadline, TrialTimeLimit
 from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialObjective
 from yt8m.tuning.report import best_train_config, leaderboard
 from yt8m.tuning.space import load_tune_spec
-from yt8m.tuning.study import FileLock, interrupted_trials, open_storage, open_study
+from yt8m.tuning.lifetime import TrialStartLock
+from yt8m.tuning.study import interrupted_trials, open_storage, open_study
 
 
 def scripted_training(gaps: list[float], stop: Optional[BaseException] = None):
@@ -46,7 +47,7 @@ def study_and_spec(tmp_path, shards):  # noqa: F811
 def run_trial(study, spec, tmp_path, monkeypatch, gaps, stop=None):
     monkeypatch.setattr(objective_module, "train", scripted_training(gaps, stop))
     trial = study.ask()
-    with FileLock(str(tmp_path / ".budget.lock")).held() as lock:
+    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock:
         value = TrialObjective(spec, lock)(trial)
     study.tell(trial, value)
     return study.trials[trial.number]
@@ -76,10 +77,10 @@ def test_a_limit_before_the_first_validation_prunes_or_requeues(study_and_spec, 
     study, spec, tmp_path = study_and_spec
     monkeypatch.setattr(objective_module, "train", scripted_training([], TrialTimeLimit("--trial_timeout passed")))
     trial = study.ask()
-    with FileLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(optuna.TrialPruned):
+    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(optuna.TrialPruned):
         TrialObjective(spec, lock)(trial)
     monkeypatch.setattr(objective_module, "train", scripted_training([], StudyDeadline("--timeout passed")))
     trial = study.ask()
-    with FileLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(StudyDeadline):
+    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(StudyDeadline):
         TrialObjective(spec, lock)(trial)
     assert trial.number in interrupted_trials(study)

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -25,15 +26,18 @@ from yt8m import cli
 from yt8m.config import config_values, load_config
 from yt8m.training import TrainConfig
 from yt8m.tuning.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
+from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.objective import TrialObjective
+from yt8m.tuning import study as study_module
 from yt8m.tuning.study import (
-    FileLock,
+    PerTrialSeedSampler,
     create_pruner,
     create_sampler,
     interrupted_trials,
     open_storage,
     open_study,
     record_interruption,
+    recover_interrupted,
     state_counts,
     with_installed_driver,
     worker_identity,
@@ -382,6 +386,76 @@ def test_an_interrupt_before_training_starts_requeues_the_trial(tmp_path, shards
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_a_trial_is_created_waits_until_the_trial_says_whose_it_is(tmp_path, shards, capsys,
+                                                                                     monkeypatch, signum):
+    """A signal inside Optuna's creation of a trial (here in the sampler's before_trial, once the trial is RUNNING)
+    left it RUNNING with no worker: no rerun could judge it, and it held a place in --n_trials for ever (a kill
+    test's rerun ended with 4 of 5 trials complete and 1 running). The signal now waits for the trial's stamp, and
+    the hand-given configuration the trial was started with is queued again, not lost."""
+    config = {"base_learning_rate": 0.05}
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none", "enqueue": [config]}, model="LogisticModel", num_epochs=1)
+    before_trial = PerTrialSeedSampler.before_trial
+
+    def signalled_while_the_trial_is_created(self, study, trial):
+        os.kill(os.getpid(), signum)
+        before_trial(self, study, trial)
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(PerTrialSeedSampler, "before_trial", signalled_while_the_trial_is_created)
+            assert cli.main(["tune", "--config", path, "--n_trials", "1"]) == 130
+    finally:
+        for sig, handler in handlers.items():  # `yt8m tune` takes SIGTERM; this test process must get it back
+            signal.signal(sig, handler)
+    stopped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stopped["n_trials"] == {"complete": 0, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 1}
+    resumed = tune_in_process(capsys, "--config", path, "--n_trials", "1")
+    assert resumed["n_trials"] == {"complete": 1, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 0}
+    trials = load_study(tmp_path / "study").trials
+    assert trials[1].params == config and trials[1].user_attrs["retry_of"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_trial_whose_job_died_before_claiming_it_is_replaced_by_the_next_run(tmp_path, shards, capsys):
+    """A job killed outright (SIGKILL, its watchdog's exit) between Optuna creating its trial and stamping it
+    leaves a RUNNING trial with no worker. On the study dir's own SQLite, every job of the study takes this
+    machine's start lock before it creates a trial, so the next run takes such a trial as interrupted at once."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"pruner": "none"}, model="LogisticModel", num_epochs=1)
+    spec = load_tune_spec(path)
+    (tmp_path / "study").mkdir()
+    open_study(spec, open_storage(spec.settings.study)).ask()  # the job is gone from here on
+    resumed = tune_in_process(capsys, "--config", path, "--n_trials", "1")
+    assert resumed["n_trials"] == {"complete": 1, "pruned": 0, "fail": 0, "interrupted": 1, "running": 0,
+                                   "waiting": 0}
+    assert "before saying whose it was" in interrupted_trials(load_study(tmp_path / "study"))[0]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_on_a_shared_storage_an_unclaimed_trial_is_judged_after_the_heartbeat_grace(tmp_path, shards, monkeypatch):
+    """With --storage, another machine's job may be creating that trial right now: the trial is taken as
+    interrupted only once it has been seen unclaimed for longer than the heartbeat grace (4 heartbeats)."""
+    path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
+                     tune={"storage": f"sqlite:///{tmp_path}/shared.db", "heartbeat_seconds": 5},
+                     model="LogisticModel")
+    spec = load_tune_spec(path)
+    storage = open_storage(spec.settings.study)
+    study = open_study(spec, storage)
+    study.ask()
+    seen_at = time.time()
+    for after, state in ((0, optuna.trial.TrialState.RUNNING), (19, optuna.trial.TrialState.RUNNING),
+                         (21, optuna.trial.TrialState.FAIL)):
+        monkeypatch.setattr(study_module, "time", SimpleNamespace(time=lambda: seen_at + after))
+        recover_interrupted(study, storage, jobs_here_only=False)
+        assert study.trials[0].state == state, after
+    assert list(interrupted_trials(study)) == [0]
+
+
 def test_two_jobs_share_one_study(tmp_path, shards):
     path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=3)
     result = finish(yt8m_process("tune", "--config", path, "--n_trials", "4", "--n_jobs", "2",
@@ -431,7 +505,7 @@ def test_a_trial_within_the_budget_is_trained_when_another_job_finishes_one_mean
 
     seen_by_the_other_job = []
 
-    class Lock(FileLock):
+    class Lock(TrialStartLock):
         def release(self) -> None:
             seen_by_the_other_job.append(other_job.trials[trial.number].user_attrs.get("worker"))
             super().release()

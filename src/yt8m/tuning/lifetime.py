@@ -6,14 +6,19 @@ can fail: an interrupt raised where a library swallows it (an `except BaseExcept
 leaves a job training on, deaf to the next signals (it is interrupted once), and the death signal is sent when the
 *thread* that started the job ends, or never where the job was started by an intermediary. A watchdog thread in each
 job checks its parent and its interrupt instead, every half second, and ends it with os._exit past the grace.
+One moment is never cut: a job's start of a trial, from counting the budget until the trial says whose it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
 import time
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+
+from yt8m.tuning.study import FileLock
 
 # Time a job has to record its interrupted trial (its normal way out) before it is ended.
 GRACE_SECS = 10.0
@@ -72,3 +77,45 @@ def stop_jobs(jobs: Sequence[JobProcess], grace: float = GRACE_SECS) -> None:
         if job.is_alive():
             job.kill()
             job.join()
+
+
+class TrialStartLock:
+    """This machine's budget lock, held by a job from counting the budget until its next trial is RUNNING and
+    stamped with the job's process, so that its jobs never start more than --n_trials. Ctrl+C and SIGTERM wait
+    while it is held: a trial cut between its creation and its stamp would stay RUNNING with no process to judge
+    it by, and count toward the budget for ever. The signal is delivered once the lock is released."""
+
+    INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, path: str) -> None:
+        self._file = FileLock(path)
+        self._handlers: dict[int, Any] = {}
+        self._pending: Optional[int] = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator["TrialStartLock"]:
+        with self._file.held():
+            self._hold_interrupts()
+            try:
+                yield self
+            finally:
+                self.release()
+
+    def release(self) -> None:
+        self._file.release()
+        handlers, self._handlers = self._handlers, {}
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            signal.raise_signal(pending)  # to the handler it was meant for, as if it arrived now
+
+    def _hold_interrupts(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread receives signals (and may set their handlers)
+        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.INTERRUPTS}
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        if self._pending is None:
+            self._pending = signum
+        note_interrupt()  # a job's watchdog still ends it after the grace, should the start hang

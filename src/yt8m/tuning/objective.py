@@ -19,13 +19,13 @@ from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
+from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit
 from yt8m.tuning.space import TuneSpec, objective_key, report_schedule
 from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
     INTERRUPTED_PREFIX,
     WORKER_ATTR,
-    FileLock,
     budget_used,
     record_interruption,
     worker_identity,
@@ -137,7 +137,7 @@ class TrialObjective:
     """The Optuna objective: one call trains one trial and returns its final validation metric."""
 
     spec: TuneSpec
-    lock: FileLock  # the budget lock, held when a trial starts: released once the trial is RUNNING
+    lock: TrialStartLock  # held when a trial starts: released once the trial is RUNNING and stamped
     limits: RunLimits = RunLimits()
 
     def __call__(self, trial: optuna.Trial) -> float:

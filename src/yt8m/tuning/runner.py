@@ -24,14 +24,13 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging
-from yt8m.tuning.lifetime import note_interrupt, stop_jobs, watch_over_job
+from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits, StudyDeadline
 from yt8m.tuning.objective import TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tuning.report import LEADERBOARD_TXT, write_leaderboard_and_best, write_report
 from yt8m.tuning.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tuning.study import (
     STUDY_FILE,
-    FileLock,
     describe_counts,
     display_url,
     open_storage,
@@ -188,7 +187,7 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     settings = spec.settings
     storage = open_storage(settings.study)
     study = open_study(spec, storage)
-    lock = FileLock(os.path.join(settings.study.study_dir, ".budget.lock"))
+    lock = TrialStartLock(os.path.join(settings.study.study_dir, ".budget.lock"))
     objective = TrialObjective(spec, lock, limits)
     quiet_interrupted_trials()
 
@@ -198,7 +197,8 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
 
     while not limits.passed():
         with lock.held():
-            recover_interrupted(study, storage)
+            # The study dir's own SQLite file: every job of the study runs on this machine and takes this lock.
+            recover_interrupted(study, storage, jobs_here_only=not settings.study.storage)
             if trials_to_start(study, settings.study.n_trials) <= 0:
                 return
             study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])

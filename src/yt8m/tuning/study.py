@@ -46,6 +46,7 @@ FAIL_REASON_ATTR = "fail_reason"
 # Study user attributes.
 SPEC_ATTR = "tune_spec"
 INTERRUPTED_PREFIX = "interrupted_trial_"  # + number -> why it was taken as interrupted
+UNCLAIMED_PREFIX = "unclaimed_trial_"  # + number -> when it was first seen RUNNING with no worker
 
 
 def storage_url(study: StudySettings) -> str:
@@ -324,17 +325,35 @@ def _is_gone(worker: dict[str, Any]) -> bool:
     return start is not None and worker.get("start") is not None and start != worker["start"]
 
 
-def recover_interrupted(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
-    """Fail and re-queue the running trials whose process is gone: on this host at once, elsewhere by heartbeat."""
+def recover_interrupted(study: optuna.Study, storage: optuna.storages.RDBStorage, jobs_here_only: bool) -> None:
+    """Fail and re-queue the running trials whose process is gone: on this host at once, elsewhere by heartbeat.
+    Also those that no process claimed (one was killed while it started them): at once when `jobs_here_only` says
+    every job of the study takes this machine's start lock (held by the caller), else once unclaimed for the
+    heartbeat grace, since a job of another machine may be starting one right now."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get(WORKER_ATTR)
-        if worker and _is_gone(worker):
+        if worker:
+            gone = _is_gone(worker)
             reason = f"interrupted: its process {worker['host']}:{worker['pid']} is gone (killed or crashed)"
-            if _fail_running_trial(storage, study, trial):
-                record_interruption(study, trial, reason)
+        else:
+            gone = jobs_here_only or _unclaimed_too_long(study, trial, storage.grace_period or 0)
+            reason = "interrupted: its process ended while it started the trial, before saying whose it was"
+        if gone and _fail_running_trial(storage, study, trial):
+            record_interruption(study, trial, reason)
+
+
+def _unclaimed_too_long(study: optuna.Study, trial: FrozenTrial, grace_seconds: float) -> bool:
+    """True once the trial has been seen unclaimed for over `grace_seconds`; its first sighting is noted in the
+    study (in seconds since the epoch, which all machines share, unlike the trial's own local start time)."""
+    key = f"{UNCLAIMED_PREFIX}{trial.number}"
+    first_seen = study.user_attrs.get(key)
+    if first_seen is None:
+        study.set_user_attr(key, time.time())
+        return False
+    return time.time() - first_seen > grace_seconds
 
 
 def _fail_running_trial(storage: optuna.storages.RDBStorage, study: optuna.Study, trial: FrozenTrial) -> bool:
@@ -359,31 +378,38 @@ def record_interruption(study: optuna.Study, trial: FrozenTrial, reason: str, le
     history already holds MAX_RETRIES + 1 interruptions of them (retries, or the same point sampled again); logged
     at `level` (a Ctrl+C's is said once for the whole run, by the runner)."""
     study.set_user_attr(f"{INTERRUPTED_PREFIX}{trial.number}", reason)
-    if not trial.params:
+    params = parameter_set(trial)
+    if not params:
         log.log(level, "trial %d %s before it sampled its parameters; a new trial takes its place", trial.number,
                 reason)
         return
-    interruptions = times_interrupted(study, trial.params)
+    interruptions = times_interrupted(study, params)
     if interruptions > MAX_RETRIES:
         log.warning("trial %d %s; marked FAILED, not re-queued: its parameters were interrupted %d times",
                     trial.number, reason, interruptions)
         return
     original = trial.user_attrs.get(RETRY_OF_ATTR, trial.number)
-    study.enqueue_trial(trial.params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: interruptions})
+    study.enqueue_trial(params, user_attrs={RETRY_OF_ATTR: original, RETRIES_ATTR: interruptions})
     log.log(level, "trial %d %s; marked FAILED and its parameters re-queued as a new trial", trial.number, reason)
+
+
+def parameter_set(trial: FrozenTrial) -> dict[str, Any]:
+    """The trial's parameters: those it was queued with (a re-queued or a hand-given configuration, which an
+    interrupt before sampling must not lose) and those it sampled."""
+    return {**trial.system_attrs.get("fixed_params", {}), **trial.params}
 
 
 def times_interrupted(study: optuna.Study, params: dict[str, Any]) -> int:
     """How many trials of the study with exactly these parameters were interrupted."""
     interrupted = interrupted_trials(study)
     return sum(1 for trial in study.get_trials(deepcopy=False)
-               if trial.number in interrupted and trial.params == params)
+               if trial.number in interrupted and parameter_set(trial) == params)
 
 
 class FileLock:
     """An exclusive lock on a file (flock), held in a `with held()` block or until `release()`; the OS drops it
-    when the process dies. Serializes this machine's jobs: counting the budget until the next trial is RUNNING,
-    so that they never start more than --n_trials; writing the report."""
+    when the process dies. Serializes this machine's jobs where they must take turns: starting a trial (under
+    the budget), writing the report."""
 
     def __init__(self, path: str) -> None:
         self.path = path
