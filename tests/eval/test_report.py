@@ -316,10 +316,13 @@ def test_tune_report_writes_the_best_trials_report(tmp_path, shards, capsys):  #
     assert cli.main(["tune-report", tuned["study_dir"], "--report", str(report_path)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["report"]
     assert summary["trial"] == tuned["best_trial"] and summary["report"]["file"] == str(report_path)
-    # The best trial's latest checkpoint on the study's validation shards: what its own validation measured then.
-    trial_dir = Path(summary["train_dir"])
+    # The best trial's model at its best epoch (its best export) on the study's validation shards: what the trial's
+    # value measured.
+    trial_dir = Path(tuned["study_dir"], "trials", f"trial-{summary['trial']}")
+    assert summary["train_dir"] == str(trial_dir / "export" / "best" / f"{summary['global_step']:08d}")
     validated = json.loads((trial_dir / "eval" / f"metrics-{summary['global_step']:08d}.json").read_text())
     assert summary["gap"] == pytest.approx(validated["gap"], abs=1e-9)
+    assert summary["gap"] == pytest.approx(tuned["best_value"], abs=1e-9)
     shown = {attrs["data-metric"]: json.loads(attrs["data-value"])
              for attrs in Page(report_path.read_text()).with_attribute("data-metric")}
     assert shown["gap"] == summary["gap"] and shown["global_step"] == summary["global_step"]

@@ -223,6 +223,9 @@ def test_tune_report_ensembles_the_best_trials_or_the_best_of_each_model(tiny_da
     out, err = capsys.readouterr()
     report = json.loads(out.strip().splitlines()[-1])["ensemble"]
     assert report["trials"] == [t.number for t in logistic[:2]] and report["trials"][0] == tuned["best_trial"]
+    # Each member is its trial's model at the epoch its value was validated at (its best export), not its last.
+    assert report["train_dirs"] == [str(Path(study_dir, "trials", f"trial-{t.number}", "export", "best",
+                                             f"{t.user_attrs['best_step']:08d}")) for t in logistic[:2]]
     assert report["best_single"]["gap"] == pytest.approx(tuned["best_value"], abs=1e-6)
     assert report["gap"] == pytest.approx(weighted_gap(tiny_data, report["train_dirs"], report["weights"]), abs=1e-6)
     assert report["gap_gain"] == pytest.approx(report["gap"] - report["best_single"]["gap"], abs=1e-6)

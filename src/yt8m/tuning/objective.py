@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import optuna
 
-from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir
+from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir, list_exports
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
@@ -58,6 +58,14 @@ def trial_dir(study_dir: str, number: int) -> str:
 def trial_train_dir(study_dir: str, trial: optuna.trial.FrozenTrial) -> str:
     """Where the trial trained: the folder it recorded, else its folder in the study dir."""
     return trial.user_attrs.get(TRAIN_DIR_ATTR) or trial_dir(study_dir, trial.number)
+
+
+def trial_best_model(study_dir: str, trial: optuna.trial.FrozenTrial) -> str:
+    """The trial's model as its value measured it: its best export (export/best/<step>, a small train dir), else,
+    where its train: section keeps no best export, its run's latest checkpoint."""
+    run = trial_train_dir(study_dir, trial)
+    exports = list_exports(run, "best")
+    return exports[-1][1] if exports else run
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,11 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
 from yt8m.inference.predict import run_predict
-from yt8m.io.checkpoints import list_exports
 from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
-from yt8m.tuning.objective import best_trials, trial_train_dir
-from yt8m.tuning.report import WITHOUT_VALIDATION, kept_train_dirs, retrain_length
+from yt8m.tuning.objective import best_trials, trial_best_model
+from yt8m.tuning.report import WITHOUT_VALIDATION, kept_best_models, retrain_length
 from yt8m.tuning.space import TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -82,7 +81,7 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
         raise ValueError(f"--holdout {holdout}: it holds out every validation shard, so none is left to fit the "
                          "ensemble's weights on (hold out fewer, or add --crossfit_folds)")
     if not folds:  # the weights are fitted on the trials' own models: found before hours of refits, not after
-        kept_train_dirs(spec, best, f"--refit_top {top}", "; refit fewer, or add --crossfit_folds")
+        kept_best_models(spec, best, f"--refit_top {top}", "; refit fewer, or add --crossfit_folds")
     return RefitPlan(best, labelled, split, held, weight_shards)
 
 
@@ -104,7 +103,8 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
         summary.update(fold_dirs=fold_dirs, out_of_fold=oof_files)
         members = oof_files
     else:
-        fold_dirs, members = [], [_trial_run(spec, trial) for trial in plan.trials]
+        fold_dirs, members = [], [trial_best_model(spec.settings.study.study_dir, trial)
+                                        for trial in plan.trials]
     with opened_inputs(members, num_classes) as inputs:
         fitted = fit_ensemble(inputs, ",".join(plan.weight_shards), num_classes)
     weights = fitted["weights"]
@@ -175,14 +175,6 @@ def _concatenated(pieces: Sequence[str], output: str) -> str:
 
     write_file_atomically(output, write)
     return output
-
-
-def _trial_run(spec: TuneSpec, trial: FrozenTrial) -> str:
-    """The trial's model at its best epoch: its best export (the epoch its value was validated at), else its run's
-    latest checkpoint."""
-    run = trial_train_dir(spec.settings.study.study_dir, trial)
-    exports = list_exports(run, "best")
-    return exports[-1][1] if exports else run
 
 
 def _ensemble_command(runs: Sequence[str], weights: Sequence[float], pattern: str, output: str) -> str:

@@ -33,6 +33,7 @@ from yt8m.tuning.objective import (
     EXAMPLES_ATTR,
     STOPPED_ATTR,
     best_trials,
+    trial_best_model,
     trial_train_dir,
     trial_value,
 )
@@ -302,44 +303,45 @@ def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dic
 
 
 def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any]:
-    """`yt8m eval --report` of the best complete trial: its latest checkpoint evaluated on the study's validation
-    shards, read and scored as its train dir says (nothing written there), the HTML report written to `path`."""
+    """`yt8m eval --report` of the best complete trial: its model at the epoch its value was validated at
+    (trial_best_model) evaluated on the study's validation shards, read and scored as its train dir says (nothing
+    written there), the HTML report written to `path`."""
     best = best_trial(study)
     if best is None:
         raise ValueError(f"--report: study '{spec.settings.study.study_name}' has no complete trial to report on")
-    train_dir = trial_train_dir(spec.settings.study.study_dir, best)
-    if not os.path.isdir(checkpoint_dir(train_dir)):
-        raise ValueError(f"--report: the best trial, {best.number}, kept no checkpoints in {train_dir}")
-    config = resolve_eval_config({"train_dir": train_dir, "eval_data_pattern": spec.eval_data_pattern,
+    (model,) = kept_best_models(spec, [best], "--report")
+    config = resolve_eval_config({"train_dir": model, "eval_data_pattern": spec.eval_data_pattern,
                                   "run_once": True, "report": path}, "tune-report --report")
     log.info("evaluating the best trial, %d, for the report %s", best.number, path)
-    return {"trial": best.number, "train_dir": train_dir, **evaluate_latest(config)}
+    return {"trial": best.number, "train_dir": model, **evaluate_latest(config)}
 
 
-def kept_train_dirs(spec: TuneSpec, trials: Sequence[FrozenTrial], flag: str, advice: str = "") -> list[str]:
-    """The trials' train dirs, or a ValueError naming the first whose checkpoints `keep_best` removed."""
-    train_dirs = [trial_train_dir(spec.settings.study.study_dir, trial) for trial in trials]
-    for trial, train_dir in zip(trials, train_dirs):
+def kept_best_models(spec: TuneSpec, trials: Sequence[FrozenTrial], flag: str, advice: str = "") -> list[str]:
+    """The trials' best models (trial_best_model), or a ValueError naming the first whose checkpoints and exports
+    `keep_best` removed."""
+    study_dir = spec.settings.study.study_dir
+    for trial in trials:
+        train_dir = trial_train_dir(study_dir, trial)
         if not os.path.isdir(checkpoint_dir(train_dir)):
             raise ValueError(f"{flag}: trial {trial.number} kept no checkpoints in {train_dir} (tune.keep_best is "
                              f"{spec.settings.study.keep_best}: only the best trials keep theirs{advice})")
-    return train_dirs
+    return [trial_best_model(study_dir, trial) for trial in trials]
 
 
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: bool = False) -> dict[str, Any]:
-    """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; their latest
-    checkpoints), its weights fitted for GAP on the study's validation shards, and its validation metrics next to the
-    best single trial's (measured alike)."""
+    """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; each its
+    model at the epoch its value was validated at), its weights fitted for GAP on the study's validation shards, and
+    its validation metrics next to the best single trial's (measured alike)."""
     best = best_trials(study, count, diverse)
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
                          "complete trials")
-    train_dirs = kept_train_dirs(spec, best, f"--ensemble_top {count}")
-    num_classes = spec.trial_config(best[0].params, train_dirs[0]).features.num_classes
-    with opened_inputs(train_dirs, num_classes) as inputs:
+    models = kept_best_models(spec, best, f"--ensemble_top {count}")
+    num_classes = spec.trial_config(best[0].params, models[0]).features.num_classes
+    with opened_inputs(models, num_classes) as inputs:
         fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)
     single = fitted["inputs"][0]
-    return {"trials": [trial.number for trial in best], "train_dirs": train_dirs, "weights": fitted["weights"],
+    return {"trials": [trial.number for trial in best], "train_dirs": models, "weights": fitted["weights"],
             "weights_fitted_on": spec.eval_data_pattern, "videos": fitted["videos"], **fitted["ensemble"],
             "equal_weights_gap": fitted["equal_weights_gap"],
             "best_single": {"trial": best[0].number, **{k: v for k, v in single.items() if k != "input"}},
