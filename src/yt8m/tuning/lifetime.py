@@ -113,7 +113,9 @@ class TrialStartLock:
     def _hold_interrupts(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # only the main thread receives signals (and may set their handlers)
-        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.INTERRUPTS}
+        # A handler set outside Python (getsignal: None) could not be put back: such a signal is not held.
+        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.INTERRUPTS
+                          if signal.getsignal(signum) is not None}
 
     def _hold(self, signum: int, frame: Any) -> None:
         if self._pending is None:
