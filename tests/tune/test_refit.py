@@ -5,6 +5,7 @@ fitting the weights; the ensembles scored on the held-out shards; the printed co
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import subprocess
 
@@ -53,7 +54,8 @@ def test_refit_and_crossfit_score_on_held_out_shards_and_print_a_working_command
     assert len(open(tmp_path / "p.csv").read().splitlines()) == 60 + 1
 
 
-def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_out(tmp_path, shards, capsys):  # noqa: F811
+def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_out(tmp_path, shards, capsys,  # noqa: F811
+                                                                                   caplog):
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": {"type": "float", "low": 0.01,
                                                                               "high": 0.3, "log": True}},
                      tune={"n_trials": 2, "pruner": "none", "sampler": "random"}, model="LogisticModel",
@@ -61,8 +63,18 @@ def test_refit_without_folds_fits_its_weights_on_the_validation_shards_not_held_
     assert cli.main(["tune", "--config", path]) == 0
     capsys.readouterr()
     validation = sorted(str(p) for p in shards.glob("validate-*.tfrecord"))
-    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--holdout", validation[1]]) == 0
+    assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "1", "--holdout", validation[1]]) == 0
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="yt8m.tune"):
+        assert cli.main(["tune-report", str(tmp_path / "study"), "--refit_top", "2", "--holdout", validation[1]]) == 0
     summary = json.loads(capsys.readouterr().out)["refit"]
+    # The best trial's refit, finished by the run before, is only resumed: the time left waits for one that trains.
+    progress = [message.split("refit: ", 1)[1] for message in caplog.messages if "models done in" in message]
+    assert len(progress) == 2
+    assert progress[0].startswith("1/2") and progress[0].endswith(
+        "(1 found finished by an earlier run), the time left is known once one trains")
+    assert progress[1].startswith("2/2") and "(1 found finished by an earlier run), about 0 s left" in progress[1]
     assert summary["fit_videos"] == 60  # the first validation shard's videos; the held-out shard's 60 are not seen
     assert set(summary["holdout_scores"]) == {"refits", "best_single_refit"}
     # The written script predicts the held-out shard with the chosen ensemble, as the printed command does.

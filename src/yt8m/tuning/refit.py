@@ -23,6 +23,7 @@ from yt8m.data.tfrecord import expand_pattern
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
 from yt8m.inference.predict import run_predict
+from yt8m.io.checkpoints import final_checkpoint
 from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
@@ -152,8 +153,10 @@ def _train(spec: TuneSpec, trial: FrozenTrial, shards: Sequence[str], train_dir:
                                "train_data_pattern": ",".join(shards), "start_new_model": False})
     log.info("refit %d/%d: trial %d on %d shards into %s", progress.done + 1, progress.total, trial.number,
              len(shards), train_dir)
+    finished_before = final_checkpoint(train_dir) is not None
+    started = time.perf_counter()
     train(config)
-    progress.one_done()
+    progress.one_done(time.perf_counter() - started, trained=not finished_before)
     return train_dir
 
 
@@ -207,17 +210,22 @@ def print_refit(summary: dict[str, Any]) -> None:
 
 
 class Progress:
-    """Models trained of the plan's total, and the time left at the mean time per model so far."""
+    """Models done of the plan's total, and the time left at the mean time of the models trained by this run: one
+    an earlier run finished is only resumed, in seconds, and says nothing of the time the others take."""
 
     def __init__(self, total: int):
         self.total, self.done, self.started = total, 0, time.perf_counter()
+        self.trained, self.training_seconds = 0, 0.0
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def one_done(self) -> None:
+    def one_done(self, seconds: float, trained: bool) -> None:
         self.done += 1
-        left = self.elapsed() / self.done * (self.total - self.done)
-        log.info("refit: %d/%d models trained in %.0f s, about %.0f s left", self.done, self.total, self.elapsed(),
-                 left)
-
+        self.trained += trained
+        self.training_seconds += seconds if trained else 0.0
+        resumed = self.done - self.trained
+        found = f" ({resumed} found finished by an earlier run)" if resumed else ""
+        left = (f"about {self.training_seconds / self.trained * (self.total - self.done):.0f} s left" if self.trained
+                else "the time left is known once one trains")
+        log.info("refit: %d/%d models done in %.0f s%s, %s", self.done, self.total, self.elapsed(), found, left)
