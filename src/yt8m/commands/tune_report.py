@@ -56,8 +56,8 @@ def main(argv: Sequence[str]) -> int:
                              "then the next best (members that differ gain an ensemble more than near-copies).")
     parser.add_argument("--report", default="", metavar="FILE.html",
                         help="Write the best complete trial's evaluation report to this HTML file, as `yt8m eval "
-                             "--report` writes it: its model at its best epoch evaluated on the study's validation "
-                             "shards (needs the plots extra).")
+                             "--report` writes it: its checkpoint that validated best, evaluated again on the study's "
+                             "validation shards (needs the plots extra).")
     args = parser.parse_args(argv)
     if args.ensemble_top is not None and args.ensemble_top < 1:
         parser.error(f"--ensemble_top must be at least 1, got {args.ensemble_top}")

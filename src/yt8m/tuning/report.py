@@ -303,8 +303,8 @@ def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dic
 
 
 def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any]:
-    """`yt8m eval --report` of the best complete trial: its model at the epoch its value was validated at
-    (trial_best_model) evaluated on the study's validation shards, read and scored as its train dir says (nothing
+    """`yt8m eval --report` of the best complete trial: its model at the checkpoint its value was validated at
+    (trial_best_model), evaluated on the study's validation shards, read and scored as its train dir says (nothing
     written there), the HTML report written to `path`."""
     best = best_trial(study)
     if best is None:
@@ -330,8 +330,8 @@ def kept_best_models(spec: TuneSpec, trials: Sequence[FrozenTrial], flag: str, a
 
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: bool = False) -> dict[str, Any]:
     """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; each its
-    model at the epoch its value was validated at), its weights fitted for GAP on the study's validation shards, and
-    its validation metrics next to the best single trial's (measured alike)."""
+    model at the checkpoint its value was validated at), its weights fitted for GAP on the study's validation
+    shards, and its validation metrics next to the best single trial's (measured alike)."""
     best = best_trials(study, count, diverse)
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
