@@ -114,6 +114,14 @@ def old_runs_data(tmp_path_factory) -> Path:
     return root
 
 
+def assert_equal_but_for_rounding(actual: dict, expected: dict) -> None:
+    """The same keys and values, floats to 1e-6 relative: the old runs were written on another CPU (an AMD EPYC), and
+    another CPU's float kernels (MKL's, an Intel Xeon's) round some sums differently in the 7th digit."""
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        assert actual[key] == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value), key
+
+
 def yt8m(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "yt8m", *map(str, args)], capture_output=True, text=True,
                           timeout=300)
@@ -126,7 +134,7 @@ def test_a_run_written_before_the_sections_evaluates_as_it_did(run, kind, old_ru
                   "--run_once")
     assert result.returncode == 0, result.stderr
     expected = json.loads((OLD_RUNS / "expected.json").read_text())[run]
-    assert json.loads(result.stdout) == expected
+    assert_equal_but_for_rounding(json.loads(result.stdout), expected)
 
 
 def test_a_multitask_run_written_before_the_sections_predicts_as_it_did(old_runs_data, tmp_path):
@@ -153,10 +161,13 @@ def test_a_checkpoint_written_before_the_sections_resumes_exactly(old_runs_data,
     assert "resuming from" in resumed.stderr and "ckpt-00000010.pt" in resumed.stderr
     # Timings differ, and so does the count of evaluations: the old run's last, of its final step 10, is one more.
     skip = ("seconds", "examples_per_sec", "input_wait_fraction", "evaluations")
-    assert {k: v for k, v in json.loads(resumed.stdout).items() if k not in skip} == \
-        {k: v for k, v in json.loads(fresh.stdout).items() if k not in skip}
-    assert torch.equal(load_checkpoint(latest_checkpoint(str(tmp_path / "old"))).model["experts.weight"],
-                       load_checkpoint(latest_checkpoint(str(tmp_path / "new"))).model["experts.weight"])
+    # The old run's first 10 steps were computed on another CPU: equal up to its rounding (exact resumption on one
+    # machine is test_trainer's).
+    assert_equal_but_for_rounding({k: v for k, v in json.loads(resumed.stdout).items() if k not in skip},
+                                  {k: v for k, v in json.loads(fresh.stdout).items() if k not in skip})
+    torch.testing.assert_close(load_checkpoint(latest_checkpoint(str(tmp_path / "old"))).model["experts.weight"],
+                               load_checkpoint(latest_checkpoint(str(tmp_path / "new"))).model["experts.weight"],
+                               rtol=1e-5, atol=1e-6)
 
 
 def steps(train_dir) -> list[int]:
