@@ -288,9 +288,10 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tiny_data, trained
         in caplog.text
 
 
-def test_checkpoint_every_epoch_evaluates_each_epoch_end(tiny_data, tmp_path):
+@pytest.mark.parametrize("export_model_steps", [1000, 0])
+def test_checkpoint_every_epoch_evaluates_each_epoch_end(tiny_data, tmp_path, export_model_steps):
     seen = []
-    config = tiny_train_config(tiny_data, tmp_path, export_model_steps=1000, checkpoint_every_epoch=True,
+    config = tiny_train_config(tiny_data, tmp_path, export_model_steps=export_model_steps, checkpoint_every_epoch=True,
                                eval_data_pattern=tiny_data["validate_pattern"])
     summary = train(config, hooks=[lambda event: seen.append((event.kind, event.step, event.metrics is not None))])
     assert [entry for entry in seen if entry[0] == "checkpoint"] == [("checkpoint", 4, True), ("checkpoint", 8, True),
@@ -298,3 +299,13 @@ def test_checkpoint_every_epoch_evaluates_each_epoch_end(tiny_data, tmp_path):
     assert sorted(name for name in os.listdir(tmp_path / "eval") if name.startswith("metrics-")) == [
         "metrics-00000004.json", "metrics-00000008.json", "metrics-00000012.json"]
     assert summary["evaluations"] == 3
+
+
+@pytest.mark.parametrize("every_epoch, steps", [(False, [12]), (True, [4, 8, 12])])
+def test_export_model_steps_0_checkpoints_at_no_step_count(tiny_data, tmp_path, every_epoch, steps):
+    seen = []
+    config = tiny_train_config(tiny_data, tmp_path, export_model_steps=0, checkpoint_every_epoch=every_epoch,
+                               eval_data_pattern=tiny_data["validate_pattern"])
+    train(config, hooks=[lambda event: seen.append(event.step) if event.kind == "checkpoint" else None])
+    assert seen == steps
+    assert [step for step, _ in list_checkpoints(config.checkpoints.train_dir)] == steps

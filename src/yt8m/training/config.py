@@ -48,7 +48,8 @@ class CheckpointConfig:
 
     train_dir: str = setting(STARTER_TRAIN_DIR, "Directory for checkpoints, logs and the resolved config.",
                              required=True)
-    export_model_steps: int = setting(1000, "Write a checkpoint every this many steps.", at_least=1)
+    export_model_steps: int = setting(1000, "Write a checkpoint every this many steps (0: none by step count, only "
+                                              "--checkpoint_every_epoch's and the last).", at_least=0)
     checkpoint_every_epoch: bool = setting(False, "Also write a checkpoint at the end of every epoch (evaluated with "
                                                   "--eval_data_pattern, as every checkpoint is).")
     keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.", at_least=1)

@@ -158,7 +158,8 @@ class TrainingLoop:
                 self._end_epoch()
                 return
             self._step(group, examples)
-            if progress.step % self.config.checkpoints.export_model_steps == 0:
+            every = self.config.checkpoints.export_model_steps
+            if every and progress.step % every == 0:
                 self._checkpoint()
             if self._done():
                 return

@@ -90,13 +90,13 @@ def log_train_dir(config: TrainConfig, rank: int) -> None:
         return
     checkpoints = config.checkpoints
     train_dir = checkpoints.train_dir
-    every = f"every {checkpoints.export_model_steps} steps" + (", at each epoch's end"
-                                                               if checkpoints.checkpoint_every_epoch else "")
+    when = ([f"every {checkpoints.export_model_steps} steps"] if checkpoints.export_model_steps else []) + (
+        ["at each epoch's end"] if checkpoints.checkpoint_every_epoch else []) + ["at the end"]
     evaluations = (f"; evaluations in {os.path.join(train_dir, 'eval')}, exports in "
                    f"{os.path.join(train_dir, EXPORT_DIR)}/(best|latest|final)"
                    if config.validation.eval_data_pattern else "")
-    log.info("train dir %s: checkpoints %s/ckpt-<step>.pt (%s and at the end; the newest %d kept), config.yaml, "
-             "model_size.json, TensorBoard events%s", train_dir, checkpoint_dir(train_dir), every,
+    log.info("train dir %s: checkpoints %s/ckpt-<step>.pt (%s; the newest %d kept), config.yaml, "
+             "model_size.json, TensorBoard events%s", train_dir, checkpoint_dir(train_dir), ", ".join(when),
              checkpoints.keep_checkpoints, evaluations)
 
 
