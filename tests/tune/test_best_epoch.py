@@ -3,6 +3,7 @@ the value a trial stopped by --trial_timeout or --timeout keeps."""
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import optuna
@@ -11,7 +12,7 @@ import pytest
 from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
 from yt8m.training import TrainEvent
 from yt8m.tuning import objective as objective_module
-from yt8m.tuning.limits import StudyDeadline, TrialTimeLimit
+from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit, limits_held
 from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialObjective
 from yt8m.tuning.report import best_train_config, leaderboard
 from yt8m.tuning.space import load_tune_spec
@@ -84,3 +85,35 @@ def test_a_limit_before_the_first_validation_prunes_or_requeues(study_and_spec, 
     with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(StudyDeadline):
         TrialObjective(spec, lock)(trial)
     assert trial.number in interrupted_trials(study)
+
+
+def test_a_trial_validates_only_where_it_reports(study_and_spec, monkeypatch):
+    """Each epoch's end and no step count: a validation the pruner does not see could become the trial's value (one
+    a retrain to its best epoch would not reproduce) and would count in early stopping's patience."""
+    study, spec, tmp_path = study_and_spec
+    configs = []
+    scripted = scripted_training([0.5, 0.6])
+
+    def train(config, hooks=()):
+        configs.append(config)
+        return scripted(config, hooks)
+
+    monkeypatch.setattr(objective_module, "train", train)
+    trial = study.ask()
+    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock:
+        TrialObjective(spec, lock)(trial)
+    checkpoints = configs[0].checkpoints
+    assert checkpoints.checkpoint_every_epoch and checkpoints.export_model_steps == 0
+
+
+def test_a_limit_waits_while_a_validation_is_recorded():
+    """--trial_timeout's signal arriving while the trial reports a validation stops it right after, so the value it
+    keeps and the reports the pruner saw are the same validations."""
+    recorded = False
+    with pytest.raises(TrialTimeLimit):
+        with RunLimits(trial_timeout=0.01).armed():
+            with limits_held():
+                time.sleep(0.2)  # the limit passes here
+                recorded = True
+            time.sleep(10)  # not reached: the limit stops the trial at once
+    assert recorded

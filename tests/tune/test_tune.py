@@ -87,7 +87,8 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
         "batch_size": {"type": "categorical", "choices": [16, 32], "when": {"optimizer": "Adam"}},
         "num_epochs": {"type": "float", "low": 1, "high": 3},
     }
-    path = tune_file(tmp_path / "tune.yaml", shards, search, tune={"sampler": "annealing"}, learning_rate=0.1)
+    path = tune_file(tmp_path / "tune.yaml", shards, search, tune={"sampler": "annealing"}, learning_rate=0.1,
+                     export_model_steps=500)
     document = yaml.safe_load(Path(path).read_text())
     document["objective"] = {"metric": "accuracy", "direction": "maximize"}
     Path(path).write_text(yaml.safe_dump(document))
@@ -103,9 +104,11 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
                      "search.num_epochs: 'num_epochs' holds integers; use type: int",
                      "objective.metric 'accuracy' is not a validation metric",
                      "tune.sampler must be one of tpe, random, got 'annealing'",
-                         "tune.pruner must be one of median, successive_halving, hyperband, none, got 'sometimes'"]:
+                     "tune.pruner must be one of median, successive_halving, hyperband, none, got 'sometimes'",
+                     "trials validate and report at each epoch's end (tune.report_every_steps for more often); "
+                     "remove export_model_steps from train: and search:"]:
         assert expected in err
-    assert "10 problem(s)" in err
+    assert "11 problem(s)" in err
     assert not (tmp_path / "study").exists()
 
 

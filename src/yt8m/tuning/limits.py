@@ -26,6 +26,32 @@ class TrialTimeLimit(KeyboardInterrupt):
 
 
 @dataclasses.dataclass
+class _Holding:
+    """Whether the limits wait (limits_held), and the limit that passed meanwhile."""
+
+    depth: int = 0
+    passed: Optional[KeyboardInterrupt] = None
+
+
+_HOLDING = _Holding()
+
+
+@contextlib.contextmanager
+def limits_held() -> Iterator[None]:
+    """A limit waits while a trial records a validation, so that its value and its reports to the pruner stay the
+    same validations; one that passed meanwhile stops the trial right after. (Blocking SIGALRM would not do: the
+    kernel hands it to another thread, and Python runs the handler in this one at once.)"""
+    _HOLDING.depth += 1
+    try:
+        yield
+    finally:
+        _HOLDING.depth -= 1
+    if _HOLDING.depth == 0 and _HOLDING.passed is not None:
+        passed, _HOLDING.passed = _HOLDING.passed, None
+        raise passed
+
+
+@dataclasses.dataclass
 class RunFlags:
     """`yt8m tune` flags beside the tuning file's `tune:` settings."""
 
@@ -61,6 +87,9 @@ class RunLimits:
         seconds, error = limit
 
         def expire(signum: int, frame: Any) -> None:
+            if _HOLDING.depth:
+                _HOLDING.passed = error
+                return
             raise error
 
         previous = signal.signal(signal.SIGALRM, expire)
@@ -70,6 +99,7 @@ class RunLimits:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            _HOLDING.passed = None
 
     def _nearest(self, now: float) -> Optional[tuple[float, KeyboardInterrupt]]:
         limits: list[tuple[float, KeyboardInterrupt]] = []

@@ -20,7 +20,7 @@ from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
 from yt8m.tuning.lifetime import TrialStartLock
-from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit
+from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit, limits_held
 from yt8m.tuning.space import TuneSpec, objective_key, report_schedule
 from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
@@ -110,17 +110,22 @@ class ValidationReporter:
             self.failure = f"validation {self.spec.metric} is {value} at step {event.step}"
             return True
         log.info("trial %d, step %d: validation %s %.5f", self.trial.number, event.step, self.spec.metric, value)
-        if self.best is None or self._better(value, self.best.value):
-            self.best = Validated(value, event.epoch, event.step, dict(event.metrics))
-        report_step = self._report_step(event)
-        if report_step is None:
+        with limits_held():
+            report_step = self._record(event, value)
+        if report_step is None or self._is_last(event) or not self.trial.should_prune():
             return False
-        self.trial.report(value, report_step)
-        self.reports.append((report_step, value))
-        if not self._is_last(event) and self.trial.should_prune():
-            self.pruned_at = report_step
-            return True
-        return False
+        self.pruned_at = report_step
+        return True
+
+    def _record(self, event: "TrainEvent", value: float) -> Optional[int]:
+        """Report the validation to the pruner and keep it if it is the best so far; the step reported at."""
+        report_step = self._report_step(event)
+        if report_step is not None:
+            self.trial.report(value, report_step)
+            self.reports.append((report_step, value))
+        if self.best is None or self._better(value, self.best.value):
+            self.best = Validated(value, event.epoch, event.step, dict(self.metrics))
+        return report_step
 
     def _better(self, value: float, best: float) -> bool:
         return value > best if self.spec.direction == "maximize" else value < best

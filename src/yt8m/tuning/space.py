@@ -605,18 +605,21 @@ def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str])
 
 def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, Any], search: list[Param],
                            problems: list[str]) -> None:
-    """Trials report at their checkpoints when --report_every_steps is set, so it owns export_model_steps."""
+    """Trials validate where they report (report_schedule), so the tuner owns their export_model_steps."""
     owned = "export_model_steps"
-    if settings.pruning.report_every_steps and (owned in train or any(param.name == owned for param in search)):
-        problems.append(f"{path}: tune.report_every_steps sets each trial's {owned} (trials report at their "
-                        f"checkpoints); remove {owned} from train: and search:")
+    if owned in train or any(param.name == owned for param in search):
+        steps = settings.pruning.report_every_steps
+        where = f"every tune.report_every_steps={steps} steps" if steps else \
+            "at each epoch's end (tune.report_every_steps for more often)"
+        problems.append(f"{path}: trials validate and report {where}; remove {owned} from train: and search:")
 
 
 def report_schedule(pruning: PruningSettings) -> dict[str, Any]:
-    """Trials report the trainer's evaluation of their checkpoints: every --report_every_steps steps (their
-    export_model_steps), else at the checkpoint each epoch ends with."""
+    """Trials validate their checkpoints where they report, and only there (a validation in between could become the
+    trial's value unseen by the pruner, and count in early stopping's patience): every --report_every_steps steps
+    (their export_model_steps), else at each epoch's end."""
     steps = pruning.report_every_steps
-    return {"export_model_steps": steps} if steps else {"checkpoint_every_epoch": True}
+    return {"export_model_steps": steps} if steps else {"checkpoint_every_epoch": True, "export_model_steps": 0}
 
 
 def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], settings: TuneSettings,
