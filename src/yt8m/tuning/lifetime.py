@@ -79,23 +79,60 @@ def stop_jobs(jobs: Sequence[JobProcess], grace: float = GRACE_SECS) -> None:
             job.join()
 
 
+class SignalHold:
+    """Signals that wait: while held, each of `signums` that arrives is noted (and `on_hold` called) instead of
+    handled; on release the first noted one is raised again, to the handler it was meant for. Only in the main thread,
+    the one that receives signals and may set their handlers."""
+
+    def __init__(self, signums: Sequence[int], on_hold: Callable[[], None] = lambda: None) -> None:
+        self.signums, self.on_hold = tuple(signums), on_hold
+        self._handlers: dict[int, Any] = {}
+        self._pending: Optional[int] = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def hold(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        # A handler set outside Python (getsignal: None) could not be put back: such a signal is not held.
+        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.signums
+                          if signal.getsignal(signum) is not None}
+
+    def release(self) -> None:
+        handlers, self._handlers = self._handlers, {}
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            signal.raise_signal(pending)  # as if it arrived now
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        if self._pending is None:
+            self._pending = signum
+        self.on_hold()
+
+
 class TrialStartLock:
     """This machine's budget lock, held by a job from counting the budget until its next trial is RUNNING and
     stamped with the job's process, so that its jobs never start more than --n_trials. Ctrl+C and SIGTERM wait
     while it is held: a trial cut between its creation and its stamp would stay RUNNING with no process to judge
     it by, and count toward the budget for ever. The signal is delivered once the lock is released."""
 
-    INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
-
     def __init__(self, path: str) -> None:
         self._file = FileLock(path)
-        self._handlers: dict[int, Any] = {}
-        self._pending: Optional[int] = None
+        # A job's watchdog still ends it after the grace, should the start hang.
+        self._interrupts = SignalHold((signal.SIGINT, signal.SIGTERM), on_hold=note_interrupt)
 
     @contextlib.contextmanager
     def held(self) -> Iterator["TrialStartLock"]:
         with self._file.held():
-            self._hold_interrupts()
+            self._interrupts.hold()
             try:
                 yield self
             finally:
@@ -103,21 +140,4 @@ class TrialStartLock:
 
     def release(self) -> None:
         self._file.release()
-        handlers, self._handlers = self._handlers, {}
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            signal.raise_signal(pending)  # to the handler it was meant for, as if it arrived now
-
-    def _hold_interrupts(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread receives signals (and may set their handlers)
-        # A handler set outside Python (getsignal: None) could not be put back: such a signal is not held.
-        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.INTERRUPTS
-                          if signal.getsignal(signum) is not None}
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        if self._pending is None:
-            self._pending = signum
-        note_interrupt()  # a job's watchdog still ends it after the grace, should the start hang
+        self._interrupts.release()

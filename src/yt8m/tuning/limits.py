@@ -15,6 +15,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from yt8m.fields import setting
+from yt8m.tuning.lifetime import SignalHold
 
 
 class StudyDeadline(KeyboardInterrupt):
@@ -25,30 +26,10 @@ class TrialTimeLimit(KeyboardInterrupt):
     """The trial ran past --trial_timeout: it ends scored by its best validated epoch."""
 
 
-@dataclasses.dataclass
-class _Holding:
-    """Whether the limits wait (limits_held), and the limit that passed meanwhile."""
-
-    depth: int = 0
-    passed: Optional[KeyboardInterrupt] = None
-
-
-_HOLDING = _Holding()
-
-
-@contextlib.contextmanager
-def limits_held() -> Iterator[None]:
+def limits_held() -> contextlib.AbstractContextManager[None]:
     """A limit waits while a trial records a validation, so that its value and its reports to the pruner stay the
-    same validations; one that passed meanwhile stops the trial right after. (Blocking SIGALRM would not do: the
-    kernel hands it to another thread, and Python runs the handler in this one at once.)"""
-    _HOLDING.depth += 1
-    try:
-        yield
-    finally:
-        _HOLDING.depth -= 1
-    if _HOLDING.depth == 0 and _HOLDING.passed is not None:
-        passed, _HOLDING.passed = _HOLDING.passed, None
-        raise passed
+    same validations; one that passed meanwhile stops the trial right after."""
+    return SignalHold((signal.SIGALRM,)).held()
 
 
 @dataclasses.dataclass
@@ -87,9 +68,6 @@ class RunLimits:
         seconds, error = limit
 
         def expire(signum: int, frame: Any) -> None:
-            if _HOLDING.depth:
-                _HOLDING.passed = error
-                return
             raise error
 
         previous = signal.signal(signal.SIGALRM, expire)
@@ -99,7 +77,6 @@ class RunLimits:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            _HOLDING.passed = None
 
     def _nearest(self, now: float) -> Optional[tuple[float, KeyboardInterrupt]]:
         limits: list[tuple[float, KeyboardInterrupt]] = []
