@@ -12,10 +12,10 @@ import math
 import tempfile
 
 import torch
-
 from bench_pooling import RUNS, run
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.data.synthetic import write_synthetic
+
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
 
 
 def synthetic_data(args: argparse.Namespace, sizes: tuple) -> dict:

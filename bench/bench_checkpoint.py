@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path, save_checkpoint
 from yt8m.models.config import ModelConfig, build_model
 

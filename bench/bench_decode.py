@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.decode import LabelIds, decode_frame, decode_video, decode_video_batch, dequantize
-from yt8m.data.tfrecord import TFRecordWriter, read_records
+from yt8m.data.format.decode import LabelIds, decode_frame, decode_video, decode_video_batch, dequantize
+from yt8m.data.format.encode import encode_frame_example, encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter, read_records
 
 VIDEO_NAMES, VIDEO_SIZES = ["mean_rgb", "mean_audio"], [1024, 128]
 FRAME_NAMES, FRAME_SIZES = ["rgb", "audio"], [1024, 128]

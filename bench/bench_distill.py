@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from yt8m.cli import main as cli_main
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.io.checkpoints import export_root, read_export_metrics
 
 

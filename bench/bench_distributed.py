@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.runtime import available_cpus
 from yt8m.training.meter import WARMUP_STEPS
 

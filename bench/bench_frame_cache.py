@@ -12,8 +12,8 @@ import resource
 import subprocess
 import sys
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
 
 SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)
 

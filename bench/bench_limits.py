@@ -20,11 +20,11 @@ import tempfile
 import time
 from typing import Any
 
-from yt8m.data.cache_estimate import estimate_cache
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.cache_estimate import estimate_cache
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import FeatureSpec
 
 
 def rss_bytes() -> int:

@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 from yt8m.cli import COMMANDS
-from yt8m.data.encode import encode_video_example
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter
 
 NUM_CLASSES = 3862
 FEATURE_SIZES = {"mean_rgb": 1024, "mean_audio": 128}

@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.data.synthetic import write_synthetic
-from yt8m.tasks.losses import create_loss
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.metrics import calculate_gap
 from yt8m.models import create_model
+from yt8m.tasks.losses import create_loss
 
 # (name, on averaged frames, hyper-parameters): small sizes, so that a CPU trains them in about a minute each
 RUNS = [("MoeModel", True, {}), ("FrameLevelLogisticModel", False, {}),

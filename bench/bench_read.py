@@ -13,9 +13,9 @@ import os
 import shutil
 import tempfile
 
-from yt8m.data.throughput import read_throughput
-from yt8m.data.dataset import FeatureSpec
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import FeatureSpec
+from yt8m.data.reading.throughput import read_throughput
 from yt8m.runtime import reader_workers
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)

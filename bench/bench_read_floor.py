@@ -20,13 +20,13 @@ import time
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import FeatureSpec
-from yt8m.data.decode import LabelIds
-from yt8m.data.delivery import Delivery
-from yt8m.data.batch_memory import SlotRef
-from yt8m.data.tfrecord import read_record_chunks
-from yt8m.data.throughput import read_throughput
+from yt8m.data.format.decode import LabelIds
+from yt8m.data.format.tfrecord import read_record_chunks
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.batch_memory import SlotRef
+from yt8m.data.reading.dataset import FeatureSpec
+from yt8m.data.reading.delivery import Delivery
+from yt8m.data.reading.throughput import read_throughput
 
 FRAME_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)
 

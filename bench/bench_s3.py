@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from s3_server import loopback_s3_server, s3_environment_set  # noqa: E402
 from yt8m.config import config_from_dict  # noqa: E402
-from yt8m.data.dataset import FeatureSpec  # noqa: E402
-from yt8m.data.throughput import read_throughput  # noqa: E402
-from yt8m.data.synthetic import write_synthetic  # noqa: E402
+from yt8m.data.making.synthetic import write_synthetic  # noqa: E402
+from yt8m.data.reading.dataset import FeatureSpec  # noqa: E402
+from yt8m.data.reading.throughput import read_throughput  # noqa: E402
 from yt8m.runtime import reader_workers, setup_logging  # noqa: E402
 from yt8m.training import TrainConfig, train  # noqa: E402
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from yt8m.config import config_from_dict
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.training import TrainConfig, train
 
 FRAMES = 300

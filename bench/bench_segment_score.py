@@ -16,10 +16,15 @@ import time
 
 import numpy as np
 
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.tfrecord import TFRecordWriter
-from yt8m.eval.segment_score import (LABELS_CSV_HEADER, SUBMISSION_HEADER, read_rated_segments_csv,
-                                read_rated_segments_tfrecords, score_segment_submission)
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.eval.segment_score import (
+    LABELS_CSV_HEADER,
+    SUBMISSION_HEADER,
+    read_rated_segments_csv,
+    read_rated_segments_tfrecords,
+    score_segment_submission,
+)
 
 NUM_CLASSES = 3862
 SEGMENTS_PER_VIDEO = 5

@@ -31,19 +31,19 @@ import torch  # noqa: E402
 
 from yt8m import kernels  # noqa: E402
 from yt8m.config import config_from_dict  # noqa: E402
-from yt8m.data.batch import Batch  # noqa: E402
-from yt8m.data.dataset import YT8MDataset  # noqa: E402
-from yt8m.data.synthetic import write_synthetic  # noqa: E402
-from yt8m.tasks.losses import create_loss  # noqa: E402
+from yt8m.data.making.synthetic import write_synthetic  # noqa: E402
+from yt8m.data.reading.batch import Batch  # noqa: E402
+from yt8m.data.reading.dataset import YT8MDataset  # noqa: E402
 from yt8m.models import is_frame_level  # noqa: E402
 from yt8m.models.config import build_model  # noqa: E402
-from yt8m.tasks.taskset import plan_tasks  # noqa: E402
-from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
 from yt8m.runtime import autocast, resolve_device, setup_logging  # noqa: E402
+from yt8m.tasks.losses import create_loss  # noqa: E402
+from yt8m.tasks.taskset import plan_tasks  # noqa: E402
 from yt8m.training import TrainConfig, train  # noqa: E402
-from yt8m.training.stepper import grad_scaler, model_loss  # noqa: E402
-from yt8m.training.run import model_of  # noqa: E402
 from yt8m.training.meter import WARMUP_STEPS  # noqa: E402
+from yt8m.training.optim import apply_update, build_optimizer, l2_terms  # noqa: E402
+from yt8m.training.run import model_of  # noqa: E402
+from yt8m.training.stepper import grad_scaler, model_loss  # noqa: E402
 
 
 def backward_and_update(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

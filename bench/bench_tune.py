@@ -68,7 +68,7 @@ def spend(study: optuna.Study, target: Optional[float] = None) -> dict[str, Any]
 
 
 def synthetic(args: argparse.Namespace) -> None:
-    from yt8m.data.synthetic import write_synthetic
+    from yt8m.data.making.synthetic import write_synthetic
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="yt8m_bench_tune_"))
     data = work / "data"

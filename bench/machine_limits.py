@@ -57,7 +57,7 @@ def real_shards(work: Path) -> list[str]:
 
 def synthetic(kind: str, videos: int) -> Callable[[Path], list[str]]:
     def setup(work: Path) -> list[str]:
-        from yt8m.data.synthetic import write_synthetic  # the checkout running this script writes the data
+        from yt8m.data.making.synthetic import write_synthetic  # the checkout running this script writes the data
         data = work / "data"
         if not data.exists():
             write_synthetic(str(data), kind=kind, num_classes=20, train_videos=videos, validate_videos=0,
@@ -150,7 +150,7 @@ def stalled_s3(work: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
     import s3fs
 
     from s3_server import loopback_s3_server, s3_environment, stalling_proxy
-    from yt8m.data.synthetic import write_synthetic
+    from yt8m.data.making.synthetic import write_synthetic
     shard = write_synthetic(str(work / "data"), num_classes=20, train_videos=64, validate_videos=0, test_videos=0,
                             shards=1, feature_sizes=(1024, 128))["train"][0]
     with loopback_s3_server() as endpoint, stalling_proxy(endpoint) as (proxy, stall):

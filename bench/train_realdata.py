@@ -14,12 +14,12 @@ import tempfile
 from pathlib import Path
 
 from yt8m.config import config_from_dict
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.eval.evaluate import evaluate_model
-from yt8m.tasks.video import features_task
-from yt8m.runtime import setup_logging
 from yt8m.process_settings import configure_training_process
+from yt8m.runtime import setup_logging
+from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, TrainEvent, train
 
 SHARDS = Path(__file__).resolve().parents[1].parent / "shared" / "realdata" / "yt8m_2018_video_validate"

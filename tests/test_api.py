@@ -11,7 +11,7 @@ import yt8m
 import yt8m.api
 from yt8m.training.config import ScheduleConfig, TrainConfig
 
-DOCUMENTED = ["yt8m.api.runs", "yt8m.api.videos", "yt8m.data.videos", "yt8m.models.registry", "yt8m.tasks.losses",
+DOCUMENTED = ["yt8m.api.runs", "yt8m.api.videos", "yt8m.data.making.videos", "yt8m.models.registry", "yt8m.tasks.losses",
               "yt8m.tasks.metrics"]
 
 

@@ -13,9 +13,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yt8m.config import (ConfigError, add_config_arguments, add_config_file_argument, config_document,
-                         config_from_dict, config_values, flag_names, flag_type, load_config, parse_config, save_config)
-from yt8m.data.spec import FeatureSpec
+from yt8m.config import (
+    ConfigError,
+    add_config_arguments,
+    add_config_file_argument,
+    config_document,
+    config_from_dict,
+    config_values,
+    flag_names,
+    flag_type,
+    load_config,
+    parse_config,
+    save_config,
+)
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.config import EvalConfig
 from yt8m.inference.config import EnsembleConfig, PredictConfig
 from yt8m.models.frame import DbofHParams

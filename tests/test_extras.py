@@ -7,9 +7,8 @@ import json
 import subprocess
 import sys
 
-import yaml
-
 import pytest
+import yaml
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401
 from yt8m.config import config_values

@@ -16,7 +16,7 @@ import yaml
 
 from conftest import REPO_ROOT, venv_environment
 from yt8m.config import config_values, load_config
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.training import TrainConfig
 
 RECIPES = sorted((REPO_ROOT / "configs" / "recipes").glob("*.yaml"))

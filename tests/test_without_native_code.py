@@ -14,7 +14,7 @@ import pytest
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (a fixture)
 from yt8m import kernels
-from yt8m.data import tfrecord
+from yt8m.data.format import tfrecord
 
 needs_native = pytest.mark.skipif(tfrecord.native is None or kernels.native is None,
                                   reason="compares with the native code, which is not built (or YT8M_NATIVE=0)")

@@ -22,7 +22,7 @@ SEARCH = {
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
-    from yt8m.data.synthetic import write_synthetic
+    from yt8m.data.making.synthetic import write_synthetic
 
     root = tmp_path_factory.mktemp("synthetic")
     write_synthetic(str(root), kind="video", num_classes=NUM_CLASSES, train_videos=240, validate_videos=120,

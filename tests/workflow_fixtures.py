@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from yt8m.config import config_from_dict
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.inference.config import PredictConfig
 from yt8m.tasks.taskset import TaskSet, one_task_set
 from yt8m.training import TrainConfig

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from yt8m import cli, runtime
-from yt8m.data.encode import encode_video_example
-from yt8m.data.synthetic import write_synthetic
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.runtime import reader_workers
 
 KEYS = {"examples", "batches", "seconds", "examples_per_sec", "mb_per_sec"}

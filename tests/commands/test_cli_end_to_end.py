@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from workflow_fixtures import NUM_CLASSES, predict_config, train_config
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_run
 from yt8m.inference.predict import run_predict
 from yt8m.training import train

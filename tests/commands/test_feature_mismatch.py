@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from yt8m import cli
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 
 
 @pytest.fixture(scope="module")

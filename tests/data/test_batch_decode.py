@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data import batch_decode
-from yt8m.data.batch_decode import PackedRecords, decode_packed
-from yt8m.data.decode import RecordError, decode_video_batch
-from yt8m.data.encode import encode_video_example
-from yt8m.data.tfrecord import read_records
+from yt8m.data.format import batch_decode
+from yt8m.data.format.batch_decode import PackedRecords, decode_packed
+from yt8m.data.format.decode import RecordError, decode_video_batch
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import read_records
 
 needs_native = pytest.mark.skipif(batch_decode.native is None, reason="the native extension is not built")
 
@@ -74,7 +74,7 @@ def test_ids_of_mixed_lengths_and_non_ascii_text_are_decoded_exactly():
 def test_damaged_records_decode_as_the_record_by_record_parser_decodes_them(fixtures_dir):
     """Random byte changes in real records: the batch decoder gives exactly what decode_video gives, or the
     same error; whatever the native decoder takes, it takes right."""
-    from yt8m.data.decode import decode_video
+    from yt8m.data.format.decode import decode_video
 
     payloads = [payload for _, payload in read_records(str(fixtures_dir / "video" / "train00.tfrecord"))][:40]
     rng = np.random.default_rng(5)

@@ -14,11 +14,11 @@ from torch.utils.data import DataLoader
 
 from conftest import as_float32, load_sidecar
 from yt8m.config import config_from_dict
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.decode import RecordError
-from yt8m.data.read_plan import ReadOptions, reader_shares
-from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter
+from yt8m.data.format.decode import RecordError
+from yt8m.data.format.encode import encode_frame_example, encode_video_example
+from yt8m.data.format.tfrecord import CorruptRecordError, TFRecordWriter
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions, reader_shares
 
 VIDEO_SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [1024, 128], frame_features=False)
 FRAME_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True)

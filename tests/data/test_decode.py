@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import as_float32, load_sidecar, manifest_totals
-from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.wire_scan import iter_fields
-from yt8m.data.tfrecord import read_records
+from yt8m.data.format.encode import encode_frame_example, encode_video_example
+from yt8m.data.format.tfrecord import read_records
+from yt8m.data.format.wire_scan import iter_fields
 
 VIDEO_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
                "video_2017/train00.tfrecord", "video_gzip/train00.tfrecord.gz"]
@@ -58,12 +58,19 @@ def test_encoders_match_tensorflow_layout(fixtures_dir, name):
 
 import pickle  # noqa: E402
 
-from yt8m.data.decode import (  # noqa: E402
-    LabelIds, RecordError, VideoBatch, decode_frame, decode_video, decode_video_batch, dequantize)
-from yt8m.data.encode import encode_varint  # noqa: E402
-from yt8m.data.example_parse import parse_record  # noqa: E402
-from yt8m.data.tfrecord import TFRecordWriter, expand_pattern  # noqa: E402
-from yt8m.data.wire_scan import WireFormatError  # noqa: E402
+from yt8m.data.format.decode import (  # noqa: E402
+    LabelIds,
+    RecordError,
+    VideoBatch,
+    decode_frame,
+    decode_video,
+    decode_video_batch,
+    dequantize,
+)
+from yt8m.data.format.encode import encode_varint  # noqa: E402
+from yt8m.data.format.example_parse import parse_record  # noqa: E402
+from yt8m.data.format.tfrecord import TFRecordWriter, expand_pattern  # noqa: E402
+from yt8m.data.format.wire_scan import WireFormatError  # noqa: E402
 
 NAMES = ["mean_rgb", "mean_audio"]
 SIZES = [1024, 128]
@@ -430,7 +437,7 @@ def test_a_2017_label_read_with_2018_classes_says_the_fix(label, num_classes, hi
 
 
 def test_real_2017_shard_with_default_classes_says_the_fix(realdata_dir):
-    from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
+    from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
     path = realdata_dir / "yt8m_2017_video" / "validatea0.tfrecord"
     with pytest.raises(RecordError, match=r"found 4\d{3}; 2017 data has 4,716 classes \(--num_classes 4716\)$"):
         list(make_loader(YT8MDataset(str(path), FeatureSpec(NAMES, SIZES, False), batch_size=1024), 0))
@@ -455,7 +462,7 @@ def test_batch_decoding_can_leave_bad_records_out():
 
 
 def test_record_id_key_tells_2017_from_2018_records():
-    from yt8m.data.decode import record_id_key
+    from yt8m.data.format.decode import record_id_key
     assert record_id_key(video(), sequence=False) == "id"
     assert record_id_key(video(id_key="video_id"), sequence=False) == "video_id"
     frames = {"rgb": np.zeros((2, 4), np.uint8)}

@@ -19,8 +19,8 @@ import pytest
 from faults import files_under, fill_disk_after
 from loopback_mirror import LOCAL_PLAN, PARTITION, PLAN_PATH, Mirror, mirror, synthetic_files  # noqa: F401  (a fixture)
 from yt8m import cli
-from yt8m.data import download
-from yt8m.data.download import DONE_LOG_SUFFIX, Source, in_shard, local_name, parse_shard
+from yt8m.data.making import download
+from yt8m.data.making.download import DONE_LOG_SUFFIX, Source, in_shard, local_name, parse_shard
 
 FAST = ["--backoff_secs", "0.01", "--timeout_secs", "2"]
 

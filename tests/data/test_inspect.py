@@ -11,9 +11,9 @@ import pytest
 
 from conftest import as_float32, load_sidecar
 from yt8m import cli
-from yt8m.data.encode import encode_video_example
-from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern
 from yt8m.commands.inspect import main
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern
 
 VIDEO_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
                "video_2017/train00.tfrecord", "video_gzip/train00.tfrecord.gz"]

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from yt8m.data.read_plan import ReadOptions, ReadPlan
+from yt8m.data.reading.read_plan import ReadOptions, ReadPlan
 
 RECORDS_PER_FILE = 30
 

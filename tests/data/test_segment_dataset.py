@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from conftest import load_sidecar
-from yt8m.data.batch_build import DecodedSegment, finish_batch, segment_batch, segment_examples
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.decode import SegmentRatings
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.decode import SegmentRatings
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.data.reading.batch_build import DecodedSegment, finish_batch, segment_batch, segment_examples
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
 
 SEGMENT_SPEC = FeatureSpec(["rgb", "audio"], [1024, 128], frame_features=True, segment_labels=True)
 

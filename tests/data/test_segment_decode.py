@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data.decode import RecordError, decode_segment_ratings, decode_segment_video
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.tfrecord import read_records
+from yt8m.data.format.decode import RecordError, decode_segment_ratings, decode_segment_video
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import read_records
 
 NAMES, SIZES = ["rgb", "audio"], [1024, 128]
 

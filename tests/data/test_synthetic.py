@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.decode import decode_frame, dequantize
-from yt8m.data.example_parse import parse_record
 from yt8m.commands.synth import main
-from yt8m.data.synthetic import write_synthetic
-from yt8m.data.tfrecord import read_records
+from yt8m.data.format.decode import decode_frame, dequantize
+from yt8m.data.format.example_parse import parse_record
+from yt8m.data.format.tfrecord import read_records
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
 
 NUM_CLASSES = 20
 SIZES = {"train": 1500, "validate": 500, "test": 200}

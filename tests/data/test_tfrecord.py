@@ -17,8 +17,14 @@ import numpy as np
 import pytest
 
 from conftest import load_sidecar
-from yt8m.data import tfrecord
-from yt8m.data.tfrecord import CorruptRecordError, TFRecordWriter, expand_pattern, read_record_chunks, read_records
+from yt8m.data.format import tfrecord
+from yt8m.data.format.tfrecord import (
+    CorruptRecordError,
+    TFRecordWriter,
+    expand_pattern,
+    read_record_chunks,
+    read_records,
+)
 
 VALID_FILES = ["video/train00.tfrecord", "video/train01.tfrecord", "video/train02.tfrecord",
                "video_2017/train00.tfrecord", "video_gzip/train00.tfrecord.gz",

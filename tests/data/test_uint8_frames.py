@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from yt8m.data import batch_decode
-from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.dataset import FeatureSpec, YT8MDataset, make_loader
-from yt8m.data.decode import RecordError, decode_frame_batch, dequantize
-from yt8m.data.device_prefetch import to_device_ahead
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format import batch_decode
+from yt8m.data.format.batch_decode import PackedRecords
+from yt8m.data.format.decode import RecordError, decode_frame_batch, dequantize
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset, make_loader
+from yt8m.data.reading.device_prefetch import to_device_ahead
+from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.models import create_model
 from yt8m.models.base import forward
 

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from workflow_fixtures import as_flags, predict_config, tiny_train_config, train_config
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.distributed.across_ranks import rank_shards
-from yt8m.data.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_run
 from yt8m.eval.metrics import EvaluationMetrics
-from yt8m.inference.predict import run_predict
 from yt8m.eval.segment_metrics import SegmentMetrics
+from yt8m.inference.predict import run_predict
 
 NUM_CLASSES, FEATURE_SIZES = 12, (16, 8)
 

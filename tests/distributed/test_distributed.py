@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from workflow_fixtures import as_flags, train_config
-from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from yt8m.data.synthetic import write_synthetic
-from yt8m.data.tfrecord import expand_pattern, read_records
-from yt8m.eval.evaluate import evaluate_run
 from yt8m.commands.train import main
+from yt8m.data.format.tfrecord import expand_pattern, read_records
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.eval.evaluate import evaluate_run
+from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from yt8m.training import train
 from yt8m.training.trained_ids import TRAINED_IDS_ENV
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 import torch
-
 from test_distributed import TRAIN_VIDEOS, config_values, finish, start_torchrun, uneven_data, worker_pids  # noqa: F401
+
 from workflow_fixtures import as_flags
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from workflow_fixtures import tiny_data, tiny_train_config, train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
-from yt8m.models.checkpoints import build_model_from_checkpoint
-from yt8m.io.checkpoints import final_checkpoint
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.commands.eval import main
-from yt8m.eval.evaluate import evaluate_run, evaluate_model
 import yt8m.eval.metrics as metrics_module
+from workflow_fixtures import tiny_data, tiny_train_config, train_config, trained_copy, trained_dir  # noqa: F401  (fixtures)
+from yt8m.commands.eval import main
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
+from yt8m.eval.evaluate import evaluate_model, evaluate_run
+from yt8m.io.checkpoints import final_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
 from yt8m.tasks.video import VIDEO_METRICS, features_task
 from yt8m.training import train
 

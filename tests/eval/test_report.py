@@ -25,7 +25,7 @@ import pytest
 from tune_fixtures import shards, tune_file  # noqa: F401  (fixtures)
 from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
 from yt8m import cli
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.tfrecord import TFRecordWriter
 from yt8m.eval.curves import read_scalars, run_curves
 from yt8m.eval.diagnostics import Calibration, Confusions, Diagnostics
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from conftest import manifest_totals
 from yt8m.cli import main as cli_main
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.eval.score import read_labels_csv
 
 REAL_SHARDS = "yt8m_2018_video_validate"

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import load_sidecar
 from yt8m.cli import main as cli_main
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import TFRecordWriter
 from yt8m.eval.segment_score import read_rated_segments, score_segment_submission
 
 SHARDS = ("validate00.tfrecord", "validate01.tfrecord")

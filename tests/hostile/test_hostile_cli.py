@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from cli_outcome import yt8m  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.hostile

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from cli_outcome import yt8m, yt8m_here  # noqa: F401  (fixtures)
+
 from faults import files_under
 from loopback_mirror import (  # noqa: F401  (a fixture)
     LOCAL_PLAN,

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from cli_outcome import yt8m_env, yt8m_here  # noqa: F401  (fixtures)
+
 from workflow_fixtures import NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.hostile

@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-
 from cli_outcome import yt8m  # noqa: F401  (fixtures)
 
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 
 pytestmark = pytest.mark.hostile
 

@@ -5,10 +5,10 @@ a hang."""
 from __future__ import annotations
 
 import pytest
-
 from cli_outcome import yt8m_here  # noqa: F401  (a fixture)
+
 from s3_server import free_port, loopback_s3_server, s3_environment_set, stalling_proxy
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 
 pytestmark = pytest.mark.hostile
 

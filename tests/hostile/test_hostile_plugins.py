@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-
 from cli_outcome import yt8m, yt8m_env  # noqa: F401  (fixtures)
+
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixture)
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 
 pytestmark = pytest.mark.hostile
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_outcome import Outcome, record, yt8m_env, yt8m_here  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.hostile

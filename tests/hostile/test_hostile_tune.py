@@ -13,8 +13,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from cli_outcome import CLEAN_ERROR, Outcome, record, yt8m_env
+
 from tune_fixtures import SEARCH, shards, tune_file  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.hostile

@@ -14,7 +14,7 @@ import yaml
 
 from workflow_fixtures import NUM_CLASSES, tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.cli import main as cli_main
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.metrics import calculate_gap
 from yt8m.inference.ensemble import fit_weights
 from yt8m.io.checkpoints import latest_checkpoint

@@ -14,13 +14,13 @@ import torch
 
 from workflow_fixtures import NUM_CLASSES, predict_config, tiny_data, train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.cli import main as cli_main
-from yt8m.data.synthetic import write_synthetic
-from yt8m.inference.onnx_export import ExportError, export_onnx, load_exported
 from yt8m.commands.export import main as export_main
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.eval.score import read_predictions_csv, score_files
+from yt8m.inference.onnx_export import ExportError, export_onnx, load_exported
+from yt8m.inference.predict import run_predict
 from yt8m.models import create_model, list_models
 from yt8m.models.registry import registered_model
-from yt8m.inference.predict import run_predict
-from yt8m.eval.score import read_predictions_csv, score_files
 from yt8m.training import train
 
 FEATURE_SIZE = 24

@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from workflow_fixtures import tiny_data, tiny_train_config, trained_dir, as_flags  # noqa: F401  (fixtures)
+from workflow_fixtures import as_flags, tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m import cli
 from yt8m.config import config_values
 

@@ -17,15 +17,15 @@ import pytest
 import torch
 
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data, trained_dir  # noqa: F401  (fixtures)
-from yt8m.io.checkpoints import latest_checkpoint
 from yt8m.cli import main as cli_main
-from yt8m.data.encode import encode_video_example
-from yt8m.data.tfrecord import TFRecordWriter
 from yt8m.commands.predict import main
 from yt8m.commands.score import main as score_main
-from yt8m.inference.predictions import convert_predictions
-from yt8m.data.inspection import find_video
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.data.reading.inspection import find_video
 from yt8m.eval.score import read_labels_csv
+from yt8m.inference.predictions import convert_predictions
+from yt8m.io.checkpoints import latest_checkpoint
 
 
 def predict(data: dict, train_dir, split: str, output, *extra: str) -> dict:

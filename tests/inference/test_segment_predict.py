@@ -14,14 +14,20 @@ import pytest
 import torch
 
 from workflow_fixtures import train_config
-from yt8m.models.checkpoints import build_model_from_checkpoint
-from yt8m.io.checkpoints import latest_checkpoint
 from yt8m.cli import main as cli_main
-from yt8m.data.decode import decode_frame, dequantize
-from yt8m.data.encode import encode_frame_example
-from yt8m.data.synthetic import write_synthetic
-from yt8m.data.tfrecord import TFRecordWriter, expand_pattern, read_records
-from yt8m.inference.segment_predict import TopSegments, VideoTable, class_row_text, read_segment_label_ids, split_segments
+from yt8m.data.format.decode import decode_frame, dequantize
+from yt8m.data.format.encode import encode_frame_example
+from yt8m.data.format.tfrecord import TFRecordWriter, expand_pattern, read_records
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.inference.segment_predict import (
+    TopSegments,
+    VideoTable,
+    class_row_text,
+    read_segment_label_ids,
+    split_segments,
+)
+from yt8m.io.checkpoints import latest_checkpoint
+from yt8m.models.checkpoints import build_model_from_checkpoint
 from yt8m.training import TrainConfig, train
 
 NUM_CLASSES = 12
@@ -295,7 +301,8 @@ def test_scores_that_are_not_finite_are_an_error_naming_the_segment_and_nothing_
 
 
 def test_a_video_level_model_is_refused(tmp_path, capsys):
-    from workflow_fixtures import train_config, FEATURE_SIZES as VIDEO_FEATURE_SIZES, tiny_train_config
+    from workflow_fixtures import FEATURE_SIZES as VIDEO_FEATURE_SIZES
+    from workflow_fixtures import tiny_train_config, train_config
 
     data = write_synthetic(str(tmp_path), kind="video", num_classes=NUM_CLASSES, train_videos=32, validate_videos=0,
                            test_videos=4, shards=1, feature_sizes=VIDEO_FEATURE_SIZES, seed=1)

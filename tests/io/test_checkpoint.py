@@ -21,9 +21,18 @@ import torch
 from faults import file_size_limit, files_under, fill_disk_after
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data, train_config  # noqa: F401  (fixtures)
 from yt8m.config import config_from_dict, config_values, differing
-from yt8m.data.synthetic import write_synthetic
-from yt8m.io.checkpoints import (Checkpoint, checkpoint_path, clear_final_marker, final_checkpoint, latest_checkpoint,
-                                 list_checkpoints, load_checkpoint, load_latest_checkpoint, save_checkpoint)
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.io.checkpoints import (
+    Checkpoint,
+    checkpoint_path,
+    clear_final_marker,
+    final_checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
 from yt8m.io.files import WriteError
 from yt8m.training import TrainConfig
 from yt8m.training.randomness import capture_rng_state, restore_rng_state

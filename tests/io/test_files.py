@@ -12,9 +12,7 @@ import pytest
 import torch
 
 from faults import file_size_limit, files_under, fill_disk_after
-from yt8m.io.checkpoints import Checkpoint, save_checkpoint
-from yt8m.io.checkpoints import export_path, list_exports, read_export_metrics
-from yt8m.training.best_models import write_export
+from yt8m.io.checkpoints import Checkpoint, export_path, list_exports, read_export_metrics, save_checkpoint
 from yt8m.io.files import (
     NAME_MAX_BYTES,
     WriteError,
@@ -26,6 +24,7 @@ from yt8m.io.files import (
     temporary_stem,
     write_file_atomically,
 )
+from yt8m.training.best_models import write_export
 
 
 def test_temporary_names_are_unique_hidden_and_beside_the_target(tmp_path):

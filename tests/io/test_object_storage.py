@@ -11,14 +11,14 @@ import sys
 
 import fsspec
 import pytest
-from fsspec.registry import _registry, known_implementations
 import torch
+from fsspec.registry import _registry, known_implementations
 
 from s3_server import loopback_s3_server, s3_environment_set
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, as_flags, tiny_data  # noqa: F401 (a fixture)
 from yt8m import cli
+from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.io import storage
-from yt8m.data.tfrecord import expand_pattern
 from yt8m.io.files import WriteError, atomic_writer, write_file_atomically
 
 pytest.importorskip("s3fs")

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from yt8m import kernels
 from yt8m.kernels import use_fused_kernels
 from yt8m.kernels.ops import batch_norm_relu6_max_pool, moe_mixture, run_major_linear
-from yt8m.tasks.losses import create_loss
 from yt8m.models import create_model
 from yt8m.models.video import mixture_logits
+from yt8m.tasks.losses import create_loss
 
 pytestmark = pytest.mark.skipif(kernels.native is None, reason="the fused kernels' extension is not built")
 

@@ -56,7 +56,7 @@ FRAME_RUN_FLAGS = ["--frame_features", "--feature_names", "rgb,audio", "--featur
 
 def write_eight_frame_data(root: Path) -> dict:
     """64 training and 16 validation videos of exactly 8 frames (one shape to compile): their patterns."""
-    from yt8m.data.synthetic import write_synthetic
+    from yt8m.data.making.synthetic import write_synthetic
 
     write_synthetic(str(root), kind="frame", num_classes=10, train_videos=64, validate_videos=16, test_videos=0,
                     shards=2, feature_sizes=(16, 8), min_frames=8, max_frames=8, seed=4)

@@ -7,11 +7,10 @@ import json
 
 import pytest
 import torch
+from model_helpers import export_then_predict, tiny_model, train_frames, write_eight_frame_data
 
 from yt8m.cli import main as cli_main
 from yt8m.models import create_model
-
-from model_helpers import export_then_predict, tiny_model, train_frames, write_eight_frame_data
 
 TRANSFORMER = ["--model", "TransformerModel", "--transformer_hidden_size", "16", "--transformer_heads", "2",
                "--transformer_max_frames", "8"]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import TINY, random_input, tiny_model
 
 from workflow_fixtures import train_config
-from yt8m.training.checks import train_config_problems
 from yt8m.models import is_frame_level, list_models
 from yt8m.models.model_size import config_model_size, model_size
 from yt8m.training import TrainConfig
-
-from model_helpers import TINY, random_input, tiny_model
+from yt8m.training.checks import train_config_problems
 
 
 @pytest.mark.parametrize("name", list_models())

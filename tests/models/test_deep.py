@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import random_input
 from torch import nn
 
-from yt8m.training.checks import train_config_problems
 from yt8m.config import ConfigError, config_from_dict
 from yt8m.models import create_model
 from yt8m.models.video import MoeModel
 from yt8m.training import TrainConfig
-
-from model_helpers import random_input
+from yt8m.training.checks import train_config_problems
 
 
 def test_hidden_layers_of_batch_norm_relu_and_dropout_feed_the_classifier():

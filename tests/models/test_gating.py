@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import torch
 
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.models import create_model, model_class, registered_model
-from yt8m.models.config import ModelConfig, build_model
 from yt8m.models.base import BaseModel, ClassifierHParams
+from yt8m.models.config import ModelConfig, build_model
 from yt8m.models.gating import ContextGating, gated_logits
 from yt8m.models.nextvlad import SqueezeExcitationGating
 

@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import TINY, export_then_predict, train_frames, write_eight_frame_data
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
 from yt8m.commands.train import parse_args
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
 from yt8m.models import create_model
 from yt8m.models.config import build_model
 from yt8m.models.learnable_pooling import NetFv, NetVlad, SoftBagOfFrames
 from yt8m.models.nextvlad import NeXtVlad
 from yt8m.models.pooling_layers import FrameBatchNorm
-
-from model_helpers import TINY, export_then_predict, train_frames, write_eight_frame_data
 
 POOLING_MODELS = ["NetVLADModel", "NetRVLADModel", "NetFVModel", "SoftDbofModel", "GatedDbofModel", "NeXtVLADModel"]
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
-from yt8m.tasks.losses import create_loss
-from yt8m.models import is_frame_level, list_models
-
 from model_helpers import single_threaded, tiny_model
+
+from yt8m.models import is_frame_level, list_models
+from yt8m.tasks.losses import create_loss
 
 VIDEOS, FEATURES, CLASSES, FRAMES = 128, 16, 4, 10
 # Adam's step size; attention layers diverge at 0.1 (the 2019 transformer entry trained at 1e-4).

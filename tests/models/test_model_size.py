@@ -11,13 +11,26 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from workflow_fixtures import (NUM_CLASSES, as_flags, tiny_data, tiny_train_config, train_config,  # noqa: F401
-                               trained_copy, trained_dir)
+from workflow_fixtures import (  # noqa: F401
+    NUM_CLASSES,
+    as_flags,
+    tiny_data,
+    tiny_train_config,
+    train_config,
+    trained_copy,
+    trained_dir,
+)
 from yt8m.cli import main as cli_main
 from yt8m.config import config_values
 from yt8m.models import create_model
-from yt8m.models.model_size import (BYTES_PER_MB, ModelSize, ModelTooLargeError, check_model_size,
-                                    config_model_size, model_size)
+from yt8m.models.model_size import (
+    BYTES_PER_MB,
+    ModelSize,
+    ModelTooLargeError,
+    check_model_size,
+    config_model_size,
+    model_size,
+)
 from yt8m.training import TrainConfig
 
 

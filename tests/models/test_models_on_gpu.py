@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from model_helpers import export_then_predict, random_input, tiny_model, train_frames, write_eight_frame_data
-from yt8m.tasks.losses import create_loss
+
 from yt8m.models import list_models
 from yt8m.runtime import autocast
+from yt8m.tasks.losses import create_loss
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import tiny_model
 
 from yt8m.models import is_frame_level, list_models
-
-from model_helpers import tiny_model
 
 FRAME_MODELS = [name for name in list_models() if is_frame_level(name)]
 LENGTHS = torch.tensor([5, 1, 7, 3])

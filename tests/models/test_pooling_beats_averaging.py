@@ -4,14 +4,13 @@ frame), NeXtVLAD beats a MoE on the videos' averaged frames (what video-level fe
 from __future__ import annotations
 
 import torch
+from model_helpers import single_threaded
 
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
-from yt8m.data.synthetic import write_synthetic
-from yt8m.tasks.losses import create_loss
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
 from yt8m.eval.metrics import calculate_gap
 from yt8m.models import create_model
-
-from model_helpers import single_threaded
+from yt8m.tasks.losses import create_loss
 
 CLASSES, SIZES, EPOCHS = 20, (32, 16), 8
 

@@ -7,8 +7,18 @@ import inspect
 
 import pytest
 
-from yt8m.models import (BaseModel, create_model, hparam_fields, hparam_names, hparams_class, is_frame_level,
-                         list_models, model_class, register_model, registered_model)
+from yt8m.models import (
+    BaseModel,
+    create_model,
+    hparam_fields,
+    hparam_names,
+    hparams_class,
+    is_frame_level,
+    list_models,
+    model_class,
+    register_model,
+    registered_model,
+)
 from yt8m.models.base import ClassifierHParams
 from yt8m.models.config import ModelConfig
 from yt8m.models.frame import DbofHParams

@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixtures)
-from yt8m.config import config_values
 from yt8m.cli import main as cli_main
-from yt8m.data.dataset import FeatureSpec, YT8MDataset
+from yt8m.config import config_values
+from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
+from yt8m.eval.score import read_predictions_csv
 from yt8m.models.config import build_model
 from yt8m.tasks.taskset import one_task_set
 from yt8m.training import fit
 from yt8m.training.checks import check_train_config
 from yt8m.training.optim import OptimizerConfig, build_optimizer
-from yt8m.eval.score import read_predictions_csv
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,9 @@ import numpy as np
 import pytest
 import yaml
 
-from yt8m.fields import parse_list
-
 from conftest import REPO_ROOT
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixture)
+from yt8m.fields import parse_list
 
 pytestmark = pytest.mark.integration
 
@@ -337,7 +336,7 @@ def test_the_example_package_trains_frames_by_its_entry_point_names(tmp_path):
     """examples/plugins through its own pyproject.toml's entry points (as `pip install examples/plugins` declares
     them): AttentionPooling on frames, asymmetric_loss with an argument, micro_f1 picking the best model."""
     tomllib = pytest.importorskip("tomllib", reason="tomllib (Python 3.11+) reads pyproject.toml")
-    from yt8m.data.synthetic import write_synthetic
+    from yt8m.data.making.synthetic import write_synthetic
 
     example = REPO_ROOT / "examples" / "plugins"
     with open(example / "pyproject.toml", "rb") as fh:

@@ -11,21 +11,21 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 import torch
+import yaml
 
-from workflow_fixtures import train_config, NUM_CLASSES, as_flags, tiny_data, tiny_train_config, trained_dir  # noqa: F401
-from yt8m.training.checks import train_config_problems
-from yt8m.data.batch import Batch
-from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint
+from workflow_fixtures import NUM_CLASSES, as_flags, tiny_data, tiny_train_config, train_config, trained_dir  # noqa: F401
 from yt8m.cli import main as cli_main
 from yt8m.config import ConfigError, config_from_dict
+from yt8m.data.reading.batch import Batch
 from yt8m.inference.teachers import CheckpointTeacher, OnnxTeacher, StoredTeacher, locate_teacher, run_checkpoint
-from yt8m.tasks.teacher import DistillationTask, distillation_loss, probability_logits
+from yt8m.io.checkpoints import final_checkpoint, latest_checkpoint, load_checkpoint
 from yt8m.optional import available
 from yt8m.tasks.losses import create_loss
+from yt8m.tasks.teacher import DistillationTask, distillation_loss, probability_logits
 from yt8m.tasks.video import VideoTask
 from yt8m.training import TrainConfig, train
+from yt8m.training.checks import train_config_problems
 
 
 def student_values(data: dict, train_dir, **overrides) -> dict:

@@ -9,21 +9,21 @@ import os
 
 import numpy as np
 import pytest
-import yaml
 import torch
+import yaml
 
-from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config,  # noqa: F401
-                               vocabulary)
-from yt8m.training.checks import train_config_problems
-from yt8m.data.batch import Batch
+from workflow_fixtures import NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config, vocabulary  # noqa: F401
 from yt8m.cli import main
 from yt8m.config import config_from_dict, config_values
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.batch import Batch
 from yt8m.models.multihead import HeadView, build_multitask_model
 from yt8m.tasks.spec import TaskSpec, resolve_tasks
-from yt8m.training.data import interleave
 from yt8m.tasks.taskset import plan_tasks
 from yt8m.training import TrainConfig, train
+from yt8m.training.checks import train_config_problems
+from yt8m.training.data import interleave
+
 
 @pytest.fixture(scope="module")
 def other_release(tmp_path_factory) -> dict:

@@ -15,18 +15,18 @@ import pytest
 import torch
 import yaml
 
-from workflow_fixtures import train_config, as_flags
-from yt8m.training.checks import train_config_problems
+from workflow_fixtures import as_flags, train_config
 from yt8m.cli import main
 from yt8m.config import ConfigError, config_from_dict
-from yt8m.data.dataset import YT8MDataset
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading.dataset import YT8MDataset
+from yt8m.data.reading.spec import FeatureSpec
+from yt8m.io.checkpoints import list_exports, read_export_metrics
 from yt8m.models.config import build_model
 from yt8m.tasks.segment import SEGMENT_METRICS, SegmentTask
 from yt8m.tasks.video import features_task
 from yt8m.training import TrainConfig, train
-from yt8m.io.checkpoints import list_exports, read_export_metrics
+from yt8m.training.checks import train_config_problems
 from yt8m.tuning.space import load_tune_spec
 
 NUM_CLASSES = 12

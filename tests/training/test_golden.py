@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from yt8m import kernels
-from yt8m.tasks.losses import create_loss
 from yt8m.models import create_model
+from yt8m.tasks.losses import create_loss
 from yt8m.training.optim import OptimizerConfig, apply_update, build_optimizer, l2_terms
 
 FEATURES, CLASSES, BATCH, STEPS = 32, 24, 32, 20

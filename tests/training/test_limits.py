@@ -15,21 +15,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401
 from yt8m.cli import main as cli_main
 from yt8m.config import config_values
-from yt8m.data import memory_budget
-from yt8m.data.cache_estimate import estimate_cache, fill_batch_bytes
-from yt8m.data.dataset import YT8MDataset
-from yt8m.data.memory_budget import GiB, MemoryUse, share_memory_among
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
+from yt8m.data.reading import memory_budget
+from yt8m.data.reading.cache_estimate import estimate_cache, fill_batch_bytes
+from yt8m.data.reading.dataset import YT8MDataset
+from yt8m.data.reading.memory_budget import GiB, MemoryUse, share_memory_among
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
 from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import ModelSize
-from yt8m.training import TrainConfig
-from yt8m.training import memory_checks
+from yt8m.training import TrainConfig, memory_checks
 from yt8m.training.memory_checks import SLACK, memory_watch, run_memory
 
 

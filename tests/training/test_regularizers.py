@@ -10,7 +10,7 @@ from torch import nn
 
 from workflow_fixtures import train_config
 from yt8m.config import ConfigError
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.training.augment import AugmentConfig, Augmenter
 from yt8m.training.checks import check_train_config
 from yt8m.training.optim import OptimizerConfig, build_optimizer

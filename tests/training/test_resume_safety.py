@@ -8,8 +8,7 @@ import pytest
 import torch
 import yaml
 
-from workflow_fixtures import (NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config,  # noqa: F401
-                               vocabulary)
+from workflow_fixtures import NUM_CLASSES, VERTICALS, as_flags, tiny_data, tiny_train_config, vocabulary  # noqa: F401
 from yt8m.cli import main as cli_main
 from yt8m.config import config_values
 from yt8m.io.checkpoints import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint

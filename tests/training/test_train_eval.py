@@ -16,9 +16,17 @@ import torch
 from torch import nn
 
 from workflow_fixtures import tiny_data, tiny_train_config, train_config, trained_dir  # noqa: F401  (fixtures)
-from yt8m.data.batch import Batch
-from yt8m.io.checkpoints import (Checkpoint, final_checkpoint, latest_checkpoint, list_checkpoints, list_exports,
-                                 load_checkpoint, read_export_metrics, save_checkpoint)
+from yt8m.data.reading.batch import Batch
+from yt8m.io.checkpoints import (
+    Checkpoint,
+    final_checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
+    list_exports,
+    load_checkpoint,
+    read_export_metrics,
+    save_checkpoint,
+)
 from yt8m.models.checkpoints import build_model_from_checkpoint, init_from_checkpoint
 from yt8m.tasks.taskset import one_task_set
 from yt8m.tasks.video import VIDEO_METRICS

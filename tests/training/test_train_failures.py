@@ -15,12 +15,20 @@ import numpy as np
 import pytest
 import torch
 
-from workflow_fixtures import (NUM_CLASSES, as_flags, one_task, tiny_data, tiny_train_config, train_config,  # noqa: F401
-                               trained_copy, trained_dir)
+from workflow_fixtures import (  # noqa: F401
+    NUM_CLASSES,
+    as_flags,
+    one_task,
+    tiny_data,
+    tiny_train_config,
+    train_config,
+    trained_copy,
+    trained_dir,
+)
 from yt8m.config import config_values
-from yt8m.data.batch import Batch
-from yt8m.data.encode import encode_video_example
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.encode import encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter
+from yt8m.data.reading.batch import Batch
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.models import create_model
 from yt8m.tasks.losses import create_loss
@@ -133,8 +141,8 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(tiny_data, 
 
 
 def write_shard(path: Path, first: int, count: int, nan_at: int | None = None) -> None:
-    from yt8m.data.encode import encode_video_example
-    from yt8m.data.tfrecord import TFRecordWriter
+    from yt8m.data.format.encode import encode_video_example
+    from yt8m.data.format.tfrecord import TFRecordWriter
 
     rng = np.random.default_rng(first)
     with TFRecordWriter(str(path)) as writer:

@@ -15,8 +15,8 @@ from torch import nn
 from workflow_fixtures import one_task, tiny_data, tiny_train_config, train_config  # noqa: F401  (fixture)
 from yt8m.commands.train import parse_args
 from yt8m.config import config_document, load_config
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import YT8MDataset
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
 from yt8m.models.checkpoints import build_model_from_checkpoint

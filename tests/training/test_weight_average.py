@@ -14,7 +14,7 @@ from torch import nn
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401  (fixture)
 from yt8m.config import config_values
-from yt8m.data.dataset import YT8MDataset
+from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_model
 from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
 from yt8m.models.checkpoints import build_model_from_payload

@@ -12,11 +12,11 @@ import pytest
 from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
 from yt8m.training import TrainEvent
 from yt8m.tuning import objective as objective_module
+from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit, limits_held
 from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialObjective
 from yt8m.tuning.report import best_train_config, leaderboard
 from yt8m.tuning.space import load_tune_spec
-from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.study import interrupted_trials, open_storage, open_study
 
 

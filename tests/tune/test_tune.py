@@ -25,10 +25,10 @@ from tune_fixtures import FEATURE_SIZES, NUM_CLASSES, SEARCH, shards, tune_file 
 from yt8m import cli
 from yt8m.config import config_values, load_config
 from yt8m.training import TrainConfig
-from yt8m.tuning.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
+from yt8m.tuning import study as study_module
 from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.objective import TrialObjective
-from yt8m.tuning import study as study_module
+from yt8m.tuning.space import PruningSettings, SamplingSettings, TuneSpec, load_tune_spec
 from yt8m.tuning.study import (
     PerTrialSeedSampler,
     create_pruner,

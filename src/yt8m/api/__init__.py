@@ -6,8 +6,8 @@ Every name here is also `yt8m.NAME`; everything else in the package is internal.
 
 from yt8m.api.runs import evaluate, predict, train, tune
 from yt8m.api.videos import read_videos
-from yt8m.data.videos import dequantize_frames as dequantize
-from yt8m.data.videos import quantize, write_videos
+from yt8m.data.making.videos import dequantize_frames as dequantize
+from yt8m.data.making.videos import quantize, write_videos
 from yt8m.eval.config import EvalConfig
 from yt8m.inference.config import PredictConfig
 from yt8m.models.base import BaseModel

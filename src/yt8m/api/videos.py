@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from yt8m.config import config_from_dict
-from yt8m.data.dataset import YT8MDataset
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.dataset import YT8MDataset
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import FeatureSpec
 
 
 def read_videos(pattern: str, batch_size: int = 1024, shuffle: bool = False, features: Optional[FeatureSpec] = None,
                 **feature_values: Any) -> YT8MDataset:
     """The videos of YouTube-8M shards (or of one's own, write_videos'), as batches, one pass per `iter()`: each a
-    yt8m.data.batch.Batch with video_ids, features (float32 [videos, size]; frame level: uint8 [videos, frames,
+    yt8m.data.reading.batch.Batch with video_ids, features (float32 [videos, size]; frame level: uint8 [videos, frames,
     size] as stored, with num_frames; yt8m.dequantize makes them float) and labels (bool [videos, classes]).
 
     Args:

@@ -9,8 +9,8 @@ import json
 from typing import Optional
 
 from yt8m.config import FlagParser, config_from_dict
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.throughput import read_throughput
+from yt8m.data.reading.spec import FeatureSpec
+from yt8m.data.reading.throughput import read_throughput
 from yt8m.runtime import reader_workers, setup_logging
 
 DEFAULT_FEATURES = {False: ("mean_rgb,mean_audio", "1024,128"), True: ("rgb,audio", "1024,128")}

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import yaml
 
 from yt8m.config import FlagParser, config_from_dict
-from yt8m.data.synthetic import write_synthetic
+from yt8m.data.making.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_run
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.eval.score import score_files

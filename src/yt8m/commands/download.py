@@ -10,7 +10,7 @@ import sys
 from typing import Sequence
 
 from yt8m.config import FlagParser
-from yt8m.data.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
+from yt8m.data.making.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
 from yt8m.io import storage
 
 

@@ -12,8 +12,8 @@ import sys
 from typing import Optional, Sequence, TextIO, cast
 
 from yt8m.config import FlagParser
-from yt8m.data.inspection import LabelsCsv, RecordSource, Summary, record_json, summary_lines
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.inspection import LabelsCsv, RecordSource, Summary, record_json, summary_lines
 from yt8m.fields import parse_bool
 from yt8m.io.files import atomic_writer
 from yt8m.io.spill import TemporaryDatabase

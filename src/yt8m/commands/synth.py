@@ -1,4 +1,4 @@
-"""`yt8m synth`: write learnable synthetic YouTube-8M shards (video, frame, segment; see yt8m.data.synthetic) and
+"""`yt8m synth`: write learnable synthetic YouTube-8M shards (video, frame, segment; see yt8m.data.making.synthetic) and
 print one JSON line naming what was written (with --kind all, each kind's under its name)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from typing import Optional
 
 from yt8m.config import FlagParser
-from yt8m.data.synthetic import KINDS, write_synthetic
+from yt8m.data.making.synthetic import KINDS, write_synthetic
 from yt8m.fields import parse_list
 
 

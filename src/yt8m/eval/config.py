@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from yt8m.config import STARTER_TRAIN_DIR
-from yt8m.data.spec import FeatureSpec, num_readers_setting, skip_corrupt_setting
+from yt8m.data.reading.spec import FeatureSpec, num_readers_setting, skip_corrupt_setting
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.fields import setting
 from yt8m.models.config import ModelConfig

@@ -19,9 +19,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
-from yt8m.data.tfrecord import CorruptRecordError, read_records
-from yt8m.data.wire import WIRE_FIXED32, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT
-from yt8m.data.wire_scan import RecordError, iter_fields
+from yt8m.data.format.tfrecord import CorruptRecordError, read_records
+from yt8m.data.format.wire import WIRE_FIXED32, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT
+from yt8m.data.format.wire_scan import RecordError, iter_fields
 from yt8m.io import storage
 
 log = logging.getLogger("yt8m.eval")

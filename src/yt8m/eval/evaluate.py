@@ -28,11 +28,11 @@ from yt8m.config import (
     read_section,
     shown,
 )
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import DataConfig, FeatureSpec
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.distributed.across_ranks import merge_at_rank0, merge_metrics_at_rank0, this_rank_shards, together
 from yt8m.distributed.ranks import (
     all_reduce_sum,

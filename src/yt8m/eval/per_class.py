@@ -15,8 +15,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from yt8m.config import load_yaml, read_section
-from yt8m.data.inspection import shard_labels
-from yt8m.data.spec import DataConfig
+from yt8m.data.reading.inspection import shard_labels
+from yt8m.data.reading.spec import DataConfig
 from yt8m.eval.config import ReportConfig
 from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.files import atomic_writer, write_file_atomically

@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from yt8m.data.inspection import LABELS_HEADER, find_video, shard_labels
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.inspection import LABELS_HEADER, find_video, shard_labels
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.fields import quoted
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique

@@ -17,9 +17,9 @@ from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence,
 
 import numpy as np
 
-from yt8m.data.batch_decode import PackedRecords, decode_packed_ratings
-from yt8m.data.decode import RecordError, decode_segment_ratings
-from yt8m.data.tfrecord import RECORDS_PER_CALL, RecordChunk, expand_pattern, read_record_chunks, read_records
+from yt8m.data.format.batch_decode import PackedRecords, decode_packed_ratings
+from yt8m.data.format.decode import RecordError, decode_segment_ratings
+from yt8m.data.format.tfrecord import RECORDS_PER_CALL, RecordChunk, expand_pattern, read_record_chunks, read_records
 from yt8m.eval.score import CsvFormatError, decoded
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N, average_precisions, mean_over_positive_classes
 from yt8m.fields import quoted

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from yt8m.config import shown
-from yt8m.data.spec import SEGMENT_SIZE_HELP, num_readers_setting, skip_corrupt_setting
+from yt8m.data.reading.spec import SEGMENT_SIZE_HELP, num_readers_setting, skip_corrupt_setting
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.fields import setting
 from yt8m.runtime import DEVICE_HELP, device_problem

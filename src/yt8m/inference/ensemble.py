@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 from yt8m.config import ConfigError, config_problems
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.decode import RecordError, decode_id_and_labels
-from yt8m.data.inspection import find_video
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.tfrecord import expand_pattern, read_records
+from yt8m.data.format.decode import RecordError, decode_id_and_labels
+from yt8m.data.format.tfrecord import expand_pattern, read_records
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.inspection import find_video
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.score import check_probabilities, load_predictions_csv, unmatched
 from yt8m.fields import quoted

@@ -17,8 +17,8 @@ from torch import nn
 
 from yt8m import __version__
 from yt8m.config import config_values
-from yt8m.data.decode import dequantize
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.format.decode import dequantize
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
 from yt8m.io.checkpoints import load_checkpoint
 from yt8m.io.files import copy_file_atomically, write_file_atomically

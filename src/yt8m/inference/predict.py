@@ -18,11 +18,11 @@ from typing import Any, Iterable
 import torch
 
 from yt8m.config import ConfigError, config_problems
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.inspection import find_video
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.inspection import find_video
+from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.distributed.across_ranks import SpilledPieces, from_every_rank, this_rank_shards, together
 from yt8m.distributed.ranks import all_reduce_sum, launched_by_torchrun, process_group, rank_and_world_size, send_stream
 from yt8m.inference.config import OutputConfig, PredictConfig

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequen
 import torch
 from torch import nn
 
-from yt8m.data.batch import Batch
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.distributed.ranks import training_device
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from yt8m.config import ConfigError
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.inspection import find_video
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.inspection import find_video
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.score import text_lines
 from yt8m.fields import quoted
 from yt8m.inference.config import PredictConfig

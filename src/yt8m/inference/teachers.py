@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from yt8m.config import load_yaml, read_section
-from yt8m.data.batch import Batch
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.score import load_predictions_csv
 from yt8m.inference.onnx_export import METADATA_FILE, artifact_paths, load_exported, read_metadata
 from yt8m.inference.predictions import read_jsonl_predictions

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m.config import config_problems
-from yt8m.data.batch import Batch
-from yt8m.data.decode import dequantize, quantization_scale_bias
+from yt8m.data.format.decode import dequantize, quantization_scale_bias
+from yt8m.data.reading.batch import Batch
 from yt8m.fields import setting
 
 
@@ -94,7 +94,7 @@ class BaseModel(nn.Module):
         return features
 
     def dequantize_frames(self, frames: torch.Tensor, real: Optional[torch.Tensor]) -> torch.Tensor:
-        """float32 values of uint8 quantized frames, bit for bit yt8m.data.decode.dequantize's, zero where `real`
+        """float32 values of uint8 quantized frames, bit for bit yt8m.data.format.decode.dequantize's, zero where `real`
         (bool, broadcast over the features; None: everywhere) is False: the padding, which is zero as float32.
 
         One elementwise pass where compiled. Eager kernels round the product and the sum apart, as numpy does;

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from yt8m.config import read_section
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
 from yt8m.io.checkpoints import Checkpoint, checkpoint_dir, load_checkpoint, load_latest_checkpoint
 from yt8m.models.config import ModelConfig, build_model

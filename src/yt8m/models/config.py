@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.config import ComponentSection, config_from_dict
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.fields import setting
 from yt8m.models.base import BaseModel
 from yt8m.models.registry import (

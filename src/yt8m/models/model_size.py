@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.models.config import ModelConfig, build_model
 
 BYTES_PER_VALUE = 4  # float32, as checkpoints hold every parameter and buffer

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from yt8m.config import config_values
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.base import BaseModel, starter_linear
 from yt8m.models.config import ModelConfig, build_model

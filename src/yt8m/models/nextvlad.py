@@ -33,7 +33,7 @@ from yt8m.models.pooling_layers import (
 )
 from yt8m.models.registry import create_classifier, register_model, video_level_model
 
-# The dequantized features' offset from the quantization bins' centres (yt8m.data.decode.dequantize adds
+# The dequantized features' offset from the quantization bins' centres (yt8m.data.format.decode.dequantize adds
 # (max - min) / 512 = 4/512), which Lin et al.'s train.py and eval.py take off the rgb feature before scaling it.
 DEQUANTIZATION_OFFSET = 4 / 512
 

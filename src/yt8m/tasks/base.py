@@ -8,7 +8,7 @@ from typing import Any, ContextManager, Protocol
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 
 # A model's output on a batch: {"logits": [batch, classes], "predictions": sigmoid(logits)}.
 Output = dict[str, torch.Tensor]

@@ -12,7 +12,7 @@ from typing import Any, Callable, ContextManager, Sequence
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.tasks.base import Output
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.eval.segment_metrics import SegmentMetrics
 from yt8m.tasks.base import Output
 

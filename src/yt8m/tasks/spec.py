@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from yt8m.config import ConfigError, config_from_dict
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.fields import setting
 from yt8m.tasks.losses import LossConfig, known_loss
 from yt8m.tasks.metrics import canonical_metric, is_own_metric, metric_problem, metrics_problem

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from yt8m.config import config_values
-from yt8m.data.batch import Batch
-from yt8m.data.decode import CLASSES_2017, CLASSES_2018, record_id_key
-from yt8m.data.tfrecord import expand_pattern, read_records
+from yt8m.data.format.decode import CLASSES_2017, CLASSES_2018, record_id_key
+from yt8m.data.format.tfrecord import expand_pattern, read_records
+from yt8m.data.reading.batch import Batch
 from yt8m.models.base import forward
 from yt8m.models.multihead import HeadView, MultiTaskModel
 from yt8m.tasks.base import Output, Task

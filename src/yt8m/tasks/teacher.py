@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.fields import setting
 from yt8m.tasks.base import Output, Task
 

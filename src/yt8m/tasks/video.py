@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from yt8m.data.batch import Batch
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.tasks.base import Output, Task

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.fields import setting
 
 

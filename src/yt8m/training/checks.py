@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import AbstractSet, Optional
 
 from yt8m.config import ConfigError, config_problems
-from yt8m.data.spec import DataConfig, FeatureSpec
+from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.models.config import ModelConfig
 from yt8m.models.registry import known_model

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from yt8m.config import STARTER_TRAIN_DIR
-from yt8m.data.spec import DataConfig, FeatureSpec
+from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.fields import setting
 from yt8m.models.config import ModelConfig
 from yt8m.runtime import DEVICE_HELP, device_problem

@@ -10,11 +10,11 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import DataConfig, FeatureSpec
-from yt8m.data.tfrecord import read_records
+from yt8m.data.format.tfrecord import read_records
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.models.model_size import ModelSize
 from yt8m.runtime import reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks

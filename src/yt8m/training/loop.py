@@ -16,9 +16,9 @@ from torch import nn
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from yt8m.config import config_document
-from yt8m.data.batch import Batch
-from yt8m.data.delivery import reader_worker_death, worker_deaths_deferred
-from yt8m.data.device_prefetch import to_device_ahead
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.delivery import reader_worker_death, worker_deaths_deferred
+from yt8m.data.reading.device_prefetch import to_device_ahead
 from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
 from yt8m.tasks.taskset import TaskSet

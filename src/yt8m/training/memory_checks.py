@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 from yt8m.config import ConfigError
-from yt8m.data import memory_budget as machine
-from yt8m.data.cache_estimate import CacheEstimate, batch_bytes, estimate_cache, mean_record_bytes
-from yt8m.data.dataset import YT8MDataset
-from yt8m.data.memory_budget import MiB, human_bytes, jobs_sharing, memory_budget, processes_on_this_machine
+from yt8m.data.reading import memory_budget as machine
+from yt8m.data.reading.cache_estimate import CacheEstimate, batch_bytes, estimate_cache, mean_record_bytes
+from yt8m.data.reading.dataset import YT8MDataset
+from yt8m.data.reading.memory_budget import MiB, human_bytes, jobs_sharing, memory_budget, processes_on_this_machine
 from yt8m.io import storage
 from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from yt8m.config import config_from_dict, config_values, differing, shown
-from yt8m.data.inspection import find_video
+from yt8m.data.reading.inspection import find_video
 from yt8m.inference.teachers import open_teacher
 from yt8m.io.checkpoints import Checkpoint, latest_checkpoint, load_latest_checkpoint
 from yt8m.models.checkpoints import init_from_checkpoint, tensor_mismatches

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 from yt8m.distributed.ranks import all_reduce_sum, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint
 from yt8m.models.checkpoints import load_checked

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 
 TRAINED_IDS_ENV = "YT8M_TRAINED_IDS_DIR"
 

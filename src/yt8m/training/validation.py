@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import DataConfig, FeatureSpec
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N

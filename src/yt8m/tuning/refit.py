@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from yt8m.config import config_from_dict
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs, scored_ensemble
 from yt8m.inference.predict import run_predict

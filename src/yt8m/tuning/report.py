@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from yt8m.config import load_config, save_config, with_values
-from yt8m.data.dataset import YT8MDataset
+from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_latest, evaluate_model, resolve_eval_config
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
 from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint

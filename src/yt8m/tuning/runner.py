@@ -19,8 +19,8 @@ import torch
 import yaml
 
 from yt8m.config import config_from_dict, config_values, flag_names
-from yt8m.data.memory_budget import share_memory_among
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.memory_budget import share_memory_among
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging

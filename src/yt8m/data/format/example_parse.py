@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from yt8m.data.layout import uniform_frames, walk_entries
-from yt8m.data.wire import (
+from yt8m.data.format.layout import uniform_frames, walk_entries
+from yt8m.data.format.wire import (
     ENTRY_KEY,
     ENTRY_VALUE,
     EXAMPLE_FEATURES,
@@ -23,7 +23,7 @@ from yt8m.data.wire import (
     WIRE_LEN,
     WIRE_VARINT,
 )
-from yt8m.data.wire_scan import WireFormatError, iter_fields, read_varint
+from yt8m.data.format.wire_scan import WireFormatError, iter_fields, read_varint
 
 # Why a hand-written scanner and not the `protobuf` package: upb parses a 4.7 kB YT8M Example in about
 # 1 us, but getting its 1152 floats out of the repeated-field containers into numpy costs about 9 us

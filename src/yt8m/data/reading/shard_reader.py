@@ -10,8 +10,12 @@ from typing import Callable, Generator, Iterator, NamedTuple, Optional, cast
 
 import numpy as np
 
-from yt8m.data.batch import Batch
-from yt8m.data.batch_build import (
+from yt8m.data.format.batch_decode import PackedRecords
+from yt8m.data.format.decode import decode_segment_video
+from yt8m.data.format.tfrecord import RecordChunk, read_record_chunks, read_records
+from yt8m.data.format.wire_scan import RecordError
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.batch_build import (
     RECORD_OVERHEAD_BYTES,
     BatchBuilder,
     DecodedSegment,
@@ -19,14 +23,10 @@ from yt8m.data.batch_build import (
     segment_batch,
     segment_examples,
 )
-from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.batch_memory import BatchMemory
-from yt8m.data.decode import decode_segment_video
-from yt8m.data.read_plan import ReaderShare, ReadOptions
-from yt8m.data.read_stats import ReadCounter
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.tfrecord import RecordChunk, read_record_chunks, read_records
-from yt8m.data.wire_scan import RecordError
+from yt8m.data.reading.batch_memory import BatchMemory
+from yt8m.data.reading.read_plan import ReaderShare, ReadOptions
+from yt8m.data.reading.read_stats import ReadCounter
+from yt8m.data.reading.spec import FeatureSpec
 
 # A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
 SHUFFLE_BUFFER_MAX_BYTES = 512 << 20

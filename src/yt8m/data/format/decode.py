@@ -8,8 +8,8 @@ from typing import Callable, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
-from yt8m.data.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
-from yt8m.data.example_parse import (
+from yt8m.data.format.batch_decode import FastDecoded, PackedRecords, decode_packed, decode_packed_frames
+from yt8m.data.format.example_parse import (
     KIND_NAMES,
     Features,
     describe,
@@ -19,8 +19,8 @@ from yt8m.data.example_parse import (
     sequence_example,
     top_level,
 )
-from yt8m.data.layout import uniform_frames
-from yt8m.data.wire import (
+from yt8m.data.format.layout import uniform_frames
+from yt8m.data.format.wire import (
     ID_KEYS,
     KIND_BYTES,
     KIND_FLOAT,
@@ -31,7 +31,7 @@ from yt8m.data.wire import (
     SEGMENT_START_TIMES_KEY,
     SEQUENCE_CONTEXT,
 )
-from yt8m.data.wire_scan import RecordError
+from yt8m.data.format.wire_scan import RecordError
 
 CLASSES_2018, CLASSES_2017 = 3862, 4716  # the vocabularies of the 2018 (and 2019) and the 2017 releases
 

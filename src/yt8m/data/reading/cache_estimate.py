@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from yt8m.data.batch_build import finish_batch
-from yt8m.data.batch_memory import BatchMemory
-from yt8m.data.cache import VideoCache
-from yt8m.data.memory_budget import human_bytes
-from yt8m.data.read_plan import ReadOptions, reader_shares
-from yt8m.data.read_stats import ReadCounter
-from yt8m.data.shard_reader import ShardReader
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.tfrecord import CorruptRecordError, is_compressed, read_records
+from yt8m.data.format.tfrecord import CorruptRecordError, is_compressed, read_records
+from yt8m.data.reading.batch_build import finish_batch
+from yt8m.data.reading.batch_memory import BatchMemory
+from yt8m.data.reading.cache import VideoCache
+from yt8m.data.reading.memory_budget import human_bytes
+from yt8m.data.reading.read_plan import ReadOptions, reader_shares
+from yt8m.data.reading.read_stats import ReadCounter
+from yt8m.data.reading.shard_reader import ShardReader
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
 
 # Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.

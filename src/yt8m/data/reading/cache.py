@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from yt8m.data.batch import Batch
-from yt8m.data.decode import LabelIds
-from yt8m.data.read_plan import ReadPlan
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.format.decode import LabelIds
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.read_plan import ReadPlan
+from yt8m.data.reading.spec import FeatureSpec
 
 
 class _VideoRows:

@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.wire import (
+from yt8m.data.format.wire import (
     ENTRY_KEY,
     ENTRY_VALUE,
     EXAMPLE_FEATURES,

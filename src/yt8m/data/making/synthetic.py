@@ -15,8 +15,8 @@ from typing import Iterator, Optional, Sequence
 import fsspec
 import numpy as np
 
-from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.tfrecord import TFRecordWriter
+from yt8m.data.format.encode import encode_frame_example, encode_video_example
+from yt8m.data.format.tfrecord import TFRecordWriter
 
 KINDS = ("video", "frame", "segment")
 SPLITS = ("train", "validate", "test")

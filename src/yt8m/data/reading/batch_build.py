@@ -8,12 +8,12 @@ from typing import Any, Callable, NamedTuple, Optional
 import numpy as np
 import torch
 
-from yt8m.data.batch import Batch
-from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.batch_memory import BatchMemory, SlotRef, copy_out
-from yt8m.data.decode import LabelIds, SegmentRatings, decode_frame_batch, decode_video_batch
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.wire_scan import RecordError
+from yt8m.data.format.batch_decode import PackedRecords
+from yt8m.data.format.decode import LabelIds, SegmentRatings, decode_frame_batch, decode_video_batch
+from yt8m.data.format.wire_scan import RecordError
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.batch_memory import BatchMemory, SlotRef, copy_out
+from yt8m.data.reading.spec import FeatureSpec
 
 # Framing bytes around each payload: length, length CRC, payload CRC.
 RECORD_OVERHEAD_BYTES = 16

@@ -13,7 +13,7 @@ import numpy as np
 
 from yt8m.optional import load_extension
 
-native, _ = load_extension("yt8m.data._native")  # its use is logged by tfrecord, which loads it too
+native, _ = load_extension("yt8m.data.format._native")  # its use is logged by tfrecord, which loads it too
 
 # Byte offsets into a batch's data: an int array (a reader's chunk, a slice of it), or a sequence of ints.
 Offsets = Union[np.ndarray, Sequence[int]]

@@ -820,7 +820,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "yt8m.data._native", .m_size = -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "yt8m.data.format._native", .m_size = -1,
                                     .m_methods = methods};
 
 PyMODINIT_FUNC PyInit__native(void) {

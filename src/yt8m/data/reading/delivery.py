@@ -17,13 +17,13 @@ from typing import Any, Iterator, Optional, Protocol, cast
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from yt8m.data import memory_budget
-from yt8m.data.batch import Batch
-from yt8m.data.batch_build import ROW_FRAMES, finish_batch
-from yt8m.data.batch_memory import BatchMemory, SharedSlots
-from yt8m.data.memory_budget import human_bytes
-from yt8m.data.read_stats import ReadCounter, ReadStats
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading import memory_budget
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.batch_build import ROW_FRAMES, finish_batch
+from yt8m.data.reading.batch_memory import BatchMemory, SharedSlots
+from yt8m.data.reading.memory_budget import human_bytes
+from yt8m.data.reading.read_stats import ReadCounter, ReadStats
+from yt8m.data.reading.spec import FeatureSpec
 
 # Shared-memory batch slots per reader process: the batches it has sent ahead (the DataLoader's prefetch_factor) and
 # the one it fills.

@@ -24,7 +24,7 @@ from yt8m.io.remote_reads import open_for_reading
 from yt8m.optional import load_extension, log_path_once
 
 logger = logging.getLogger(__name__)
-native, _native_why = load_extension("yt8m.data._native")
+native, _native_why = load_extension("yt8m.data.format._native")
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the payload

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
-from yt8m.data.wire import (
+from yt8m.data.format.wire import (
     UINT64_MASK,
     WIRE_FIXED32,
     WIRE_FIXED64,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from yt8m.data.dataset import YT8MDataset, make_loader
-from yt8m.data.read_plan import ReadOptions
-from yt8m.data.spec import FeatureSpec
+from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.spec import FeatureSpec
 
 MEGABYTE = 1_000_000
 

@@ -11,22 +11,22 @@ from typing import Iterator, Optional, Sequence
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from yt8m.data.batch import Batch
-from yt8m.data.batch_build import finish_batch
-from yt8m.data.batch_memory import BatchMemory
-from yt8m.data.cache import CachedDataset, VideoCache
-from yt8m.data.cache_estimate import cache_load_batch
-from yt8m.data.delivery import Delivery, batch_loader, in_process, worker_deliveries
-from yt8m.data.read_plan import ReadOptions, ReadPlan, reader_shares
-from yt8m.data.read_stats import ReadCounter, ReadStats
-from yt8m.data.shard_reader import ShardReader
-from yt8m.data.spec import FeatureSpec
-from yt8m.data.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.batch_build import finish_batch
+from yt8m.data.reading.batch_memory import BatchMemory
+from yt8m.data.reading.cache import CachedDataset, VideoCache
+from yt8m.data.reading.cache_estimate import cache_load_batch
+from yt8m.data.reading.delivery import Delivery, batch_loader, in_process, worker_deliveries
+from yt8m.data.reading.read_plan import ReadOptions, ReadPlan, reader_shares
+from yt8m.data.reading.read_stats import ReadCounter, ReadStats
+from yt8m.data.reading.shard_reader import ShardReader
+from yt8m.data.reading.spec import FeatureSpec
 
 
 class YT8MDataset(IterableDataset):
-    """Whole batches (yt8m.data.batch.Batch) from YT8M shards, one epoch per `iter()`: the files of `pattern` (comma-
-    separated globs, or the paths themselves), read as `options` (ReadOptions) say.
+    """Whole batches (yt8m.data.reading.batch.Batch) from YT8M shards, one epoch per `iter()`: the files of `pattern`
+    (comma-separated globs, or the paths themselves), read as `options` (ReadOptions) say.
 
     The records are split over distributed ranks and DataLoader workers so that each is read exactly once
     per epoch. With `shuffle`, the file order changes every epoch (`set_epoch`) and records pass a bounded

@@ -9,10 +9,16 @@ from typing import Any, Iterator, Optional, Sequence, TextIO, Union
 
 import numpy as np
 
-from yt8m.data.batch_decode import PackedRecords
-from yt8m.data.decode import RecordError, decode_video_batch
-from yt8m.data.example_parse import parse_record
-from yt8m.data.tfrecord import RECORDS_PER_CALL, CorruptRecordError, expand_pattern, read_record_chunks, read_records
+from yt8m.data.format.batch_decode import PackedRecords
+from yt8m.data.format.decode import RecordError, decode_video_batch
+from yt8m.data.format.example_parse import parse_record
+from yt8m.data.format.tfrecord import (
+    RECORDS_PER_CALL,
+    CorruptRecordError,
+    expand_pattern,
+    read_record_chunks,
+    read_records,
+)
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase
 
 ID_KEYS = ("id", "video_id")

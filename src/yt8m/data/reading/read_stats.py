@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from yt8m.data.decode import CLASSES_2017, CLASSES_2018, record_id_key
-from yt8m.data.tfrecord import CorruptRecordError
-from yt8m.data.wire_scan import RecordError
+from yt8m.data.format.decode import CLASSES_2017, CLASSES_2018, record_id_key
+from yt8m.data.format.tfrecord import CorruptRecordError
+from yt8m.data.format.wire_scan import RecordError
 
 logger = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import torch
 
-from yt8m.data.decode import dequantize, quantization_scale_bias
-from yt8m.data.encode import encode_frame_example, encode_video_example
-from yt8m.data.tfrecord import framed_record
+from yt8m.data.format.decode import dequantize, quantization_scale_bias
+from yt8m.data.format.encode import encode_frame_example, encode_video_example
+from yt8m.data.format.tfrecord import framed_record
 from yt8m.io.files import atomic_writer
 
 VIDEO_FIELDS = ("id", "labels", "features", "frames", "segments")

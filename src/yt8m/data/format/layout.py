@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from yt8m.data.encode import frame_header
+from yt8m.data.format.encode import frame_header
 
 Region = tuple  # (kind, start, end): a list's packed values (or its one bytes value) in the record
 

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from yt8m.data.batch import Batch
+from yt8m.data.reading.batch import Batch
 
 
 def to_device_ahead(batches: Iterable[Batch], device: torch.device) -> Iterator[Batch]:
