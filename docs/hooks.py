@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 from yt8m.cli import COMMANDS
-from yt8m.config import FlagParser
+from yt8m.commands.command_line import FlagParser
 
 PLACEHOLDER = "<!-- yt8m-commands -->"
 
@@ -27,7 +27,7 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     """The parser `yt8m NAME` builds: each command builds it inside main(), so main runs until it parses."""
 
     def capture(parser: FlagParser, args: Any = None, namespace: Any = None) -> None:
-        parser._add_named_components_flags([])  # the built-in components' hyper-parameter flags, as parse_args adds
+        parser.add_named_components_flags([])  # the default components' hyper-parameter flags, as parse_args adds
         raise _Captured(parser)
 
     module_name, func_name = COMMANDS[name][0].split(":")

@@ -13,17 +13,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from yt8m.commands.command_line import add_config_arguments, add_config_file_argument, parse_config
 from yt8m.config import (
     ConfigError,
-    add_config_arguments,
-    add_config_file_argument,
     config_document,
     config_from_dict,
     config_values,
     flag_names,
     flag_type,
     load_config,
-    parse_config,
+    resolve_components,
     save_config,
 )
 from yt8m.data.reading.spec import FeatureSpec
@@ -283,7 +282,9 @@ def test_a_broken_yaml_file_is_one_line(tmp_path, text, expected):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_a_hyper_parameter_named_as_a_setting_or_another_components_is_refused():
+def test_a_hyper_parameter_named_as_a_setting_or_another_components_takes_its_dotted_name():
+    """A model of one's own may name a hyper-parameter as a setting (`seed`) or as the loss's (`label_smoothing`):
+    the flat name is the setting's, or refused naming both components; the dotted names always reach each."""
     from torch import nn
 
     from yt8m.models.registry import registered_model
@@ -296,10 +297,14 @@ def test_a_hyper_parameter_named_as_a_setting_or_another_components_is_refused()
         def forward(self, features):
             return self.linear(features)
 
-    with registered_model(Seedy), pytest.raises(ConfigError) as raised:
-        config_from_dict(TrainConfig, {"model": "Seedy", "train_data_pattern": "x", "seed": 9})
+    with registered_model(Seedy):
+        config = resolve_components(config_from_dict(TrainConfig, {
+            "model": "Seedy", "train_data_pattern": "x", "seed": 9, "model.seed": 3, "model.label_smoothing": 0.2,
+            "loss.label_smoothing": 0.1}))
+        assert (config.schedule.seed, config.model.hparams.seed, config.model.hparams.label_smoothing,
+                config.loss.hparams.label_smoothing) == (9, 3, 0.2, 0.1)
+        with pytest.raises(ConfigError) as raised:
+            config_from_dict(TrainConfig, {"model": "Seedy", "train_data_pattern": "x", "label_smoothing": 0.1})
     assert raised.value.problems == [
-        "Seedy's hyper-parameter 'seed' has the name of the setting --seed: the flag would set the setting only; "
-        "rename the hyper-parameter",
-        "CrossEntropyLoss's hyper-parameter 'label_smoothing' has the name of Seedy's: one flag would set both; "
-        "rename one of them"]
+        "config: --label_smoothing is a hyper-parameter of both Seedy (--model.label_smoothing) and CrossEntropyLoss "
+        "(--loss.label_smoothing): give it by its dotted name"]

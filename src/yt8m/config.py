@@ -2,7 +2,9 @@
 
 A command's config is a frozen dataclass of sections; a section is a frozen dataclass of settings (yt8m.fields.setting)
 owned by the component it configures. Every setting is a flag of its own name, as in the starter kit, so flat YAML,
-stored runs and old command lines load as they did; one ConfigError lists every problem of a config.
+stored runs and old command lines load as they did; one ConfigError lists every problem of a config. A config only
+describes: reading and checking it runs none of a user's code. The components it names (a model, a loss) become
+components in one place, `resolve_components`, when a run is built.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import dataclasses
 import functools
 import logging
 import math
-import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ from typing import Any, Callable, ClassVar, Iterable, Optional, Protocol, Sequen
 
 import yaml
 
-from yt8m.fields import closest, nearest, parse_bool, parse_list
+from yt8m.fields import closest, parse_bool, parse_list, quoted
 from yt8m.io import storage
 from yt8m.io.files import write_file_atomically
+from yt8m.plugins.registry import Registry, is_import_path
 
 T = TypeVar("T")
 
@@ -51,26 +53,86 @@ class ConfigError(ValueError):
 
 class ComponentSection:
     """A section that names a component (a model, a loss) in its `name` field and holds the component's
-    hyper-parameters, as the component's own dataclass, in its `hparams` field.
+    hyper-parameters in its `hparams` field: the values given (a mapping) while the config only describes, the
+    component's own dataclass once `resolved` (when the run is built, which imports a component of one's own).
 
-    Each hyper-parameter is also a flag and flat YAML name of its own (`--moe_num_mixtures 4`, as the starter kit's
-    model flags): given beside the config's settings, the chosen component's go into its `hparams`; another
-    component's are ignored with a warning (one file may serve several models); any other name is unknown.
-    Subclasses say which dataclass a name's component takes and list every known component's fields."""
+    The hyper-parameters are given under the section's name, `SCOPE`: nested in YAML (`model: {name: MoeModel,
+    moe_num_mixtures: 4}`) or dotted (`--model.moe_num_mixtures 4`). A built-in component's also take the starter kit's
+    flat names (`--moe_num_mixtures 4`); a flat name two chosen components declare, or one a component of one's own
+    shares with another component, is refused naming both (their dotted forms always work); another component's flat
+    name is ignored with a warning (one file may serve several models)."""
 
     NAME: ClassVar[str] = "name"
     HPARAMS: ClassVar[str] = "hparams"
+    SCOPE: ClassVar[str]  # the section's name in a config: the prefix of its hyper-parameters' dotted names
     __dataclass_fields__: ClassVar[dict[str, Any]]  # a component section is a dataclass
 
     @classmethod
-    def hparams_class(cls, name: str) -> Optional[type]:
-        """The hyper-parameters' dataclass of component `name`; None where no component has that name."""
+    def registry(cls) -> Registry[Any]:
+        """The components the section names, each with its hyper-parameters' dataclass (`.hparams`)."""
         raise NotImplementedError
 
+    @property
+    def component_name(self) -> str:
+        return str(getattr(self, self.NAME))
+
     @classmethod
-    def hparam_flags(cls) -> list[tuple[dataclasses.Field, Any]]:
-        """(field, type) of every known component's hyper-parameters, one per name: their flags."""
-        raise NotImplementedError
+    def name_flag(cls) -> str:
+        return flag_of(next(f for f in dataclasses.fields(cls) if f.name == cls.NAME))
+
+    @classmethod
+    def default_component(cls) -> str:
+        return str(next(f.default for f in dataclasses.fields(cls) if f.name == cls.NAME))
+
+    def resolved(self: S) -> S:
+        """This section with its component found (a ConfigError names every problem: a name that finds none, a module
+        that does not import, a hyper-parameter the component does not take or of the wrong type): its name the one
+        that finds it in any process, its hyper-parameters the component's dataclass, at its defaults where not
+        given. A new object: the section itself is never changed."""
+        registry, name = self.registry(), self.component_name
+        try:
+            entry = registry.entry(name)
+        except (ValueError, TypeError) as err:
+            raise ConfigError("invalid config", [f"--{self.name_flag()} {err}"]) from err
+        if entry is None:
+            raise ConfigError("invalid config", [f"--{self.name_flag()} {registry.unknown(name)}"])
+        kind = entry.component.hparams
+        given = getattr(self, self.HPARAMS)
+        if not isinstance(given, kind):
+            given = config_from_dict(kind, self._checked_mapping(given, kind), source=f"--{self.name_flag()} {name}")
+        return dataclasses.replace(self, **{self.NAME: entry.recorded_name, self.HPARAMS: given})
+
+    def _checked_mapping(self, given: Any, kind: type) -> dict[str, Any]:
+        mapping = hparams_mapping(given)
+        own = [f.name for f in dataclasses.fields(kind)]
+        unknown = [f"--{self.SCOPE}.{key}: {self.component_name} has no hyper-parameter {key!r}{closest(key, own)} "
+                   f"(it has: {', '.join(own) or 'none'})" for key in mapping if key not in own]
+        if unknown:
+            raise ConfigError("invalid config", unknown)
+        return mapping
+
+    @classmethod
+    def loaded_fields(cls, name: str) -> Optional[dict[str, dataclasses.Field]]:
+        """The hyper-parameters of component `name` where finding it imports nothing (a built-in, one registered or
+        imported already); None where it is not found so."""
+        entry = cls.registry().peek(name) if isinstance(name, str) else None
+        return {f.name: f for f in dataclasses.fields(entry.component.hparams)} if entry is not None else None
+
+    @classmethod
+    def loaded_components(cls) -> list[tuple[str, bool, dict[str, dataclasses.Field]]]:
+        """(name, built-in, hyper-parameters by name) of every component loaded so far, built-ins first."""
+        return [(entry.name, entry.builtin, {f.name: f for f in dataclasses.fields(entry.component.hparams)})
+                for entry in cls.registry().entries(load=False)]
+
+
+S = TypeVar("S", bound=ComponentSection)
+
+
+def hparams_mapping(given: Any) -> dict[str, Any]:
+    """Hyper-parameters given as a mapping, a dataclass instance (Python callers) or None, as a mapping."""
+    if dataclasses.is_dataclass(given) and not isinstance(given, type):
+        return {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
+    return dict(given or {})
 
 
 @dataclass(frozen=True)
@@ -118,16 +180,18 @@ def sections(cls: type) -> dict[str, type]:
 
 
 def hparam_flags(cls: type) -> list[tuple[dataclasses.Field, Any]]:
-    """The component hyper-parameters a config takes as flags of their own, one per name."""
+    """(field, type) of the flat names of the loaded components' hyper-parameters a config takes, one per name (the
+    first component's): the names a flat form may give."""
     seen: dict[str, tuple[dataclasses.Field, Any]] = {}
     for section in component_sections(cls).values():
-        for f, kind in section.hparam_flags():
-            seen.setdefault(f.name, (f, kind))
+        for _, _, fields in section.loaded_components():
+            for name, f in fields.items():
+                seen.setdefault(name, (f, f.type))
     return list(seen.values())
 
 
 def flag_names(cls: type) -> list[str]:
-    """Every flag and flat YAML name a config class takes, its components' hyper-parameters included."""
+    """Every flag and flat YAML name a config class takes, the loaded components' hyper-parameters included."""
     return [*config_settings(cls), *(f.name for f, _ in hparam_flags(cls) if f.name not in config_settings(cls))]
 
 
@@ -143,11 +207,28 @@ def field_type(cls: type, name: str) -> Any:
     return hint
 
 
+def hparam_type(section: type[ComponentSection], component: str, name: str) -> Any:
+    """The type of hyper-parameter `name` of a loaded component; None where it has none (or is not loaded)."""
+    fields = section.loaded_fields(component)
+    if fields is None or name not in fields:
+        return None
+    holder = dataclasses.make_dataclass("Holder", [(name, fields[name].type)])
+    return field_type(holder, name) if isinstance(fields[name].type, str) else fields[name].type
+
+
 def flag_type(cls: type, flag: str) -> Any:
-    """The type of a config's flag (a component hyper-parameter's included); None for a name it does not take."""
+    """The type of a config's flag (a loaded component's hyper-parameter included, by its flat or dotted name, the
+    first component's that declares it); None for a name it does not take."""
     if flag in config_settings(cls):
         return config_settings(cls)[flag].kind
-    return next((kind for f, kind in hparam_flags(cls) if f.name == flag), None)
+    key, dot, name = flag.partition(".")
+    for scope, section in component_sections(cls).items():
+        if dot and key != scope:
+            continue
+        for component, _, fields in section.loaded_components():
+            if (name if dot else flag) in fields:
+                return hparam_type(section, component, name if dot else flag)
+    return None
 
 
 # A config's checks beyond its sections' own, made by the layer that knows what they need (yt8m.training.checks for
@@ -157,11 +238,13 @@ Checks = Callable[[Any, set[str]], list[str]]
 
 @dataclass
 class _Reading:
-    """What `config_from_dict` gathers: each section's given values by field (None: the config's own settings), the
-    names no setting took, the flags whose values did not parse, and the problems so far."""
+    """What `config_from_dict` gathers: each section's given values by field (None: the config's own settings), each
+    component section's hyper-parameters given under its name, the flat names no setting took, the flags whose values
+    did not parse, and the problems so far."""
 
     source: str
     by_section: dict[Optional[str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    scoped: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     loose: dict[str, Any] = dataclasses.field(default_factory=dict)
     ill_typed: set[str] = dataclasses.field(default_factory=set)
     problems: list[str] = dataclasses.field(default_factory=list)
@@ -169,67 +252,110 @@ class _Reading:
 
 def config_from_dict(cls: type[C], values: dict[str, Any], source: str = "config", check_values: bool = True,
                      checks: Optional[Checks] = None) -> C:
-    """Build config class `cls` from a mapping of flat names (the flags') or of sections (nested YAML: a mapping
-    under a section's name, keyed by its fields), naming in one ConfigError every unknown or ill-typed name and (with
-    `check_values`) every invalid value and what `checks` finds. Configs a run stored (config.yaml, checkpoints) load
-    with check_values=False: they were checked when made, and later versions must still read them."""
+    """Build config class `cls` from a mapping of flat names (the flags'), dotted names (`model.moe_num_mixtures`,
+    `schedule.seed`) or sections (nested YAML: a mapping under a section's name, keyed by its fields), naming in one
+    ConfigError every unknown or ill-typed name and (with `check_values`) every invalid value and what `checks` finds.
+    Nothing is imported: a component's hyper-parameters stay the values given until the run resolves them. Configs a
+    run stored (config.yaml, checkpoints) load with check_values=False: they were checked when made, and later
+    versions must still read them."""
     reading = _Reading(source)
     for key, value in values.items():
         _route(cls, key, value, reading)
+    _claim_flat_names(cls, reading)
     built = {name: _build_section(kind, name, reading) for name, kind in sections(cls).items()}
     own = {name: value for name, value in _typed(cls, None, reading).items() if name not in built}
-    _refuse_loose(cls, reading)
     config = cls(**own, **built)
     problems = reading.problems
     if check_values:
-        problems += component_name_clashes(cls, built) + config_problems(config, skip=reading.ill_typed)
+        problems += config_problems(config, skip=reading.ill_typed)
         problems += checks(config, reading.ill_typed) if checks is not None else []
     if problems:
         raise ConfigError(f"invalid config ({source})", list(dict.fromkeys(problems)))
     return config
 
 
-def component_name_clashes(cls: type, built: dict[str, Any]) -> list[str]:
-    """Hyper-parameters of the chosen components that share a name with a setting of the config or with another
-    chosen component's: one flag cannot set both (the setting, or the first component, would take the value)."""
-    settings, problems = set(config_settings(cls)), []
-    owners: dict[str, str] = {}
-    for name, section_cls in component_sections(cls).items():
-        section = built.get(name)
-        hparams = getattr(section, section_cls.HPARAMS, None)
-        if hparams is None:
-            continue
-        component = getattr(section, section_cls.NAME)
-        for f in dataclasses.fields(hparams):
-            if f.name in settings:
-                problems.append(f"{component}'s hyper-parameter {f.name!r} has the name of the setting --{f.name}: "
-                                "the flag would set the setting only; rename the hyper-parameter")
-            elif owners.setdefault(f.name, component) != component:
-                problems.append(f"{component}'s hyper-parameter {f.name!r} has the name of {owners[f.name]}'s: one "
-                                "flag would set both; rename one of them")
-    return problems
-
-
 def _route(cls: type, key: str, value: Any, reading: _Reading) -> None:
-    """Put one given name's value where it belongs: a whole section (nested), a setting (flat), or loose (a
-    component's hyper-parameter, or unknown)."""
+    """Put one given name's value where it belongs: a whole section (nested), a section's field or a component's
+    hyper-parameter by dotted name, a setting (flat), or loose (a component's flat hyper-parameter, or unknown)."""
     by_name = sections(cls)
     if key in by_name and isinstance(value, dict):
-        section = by_name[key]
-        known = {f.name for f in dataclasses.fields(section)}
         for name, inner in value.items():
-            if name in known:
-                reading.by_section.setdefault(key, {})[name] = inner
-            elif issubclass(section, ComponentSection):
-                reading.loose[name] = inner
-            else:
-                reading.problems.append(f"{reading.source}: unknown field '{key}.{name}'{closest(name, sorted(known))}")
+            _route_in_section(key, by_name[key], name, inner, reading)
+        return
+    section_name, dot, name = key.partition(".")
+    if dot and section_name in by_name:
+        _route_in_section(section_name, by_name[section_name], name, value, reading)
         return
     setting = config_settings(cls).get(key)
     if setting is None:
         reading.loose[key] = value
     else:
         reading.by_section.setdefault(setting.section, {})[setting.field.name] = value
+
+
+def _route_in_section(key: str, section: type, name: str, value: Any, reading: _Reading) -> None:
+    known = {f.name for f in dataclasses.fields(section)}
+    if name in known:
+        reading.by_section.setdefault(key, {})[name] = value
+    elif issubclass(section, ComponentSection):
+        reading.scoped.setdefault(key, {})[name] = value
+    else:
+        reading.problems.append(f"{reading.source}: unknown field '{key}.{name}'{closest(name, sorted(known))}")
+
+
+def _chosen(section: type[ComponentSection], key: str, reading: _Reading) -> str:
+    """The component a section names (its default where the values name none)."""
+    return str(reading.by_section.get(key, {}).get(section.NAME, section.default_component()))
+
+
+def _claim_flat_names(cls: type, reading: _Reading) -> None:
+    """Each flat name no setting took goes to the one chosen component that declares it (a component of one's own
+    only where no other loaded component declares it too: the flat names are the built-ins' starter-kit flags); a
+    name two chosen components declare is refused naming both; another component's is ignored with a warning; the
+    rest are unknown. A chosen component named by an import path not imported yet (a module of one's own, imported
+    when the run is built) takes the names no loaded component declares, to be checked then."""
+    chosen = {key: (section, _chosen(section, key, reading)) for key, section in component_sections(cls).items()}
+    declared = {key: section.loaded_fields(name) for key, (section, name) in chosen.items()}
+    loaded = [(key, component, builtin, fields) for key, (section, _) in chosen.items()
+              for component, builtin, fields in section.loaded_components()]
+    ignored = []
+    for name, value in list(reading.loose.items()):
+        owners = [key for key, fields in declared.items() if fields is not None and name in fields]
+        elsewhere = [(key, component) for key, component, _, fields in loaded if name in fields]
+        if len(owners) > 1:
+            both = " and ".join(f"{chosen[key][1]} (--{key}.{name})" for key in owners)
+            reading.problems.append(f"{reading.source}: --{name} is a hyper-parameter of both {both}: give it by "
+                                    "its dotted name")
+        elif owners:
+            _claim_one(owners[0], chosen[owners[0]][1], name, value, elsewhere, loaded, reading)
+        elif elsewhere:
+            ignored.append(name)
+        else:
+            pending = [key for key, fields in declared.items() if fields is None and is_import_path(chosen[key][1])]
+            if pending:
+                reading.scoped.setdefault(pending[0], {}).setdefault(name, value)
+            else:
+                known = sorted(flag_names(cls))
+                reading.problems.append(f"{reading.source}: unknown field '{name}'{closest(name, known)}")
+        reading.loose.pop(name)
+    if ignored:
+        log.warning("%s: not hyper-parameters of the chosen components, ignored: %s", reading.source,
+                    ", ".join(f"--{name}" for name in ignored))
+
+
+def _claim_one(key: str, component: str, name: str, value: Any, elsewhere: list[tuple[str, str]],
+               loaded: list[tuple[str, str, bool, dict]], reading: _Reading) -> None:
+    builtin = next((flag for k, other, flag, _ in loaded if k == key and other == component), False)
+    others = sorted(other for k, other in elsewhere if (k, other) != (key, component))
+    if not builtin and others:
+        named = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        reading.problems.append(f"{reading.source}: --{name} is a hyper-parameter of both {component} and {named}: "
+                                f"give it as --{key}.{name}")
+    elif name in reading.scoped.get(key, {}):
+        reading.problems.append(f"{reading.source}: {component}'s {name} is given twice, as --{name} and as "
+                                f"--{key}.{name}: give it once")
+    else:
+        reading.scoped.setdefault(key, {})[name] = value
 
 
 def _typed(cls: type, section: Optional[str], reading: _Reading, given: Optional[dict[str, Any]] = None
@@ -246,7 +372,7 @@ def _typed(cls: type, section: Optional[str], reading: _Reading, given: Optional
             typed[f.name] = coerce(kind, given[f.name])
         except ValueError:
             reading.problems.append(f"{reading.source}: field '{flag_of(f)}' expects {_type_name(kind)}, "
-                                    f"got {given[f.name]!r}")
+                                    f"got {quoted(given[f.name])}")
             reading.ill_typed.add(flag_of(f))
     return typed
 
@@ -254,46 +380,69 @@ def _typed(cls: type, section: Optional[str], reading: _Reading, given: Optional
 def _build_section(section: type, name: str, reading: _Reading) -> Any:
     values = _typed(section, name, reading)
     if issubclass(section, ComponentSection):
-        values[section.HPARAMS] = _component_hparams(section, values, reading.by_section.get(name, {}), reading)
+        values.update(_component_values(section, name, values, reading))
     return section(**values)
 
 
-def _component_hparams(section: type[ComponentSection], values: dict[str, Any], given: dict[str, Any],
-                       reading: _Reading) -> Any:
-    """The chosen component's hyper-parameters: the `hparams` mapping (or YAML text) given, with its own names given
-    loose over it, typed; None where no component has the chosen name (the section's checks say so)."""
-    fields = {f.name: f for f in dataclasses.fields(section)}
-    name = values.get(section.NAME, fields[section.NAME].default)
-    cls = section.hparams_class(name)
-    if cls is None:
-        return None
-    mapping: dict[str, Any] = {}
-    hparams_flag = flag_of(fields[section.HPARAMS])
-    if section.HPARAMS in given:
+def _component_values(section: type[ComponentSection], key: str, values: dict[str, Any], reading: _Reading
+                      ) -> dict[str, Any]:
+    """A component section's name and hyper-parameters: those given (its `hparams`, a mapping, YAML text or a
+    dataclass instance, with those given by name over it), typed as the component's own dataclass where the
+    component is known without importing anything (a built-in, one registered or imported already; recorded by the
+    name that finds it in any process); else as given, for the run to resolve."""
+    name = str(values.get(section.NAME, section.default_component()))
+    given = reading.by_section.get(key, {}).get(section.HPARAMS)
+    scoped = reading.scoped.get(key, {})
+    entry = section.registry().peek(name)
+    kind = entry.component.hparams if entry is not None else None
+    if kind is not None and isinstance(given, kind) and not scoped:
+        return {section.NAME: entry.recorded_name, section.HPARAMS: given}  # type: ignore[union-attr]
+    mapping = {**_given_mapping(section, given, reading), **scoped}
+    if entry is None or kind is None:
+        return {section.HPARAMS: mapping}
+    own = [f.name for f in dataclasses.fields(kind)]
+    reading.problems += [f"{reading.source}: --{key}.{item}: {name} has no hyper-parameter {item!r}"
+                         f"{closest(item, own)} (it has: {', '.join(own) or 'none'})"
+                         for item in mapping if item not in own]
+    typed = kind(**_typed(kind, None, reading, given={item: value for item, value in mapping.items() if item in own}))
+    return {section.NAME: entry.recorded_name, section.HPARAMS: typed}
+
+
+def _given_mapping(section: type[ComponentSection], given: Any, reading: _Reading) -> dict[str, Any]:
+    """The `hparams` setting's value as a mapping (YAML text from a flag, a mapping, a dataclass instance, None)."""
+    if dataclasses.is_dataclass(given) and not isinstance(given, type):
+        return hparams_mapping(given)
+    try:
+        return coerce(dict, given) if given is not None else {}
+    except ValueError:
+        flag = flag_of(next(f for f in dataclasses.fields(section) if f.name == section.HPARAMS))
+        reading.problems.append(f"{reading.source}: field '{flag}' expects {_type_name(dict)}, got {given!r}")
+        return {}
+
+
+def resolve_components(config: C) -> C:
+    """`config` with every component it names found and its hyper-parameters typed (ComponentSection.resolved),
+    and the checks that find components made (a metric's name): what a run is built from. The one place where names
+    become components; every problem in one ConfigError."""
+    resolved, problems = {}, []
+    for name in component_sections(type(config)):
         try:
-            mapping = coerce(dict, given[section.HPARAMS])
-        except ValueError:
-            reading.problems.append(f"{reading.source}: field '{hparams_flag}' expects {_type_name(dict)}, "
-                                    f"got {given[section.HPARAMS]!r}")
-    own = {f.name for f in dataclasses.fields(cls)}
-    mapping.update({key: reading.loose.pop(key) for key in list(reading.loose) if key in own})
-    reading.problems += [f"{reading.source}: --{hparams_flag}: '{key}' is not a hyper-parameter of {name} (it has: "
-                         f"{', '.join(sorted(own))})" for key in sorted(set(mapping) - own)]
-    return cls(**_typed(cls, None, reading, given={key: value for key, value in mapping.items() if key in own}))
+            resolved[name] = getattr(config, name).resolved()
+        except ConfigError as err:
+            problems += err.problems
+    problems += config_problems(config, components=True)
+    if problems:
+        raise ConfigError("invalid config", list(dict.fromkeys(problems)))
+    return dataclasses.replace(config, **resolved)
 
 
-def _refuse_loose(cls: type, reading: _Reading) -> None:
-    """Names no setting took: another component's hyper-parameters are ignored with a warning, the rest unknown."""
-    if not reading.loose:
-        return
-    others = {f.name for f, _ in hparam_flags(cls)}
-    ignored = sorted(set(reading.loose) & others)
-    if ignored:
-        log.warning("%s: not hyper-parameters of the chosen components, ignored: %s", reading.source,
-                    ", ".join(f"--{name}" for name in ignored))
-    known = sorted(flag_names(cls))
-    reading.problems += [f"{reading.source}: unknown field '{name}'{closest(name, known)}"
-                         for name in sorted(set(reading.loose) - others)]
+def component_problems(config: DataclassInstance) -> list[str]:
+    """What `resolve_components` finds wrong with `config`, as lines."""
+    try:
+        resolve_components(config)
+    except ConfigError as err:
+        return err.problems
+    return []
 
 
 def coerce(kind: Any, value: Any) -> Any:
@@ -356,22 +505,24 @@ def shown(value: Any) -> str:
     return repr(",".join(map(str, value)) if isinstance(value, list) else value)
 
 
-def config_problems(config: DataclassInstance, skip: Iterable[str] = frozenset()) -> list[str]:
+def config_problems(config: DataclassInstance, skip: Iterable[str] = frozenset(), components: bool = False
+                    ) -> list[str]:
     """Every invalid value of `config` by its settings' rules, and every invalid combination each of its sections
     (and component hyper-parameters) finds in its own `problems()`, as lines naming the flag; flags in `skip` are
-    left out."""
+    left out. A rule that finds a component (a metric's name: `setting(resolves=True)`) imports a user's code, so it
+    is made only with `components` (and then alone), when the run is built."""
     skip = set(skip)
     problems = []
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            problems += config_problems(value, skip)
-        elif flag_of(f) not in skip:
+            problems += config_problems(value, skip, components)
+        elif flag_of(f) not in skip and bool(f.metadata.get("resolves")) == components:
             problem = _value_problem(f.metadata, value)
             if problem:
                 problems.append(f"--{flag_of(f)} {problem}")
     own = getattr(config, "problems", None)
-    return problems + (own() if callable(own) else [])
+    return problems + (own() if callable(own) and not components else [])
 
 
 def _value_problem(rules: Any, value: Any) -> Optional[str]:
@@ -410,13 +561,14 @@ def _document_value(value: Any) -> Any:
 
 
 def config_values(config: DataclassInstance) -> dict[str, Any]:
-    """A config's settings by flag, its components' hyper-parameters under their own names: the flat form."""
+    """A config's settings by flag, its components' hyper-parameters under their own names: the starter kit's flat
+    form, to show and compare (a config is read back whole from its `config_document`)."""
     values: dict[str, Any] = {}
     for setting in config_settings(type(config)).values():
         holder = config if setting.section is None else getattr(config, setting.section)
         value = getattr(holder, setting.field.name)
         if isinstance(holder, ComponentSection) and setting.field.name == holder.HPARAMS:
-            values.update(config_document(value) if value is not None else {})
+            values.update({name: _document_value(item) for name, item in hparams_mapping(value).items()})
         else:
             values[setting.flag] = _document_value(value)
     return values
@@ -491,179 +643,15 @@ def save_config(config: DataclassInstance, path: str) -> None:
 
 
 def load_config(cls: type[C], path: str) -> C:
-    """A config a run stored (its values were checked when it was made)."""
-    return config_from_dict(cls, load_yaml(path), source=path, check_values=False)
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--name` flag per setting of `cls` and per hyper-parameter of its components (a mapping or list of
-    mappings takes YAML text); booleans also take `--noname` and `--name=false`.
-
-    Values stay text here and are typed by `config_from_dict`, so that one error lists every bad flag. Defaults are
-    suppressed so that `parse_config` can tell which flags were given.
-    """
-    if isinstance(parser, FlagParser) and cls not in parser.config_classes:
-        parser.config_classes.append(cls)
-    settings = [(s.flag, s.field, s.kind) for s in config_settings(cls).values()]
-    settings += [(f.name, f, kind) for f, kind in hparam_flags(cls) if f.name not in config_settings(cls)]
-    taken = {option for action in parser._actions for option in action.option_strings}
-    for flag, f, kind in settings:
-        if f"--{flag}" in taken:  # added before: the components a command line names add only their own flags
-            continue
-        help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('shown_default', _shown_default(f))})"
-        if kind is bool:
-            parser.add_argument(f"--{flag}", dest=flag, nargs="?", const="true", default=argparse.SUPPRESS,
-                                metavar="BOOL", help=help_text)
-            parser.add_argument(f"--no{flag}", dest=flag, action="store_const", const="false",
-                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        else:
-            metavar = "A,B,..." if typing.get_origin(kind) is list else getattr(kind, "__name__", "VALUE").upper()
-            parser.add_argument(f"--{flag}", dest=flag, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
-
-
-def _shown_default(f: dataclasses.Field) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        default = f.default_factory()
-        return ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-    return f.default
-
-
-class FlagError(ValueError):
-    """A command line a command cannot take (an unknown flag, a missing or malformed value): one line, exit 1."""
-
-
-class FlagParser(argparse.ArgumentParser):
-    """The flags of a `yt8m` command: only whole names (argparse would take --num_epoch as --num_epochs), and a bad
-    command line raised as a FlagError of one line, an unknown flag with the nearest known one, instead of argparse's
-    usage block and exit status 2."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-        self.config_classes: list[type] = []  # the configs whose flags add_config_arguments gave this parser
-
-    # argparse's parse_args is overloaded on the namespace's type; this one keeps the plain Namespace form only.
-    def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
-                   namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
-        argv = list(sys.argv[1:] if args is None else args)
-        self._add_named_components_flags(argv)
-        # Unknown flags first: argparse would otherwise name a required flag the misspelt one was meant to be.
-        unknown = self._unknown_flags(argv)
-        if unknown:
-            known = self._flag_names()
-            named = ", ".join(f"{flag}{_did_you_mean(flag, known)}" for flag in unknown)
-            raise FlagError(f"unknown flag{'s' if len(unknown) > 1 else ''} {named}; {self._help_hint()}")
-        parsed, extra = self.parse_known_args(argv, namespace)
-        if extra:
-            raise FlagError(f"unexpected argument(s) {' '.join(map(repr, extra))}; {self._help_hint()}")
-        return parsed
-
-    def error(self, message: str) -> typing.NoReturn:
-        raise FlagError(f"{message}; {self._help_hint()}")
-
-    def _add_named_components_flags(self, argv: list[str]) -> None:
-        """The flags of the hyper-parameters of components the command line (or its --config file) names by import
-        path: `--model mymodels:MyModel --hidden 512` takes --hidden as a built-in model's flags are taken."""
-        values = _config_file_values(argv)
-        values.update(_named_values(argv))
-        for cls in self.config_classes:
-            load_components(cls, values)
-            add_config_arguments(self, cls)
-
-    def _unknown_flags(self, argv: list[str]) -> list[str]:
-        """The long flags of `argv` that no parser of this command takes (up to a `--`, after which all is values)."""
-        known = set(self._flag_names(hidden=True))
-        given = argv[:argv.index("--")] if "--" in argv else argv
-        return [flag for flag in (token.split("=", 1)[0] for token in given if token.startswith("--"))
-                if flag not in known]
-
-    def _flag_names(self, hidden: bool = False) -> list[str]:
-        """Every long flag of this parser and of its sub-commands' (`yt8m bench read`); `hidden`: also those the
-        help leaves out (--noframe_features)."""
-        parsers = [self] + [sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
-                            for sub in action.choices.values()]
-        return [flag for parser in parsers for action in parser._actions for flag in action.option_strings
-                if flag.startswith("--") and (hidden or action.help != argparse.SUPPRESS)]
-
-    def _help_hint(self) -> str:
-        return f"`{self.prog} --help` lists the flags"
-
-
-def _named_values(argv: Sequence[str]) -> dict[str, str]:
-    """`--name value` and `--name=value` pairs of a command line, read before it is parsed."""
-    values = {}
-    for index, token in enumerate(argv):
-        if token == "--":
-            break
-        if token.startswith("--") and "=" in token:
-            name, value = token[2:].split("=", 1)
-            values[name] = value
-        elif token.startswith("--") and index + 1 < len(argv) and not argv[index + 1].startswith("--"):
-            values[token[2:]] = argv[index + 1]
-    return values
-
-
-def _config_file_values(argv: Sequence[str]) -> dict[str, Any]:
-    """The values of the command line's --config file, where it reads (parsing reads it again and names any
-    problem)."""
-    path = _named_values(argv).get("config")
-    try:
-        values = load_yaml(path) if path else {}
-    except (ValueError, OSError):
-        return {}
-    return values if isinstance(values, dict) else {}
-
-
-def load_components(cls: type, values: dict[str, Any]) -> None:
-    """Import the components a config's values name by import path, so that their hyper-parameters are known names
-    (flags, YAML fields, searchable fields); a name that finds nothing is left to the config's checks."""
-    flat = flattened(cls, values)
-    for section in component_sections(cls).values():
-        name_field = next(f for f in dataclasses.fields(section) if f.name == section.NAME)
-        name = flat.get(flag_of(name_field))
-        if isinstance(name, str):
-            try:
-                section.hparams_class(name)
-            except (ValueError, TypeError):
-                pass
-
-
-def _did_you_mean(flag: str, known: Sequence[str]) -> str:
-    match = nearest(flag, known)
-    return f" (did you mean {match}?)" if match else ""
-
-
-def add_config_file_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="YAML file with the same names as the flags (flat, or nested by section); flags "
-                             "override it.")
-
-
-def given_values(cls: type, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    """The values `--config FILE.yaml` and the flags given hold (flags win), and what they were read from."""
-    values: dict[str, Any] = {}
-    file_path = getattr(args, "config", None)
-    if file_path:
-        values.update(load_yaml(file_path))
-    names = set(flag_names(cls))
-    flags = {k: v for k, v in vars(args).items() if k in names}
-    values.update(flags)
-    return values, " and ".join(part for part in (file_path, "flags" if flags else "") if part) or "defaults"
-
-
-def parse_config(cls: type[C], args: argparse.Namespace, check_values: bool = True, checks: Optional[Checks] = None
-                 ) -> tuple[C, set[str]]:
-    """Resolve a config from `--config FILE.yaml` and the flags given; flags win. `checks` adds the config's own
-    (see config_from_dict). Returns the config and the flags given explicitly (by file or flag), by their flat
-    names."""
-    values, source = given_values(cls, args)
-    return (config_from_dict(cls, values, source=source, check_values=check_values, checks=checks),
-            given_flags(cls, values))
+    """A config a run stored, its components resolved (its values were checked when it was made; a stored config is
+    a built one)."""
+    return resolve_components(config_from_dict(cls, load_yaml(path), source=path, check_values=False))
 
 
 def flattened(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """A mapping of flat names or sections (nested YAML) as flat names only, a component's hyper-parameters mapping
-    under their own names; what no setting takes stays as it is, for the config's checks to name."""
+    """A mapping of flat names or sections (nested YAML) as flat and dotted names only: a section's fields by their
+    flags, a component's hyper-parameters (its `hparams` mapping and the names beside it) as `SECTION.NAME`, another
+    section's unknown names as `SECTION.NAME` (for the config's checks to name)."""
     by_name = sections(cls)
     flat: dict[str, Any] = {}
     for key, value in values.items():
@@ -674,12 +662,31 @@ def flattened(cls: type, values: dict[str, Any]) -> dict[str, Any]:
         fields = {f.name: f for f in dataclasses.fields(section)}
         for name, inner in value.items():
             if issubclass(section, ComponentSection) and name == section.HPARAMS and isinstance(inner, dict):
-                flat.update(inner)
+                flat.update({f"{key}.{hparam}": item for hparam, item in inner.items()})
             else:
-                flat[flag_of(fields[name]) if name in fields else name] = inner
+                flat[flag_of(fields[name]) if name in fields else f"{key}.{name}"] = inner
     return flat
 
 
 def given_flags(cls: type, values: dict[str, Any]) -> set[str]:
-    """The flat names of what a mapping of flat names or sections gives."""
-    return set(flattened(cls, values))
+    """The flat names of what a mapping of flat names, dotted names or sections gives (a component's
+    hyper-parameter by its own name)."""
+    names = set()
+    for name in flattened(cls, values):
+        section, dot, inner = name.partition(".")
+        names.add(inner if dot and section in sections(cls) else name)
+    return names
+
+
+def load_named_components(cls: type, values: dict[str, Any]) -> None:
+    """Import the components a config's values name by import path, so that their hyper-parameters' flat names are
+    known to the reader: the command line and the Python API call it where such names are given (reading itself
+    imports nothing). A name that finds nothing is left to the run's resolution to report."""
+    flat = flattened(cls, values)
+    for key, section in component_sections(cls).items():
+        name = flat.get(section.name_flag(), flat.get(f"{key}.{section.NAME}"))
+        if isinstance(name, str):
+            try:
+                section.registry().entry(name)
+            except (ValueError, TypeError):
+                pass

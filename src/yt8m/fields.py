@@ -16,14 +16,18 @@ Check = Callable[[Any], Optional[str]]
 
 def setting(default: Any, help: str, *, at_least: Optional[float] = None, above: Optional[float] = None,
             at_most: Optional[float] = None, below: Optional[float] = None,
-            choices: Optional[Callable[[], Sequence[str]]] = None,
-            check: Optional[Check] = None, required: bool = False, flag: Optional[str] = None) -> Any:
+            choices: Optional[Callable[[], Sequence[str]]] = None, check: Optional[Check] = None,
+            resolves: bool = False, required: bool = False, flag: Optional[str] = None, positional: bool = False,
+            shown_default: Optional[str] = None) -> Any:
     """A config field: its default, the help text its flag shows, and its valid values (a range, names given by
-    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid. `flag`: the
-    flag's (and flat YAML's) name where it is not the field's own (`--model` for the model section's `name`)."""
+    `choices()`, a `check`, or `required`: not empty). None, where a field allows it, is always valid. `resolves`: the
+    check finds a component by name (a metric), which may import a user's module, so it is made when the run is
+    built, not when the config is read. `flag`: the flag's (and flat YAML's) name where it is not the field's own
+    (`--model` for the model section's `name`); `positional`: the command line also takes the value as an argument
+    (`yt8m inspect PATTERN`); `shown_default`: what --help says of a default its value does not show."""
     rules = {"at_least": at_least, "above": above, "at_most": at_most, "below": below, "choices": choices,
-             "check": check,
-             "required": required, "flag": flag}
+             "check": check, "resolves": resolves, "required": required, "flag": flag, "positional": positional,
+             "shown_default": shown_default}
     mutable = isinstance(default, (list, dict))
     default_kind = {"default_factory": lambda: type(default)(default)} if mutable else {"default": default}
     return field(**default_kind, metadata={"help": help, **{key: rule for key, rule in rules.items()

@@ -48,13 +48,13 @@ def test_a_sub_commands_flags_are_suggested(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["score"], "yt8m score: error: the following arguments are required: --predictions, --labels; "
-                "`yt8m score --help` lists the flags"),
-    (["synth", "--output_dir", "x", "--kind", "al"], "yt8m synth: error: argument --kind: invalid choice: 'al' "
-                                                      "(choose from 'video', 'frame', 'segment', 'all'); "
-                                                      "`yt8m synth --help` lists the flags"),
-    (["inspect", "data/*", "--limit", "ten"], "yt8m inspect: error: argument --limit: invalid int value: 'ten'; "
-                                             "`yt8m inspect --help` lists the flags"),
+    (["score", "--predictions", "p.csv"], "yt8m score: error: invalid config (flags): --labels is required"),
+    (["synth", "--output_dir", "x", "--kind", "al"], "yt8m synth: error: invalid config (flags): --kind must be one "
+                                                      "of video, frame, segment, all, got 'al'"),
+    (["inspect", "data/*", "--limit", "ten"], "yt8m inspect: error: invalid config (flags): flags: field 'limit' "
+                                             "expects int, got 'ten'"),
+    (["export", "--output", "m.onnx", "--train_dir"], "yt8m export: error: argument --train_dir: expected one "
+                                                      "argument; `yt8m export --help` lists the flags"),
 ])
 def test_a_missing_or_malformed_value_is_one_line(argv, message, capsys):
     status, out, err = run_here(capsys, *argv)

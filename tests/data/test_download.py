@@ -278,7 +278,7 @@ def test_a_full_disk_names_the_file_and_leaves_no_partial_file(mirror, tmp_path,
     (["--partition", "2/video/training"], "--partition '2/video/training': expected VERSION/KIND/SPLIT"),
     (["--partition", PARTITION, "--shard", "4,3"], "--shard '4,3': expected I,N with 1 <= I <= N"),
     (["--partition", PARTITION, "--shard", "1"], "--shard '1': expected I,N"),
-    (["--partition", PARTITION, "--parallel", "0"], "--parallel must be >= 1"),
+    (["--partition", PARTITION, "--parallel", "0"], "--parallel must be at least 1, got 0"),
 ])
 def test_bad_flags_are_one_line_errors(flags, message, tmp_path, capsys):
     assert cli.main(["download", *flags, "--output_dir", str(tmp_path)]) == 1

@@ -41,7 +41,7 @@ def test_a_model_takes_its_hyper_parameters_whole_with_their_defaults_written_on
     parameters = list(inspect.signature(model_class(name).__init__).parameters)[1:]
     assert parameters[:3] == ["feature_size", "num_classes", "hparams"]
     defaults = hparams_class(name)()
-    assert ModelConfig(name).hparams == defaults
+    assert ModelConfig(name).resolved().hparams == defaults
     assert dataclasses.is_dataclass(defaults) and type(defaults).__dataclass_params__.frozen
 
 
@@ -105,7 +105,7 @@ def test_a_scoped_registration_is_gone_after_its_block():
             super().__init__(feature_size, num_classes, hparams)
 
     with registered_model(Scoped, ClassifierHParams):
-        assert "Scoped" in list_models() and ModelConfig("Scoped").hparams == ClassifierHParams()
+        assert "Scoped" in list_models() and ModelConfig("Scoped").resolved().hparams == ClassifierHParams()
     assert "Scoped" not in list_models()
     with pytest.raises(ValueError, match="'Scoped' is not a model"):
         create_model("Scoped", 4, 3)

@@ -22,7 +22,7 @@ from yt8m.eval.score import read_predictions_csv
 from yt8m.models.config import build_model
 from yt8m.tasks.taskset import one_task_set
 from yt8m.training import fit
-from yt8m.training.checks import check_train_config
+from yt8m.training.checks import checked_train_config
 from yt8m.training.optim import OptimizerConfig, build_optimizer
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def linear_output_dtypes(data: dict, train_dir, mixed_precision: bool) -> set:
     """The dtypes the model's linear layers give in one training step of the loop (`fit`)."""
     config = tiny_train_config(data, train_dir, max_steps=1, mixed_precision=mixed_precision, start_new_model=True,
                                **MODEL)
-    check_train_config(config)
+    checked_train_config(config)
     model = build_model(config.model, config.features)
     seen = set()
     for module in model.modules():

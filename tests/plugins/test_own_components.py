@@ -311,8 +311,8 @@ def test_entry_points_of_a_package_are_names_flags_and_known_names(tiny_data, tm
     env = environment(PYTHONPATH=str(site))
     work = tmp_path / "work"  # the package is found through its metadata, not the working directory
     work.mkdir()
-    shown = run(["train", "--help"], work, env=env)
-    assert shown.returncode == 0 and "--ep_width INT" in shown.stdout and "--ep_scale FLOAT" in shown.stdout
+    shown = run(["train", "--model", "EntryPointModel", "--label_loss", "ep_loss", "--help"], work, env=env)
+    assert shown.returncode == 0 and "--model.ep_width INT" in shown.stdout and "--loss.ep_scale FLOAT" in shown.stdout
     unknown = run(["train", "--model", "EntryPointModl", "--train_data_pattern", "x"], work, env=env)
     assert unknown.returncode == 1
     assert "did you mean 'EntryPointModel'?" in unknown.stderr

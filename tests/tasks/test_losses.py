@@ -173,10 +173,12 @@ def test_label_smoothing_moves_each_target_toward_one_half(labels):
 
 
 def test_loss_hyper_parameters_are_checked_and_named():
+    """Checked when the section is resolved (the run is built), not when it is made: a config only describes."""
     with pytest.raises(ConfigError, match="--focal_alpha must be at most 1, got 1.5"):
-        LossConfig("FocalLoss", {"focal_alpha": 1.5})
-    with pytest.raises(ConfigError, match="unknown field 'focal_gama'; did you mean 'focal_gamma'"):
-        LossConfig("FocalLoss", {"focal_gama": 1.0})
+        LossConfig("FocalLoss", {"focal_alpha": 1.5}).resolved()
+    with pytest.raises(ConfigError, match="--loss.focal_gama: FocalLoss has no hyper-parameter 'focal_gama'; did you "
+                                          "mean 'focal_gamma'"):
+        LossConfig("FocalLoss", {"focal_gama": 1.0}).resolved()
 
 
 # --- label weights (the 2019 segment task: 1 where a class was rated) ------------------------------------------

@@ -12,7 +12,7 @@ from workflow_fixtures import train_config
 from yt8m.config import ConfigError
 from yt8m.data.reading.batch import Batch
 from yt8m.training.augment import AugmentConfig, Augmenter
-from yt8m.training.checks import check_train_config
+from yt8m.training.checks import checked_train_config
 from yt8m.training.optim import OptimizerConfig, build_optimizer
 from yt8m.training.weight_average import EpochAverage
 
@@ -61,7 +61,7 @@ def test_without_augmentation_the_batch_is_untouched():
 ])
 def test_a_regularizer_that_cannot_act_is_a_config_error(values, message):
     with pytest.raises(ConfigError, match=message):
-        check_train_config(train_config(train_data_pattern="x", **values))
+        checked_train_config(train_config(train_data_pattern="x", **values))
 
 
 def test_swa_is_the_equal_average_of_each_epochs_weights_from_its_start():

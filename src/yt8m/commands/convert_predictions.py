@@ -4,21 +4,27 @@ classes, duplicates refused); prints one JSON line."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
-from yt8m.config import FlagParser
+from yt8m.commands.command_line import read_command
+from yt8m.fields import setting
 from yt8m.inference.predictions import convert_predictions
 from yt8m.runtime import setup_logging
 
 
+@dataclass(frozen=True)
+class ConvertConfig:
+    """What `yt8m convert-predictions` reads and writes."""
+
+    input: str = setting("", "JSON lines: video_id, class_indexes, predictions.", required=True)
+    output: str = setting("", "The Kaggle CSV to write (VideoId,LabelConfidencePairs).", required=True)
+    top_k: int = setting(20, "Classes kept per video.", at_least=1)
+
+
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m convert-predictions",
-                        description="Turn `yt8m predict --output_format jsonl` output into the Kaggle CSV.")
-    parser.add_argument("--input", required=True, help="JSON lines: video_id, class_indexes, predictions.")
-    parser.add_argument("--output", required=True, help="The Kaggle CSV to write (VideoId,LabelConfidencePairs).")
-    parser.add_argument("--top_k", type=int, default=20, help="Classes kept per video (default: 20).")
-    args = parser.parse_args(argv)
+    config = read_command(ConvertConfig, argv, "yt8m convert-predictions", __doc__)
     setup_logging()
-    videos = convert_predictions(args.input, args.output, args.top_k)
-    print(json.dumps({"output_file": args.output, "videos": videos}), flush=True)
+    videos = convert_predictions(config.input, config.output, config.top_k)
+    print(json.dumps({"output_file": config.output, "videos": videos}), flush=True)
     return 0

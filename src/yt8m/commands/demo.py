@@ -11,16 +11,19 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import yaml
 
-from yt8m.config import FlagParser, config_from_dict
+from yt8m.commands.command_line import read_command
+from yt8m.config import config_from_dict
 from yt8m.data.making.synthetic import write_synthetic
 from yt8m.eval.evaluate import evaluate_run
 from yt8m.eval.metrics import METRIC_MEANINGS
 from yt8m.eval.score import score_files
 from yt8m.eval.segment_score import score_segment_files
+from yt8m.fields import setting
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
 from yt8m.io.files import write_file_atomically
@@ -191,22 +194,26 @@ def _segment_lines(segments: Any) -> list[str]:
             f"  submission     {segments['submission']}  (Class,Segments)"]
 
 
+@dataclass(frozen=True)
+class DemoConfig:
+    """The size of what `yt8m demo` runs."""
+
+    output_dir: str = setting("demo_output", "Where data, train dir and predictions go.", required=True)
+    num_classes: int = setting(500, "Classes of the synthetic set.", at_least=2)
+    train_videos: int = setting(8000, "Training videos (validate/test: a quarter each).", at_least=16)
+    num_epochs: int = setting(5, "Training epochs.", at_least=1)
+    tune_trials: int = setting(6, "Trials of the short tuning study (0: skip).", at_least=0)
+    segment_videos: int = setting(1000, "Segment-rated training videos of the 2019 segment stage (validate: a "
+                                        "quarter; 0: skip).", at_least=0)
+    seed: int = setting(0, "Seed for the data and the training.", at_least=0)
+
+
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m demo", description=__doc__)
-    parser.add_argument("--output_dir", default="demo_output", help="Where data, train dir and predictions go.")
-    parser.add_argument("--num_classes", type=int, default=500, help="Classes of the synthetic set.")
-    parser.add_argument("--train_videos", type=int, default=8000,
-                        help="Training videos (validate/test: a quarter each).")
-    parser.add_argument("--num_epochs", type=int, default=5, help="Training epochs.")
-    parser.add_argument("--tune_trials", type=int, default=6, help="Trials of the short tuning study (0: skip).")
-    parser.add_argument("--segment_videos", type=int, default=1000,
-                        help="Segment-rated training videos of the 2019 segment stage (validate: a quarter; 0: skip).")
-    parser.add_argument("--seed", type=int, default=0, help="Seed for the data and the training.")
-    args = parser.parse_args(argv)
+    config = read_command(DemoConfig, argv, "yt8m demo", __doc__)
     setup_logging()
-    result = run_demo(args.output_dir, num_classes=args.num_classes, train_videos=args.train_videos,
-                      num_epochs=args.num_epochs, tune_trials=args.tune_trials, segment_videos=args.segment_videos,
-                      seed=args.seed)
+    result = run_demo(config.output_dir, num_classes=config.num_classes, train_videos=config.train_videos,
+                      num_epochs=config.num_epochs, tune_trials=config.tune_trials,
+                      segment_videos=config.segment_videos, seed=config.seed)
     # The report is for a person (stderr, with the logs); stdout carries one JSON line, as every command's.
     print(format_report(result), file=sys.stderr, flush=True)
     print(json.dumps(json_summary(result)), flush=True)

@@ -8,23 +8,15 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.commands.command_line import command_parser, parse_config
 from yt8m.inference.config import EnsembleConfig
 from yt8m.inference.ensemble import run_ensemble
 from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m ensemble", description=__doc__.splitlines()[0])
-    parser.add_argument("sources", nargs="*", metavar="INPUT", help="The inputs (or --inputs A,B,...).")
-    add_config_file_argument(parser)
-    add_config_arguments(parser, EnsembleConfig)
-    args = parser.parse_args(argv)
-    if args.sources:
-        if hasattr(args, "inputs"):
-            parser.error("give the inputs as arguments or as --inputs, not both")
-        args.inputs = args.sources
-    config, given = parse_config(EnsembleConfig, args)
+    parser = command_parser("yt8m ensemble", __doc__, EnsembleConfig)
+    config, given = parse_config(EnsembleConfig, parser.parse_args(argv))
     setup_logging()
     print(json.dumps(run_ensemble(config, num_classes_given="num_classes" in given)), flush=True)
     return 0

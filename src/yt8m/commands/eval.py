@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, given_values
+from yt8m.commands.command_line import command_parser, given_values
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.eval.config import EvalConfig
 from yt8m.eval.evaluate import evaluate_run
@@ -16,9 +16,7 @@ from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m eval", description=__doc__.splitlines()[0])
-    add_config_file_argument(parser)
-    add_config_arguments(parser, EvalConfig)
+    parser = command_parser("yt8m eval", __doc__, EvalConfig)
     values, source = given_values(EvalConfig, parser.parse_args(argv))
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
     for result in evaluate_run(values, source):

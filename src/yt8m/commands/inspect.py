@@ -9,45 +9,43 @@ import contextlib
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Optional, Sequence, TextIO, cast
 
-from yt8m.config import FlagParser
+from yt8m.commands.command_line import read_command
 from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.data.reading.inspection import LabelsCsv, RecordSource, Summary, record_json, summary_lines
-from yt8m.fields import parse_bool
+from yt8m.fields import setting
 from yt8m.io.files import atomic_writer
 from yt8m.io.spill import TemporaryDatabase
 
 
-def build_parser() -> FlagParser:
-    parser = FlagParser(prog="yt8m inspect", description=__doc__.splitlines()[0])
-    parser.add_argument("pattern", help="File path or glob; comma-separated for several (gs://, s3:// too).")
-    parser.add_argument("--frame_features", nargs="?", const=True, default=None, type=parse_bool, metavar="BOOL",
-                        help="Read records as SequenceExamples (true) or Examples (false). Default: a record "
-                             "with a feature_lists field is a SequenceExample.")
-    parser.add_argument("--json", action="store_true",
-                        help='One JSON object per record and line: {"id", "labels", "features", "num_frames"}.')
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="Stop after N records in all.")
-    parser.add_argument("--write_labels_csv", default="", metavar="FILE",
-                        help="Also write the ground truth CSV `yt8m score --labels` reads (VideoId,Labels: each "
-                             "record's id and distinct labels).")
-    parser.add_argument("--skip_corrupt", nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL",
-                        help="Skip the rest of a file after a corrupt record (with a warning) instead of failing.")
-    return parser
+@dataclass(frozen=True)
+class InspectConfig:
+    """What `yt8m inspect` reads, and what it writes of it."""
+
+    pattern: str = setting("", "File path or glob; comma-separated for several (gs://, s3:// too).", required=True,
+                           positional=True)
+    frame_features: Optional[bool] = setting(None, "Read records as SequenceExamples (true) or Examples (false).",
+                                             shown_default="a record with a feature_lists field is a SequenceExample")
+    json: bool = setting(False, 'One JSON object per record and line: {"id", "labels", "features", "num_frames"}.')
+    limit: Optional[int] = setting(None, "Stop after N records in all.", at_least=0)
+    write_labels_csv: str = setting("", "Also write the ground truth CSV `yt8m score --labels` reads (VideoId,Labels: "
+                                        "each record's id and distinct labels).")
+    skip_corrupt: bool = setting(False, "Skip the rest of a file after a corrupt record (with a warning) instead of "
+                                        "failing.")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.limit is not None and args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {args.limit}")
+def main(argv: Sequence[str]) -> int:
+    config = read_command(InspectConfig, argv, "yt8m inspect", __doc__)
     logging.basicConfig(format="%(levelname)s: %(message)s")
-    paths = expand_pattern(args.pattern)
-    source = RecordSource(paths, args.frame_features, args.skip_corrupt, args.limit)
+    paths = expand_pattern(config.pattern)
+    source = RecordSource(paths, config.frame_features, config.skip_corrupt, config.limit)
     summary = Summary()
     with contextlib.ExitStack() as stack:
-        labels = _labels_csv(stack, args.write_labels_csv, paths)
+        labels = _labels_csv(stack, config.write_labels_csv, paths)
         for record in source:
-            if args.json:
+            if config.json:
                 sys.stdout.write(json.dumps(record_json(record)) + "\n")
             else:
                 summary.add(record)
@@ -55,13 +53,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 labels.add(record, source.where)
         if labels:
             labels.close()
-    if args.json:
+    if config.json:
         if source.skipped_files:
             print(f"yt8m inspect: skipped the rest of {len(source.skipped_files)} corrupt file(s)", file=sys.stderr)
     else:
         print("\n".join(summary_lines(summary, paths, source.skipped_files)))
     if labels:
-        print(f"yt8m inspect: wrote the labels of {labels.videos} videos to {args.write_labels_csv}", file=sys.stderr)
+        print(f"yt8m inspect: wrote the labels of {labels.videos} videos to {config.write_labels_csv}",
+              file=sys.stderr)
     return 0
 
 

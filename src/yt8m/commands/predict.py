@@ -9,7 +9,7 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.commands.command_line import read_command
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
@@ -17,10 +17,7 @@ from yt8m.runtime import setup_logging
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m predict", description=__doc__.splitlines()[0])
-    add_config_file_argument(parser)
-    add_config_arguments(parser, PredictConfig)
-    config, _ = parse_config(PredictConfig, parser.parse_args(argv))
+    config = read_command(PredictConfig, argv, "yt8m predict", __doc__)
     setup_logging(logging.INFO if env_rank() == 0 else logging.WARNING)
     summary = run_predict(config)
     if env_rank() == 0:

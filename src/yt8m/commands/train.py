@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments, add_config_file_argument, parse_config
+from yt8m.commands.command_line import read_command
 from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_torchrun, relaunch_for_gpus
 from yt8m.runtime import setup_logging
 from yt8m.training import TrainConfig, train
@@ -19,11 +19,9 @@ log = logging.getLogger("yt8m.train")
 
 def parse_args(argv: Sequence[str]) -> TrainConfig:
     """`yt8m train` flags, over `--config FILE.yaml` when given, as one typed and checked config (every problem of
-    the file and the flags in one error); each model hyper-parameter is a flag of its own name."""
-    parser = FlagParser(prog="yt8m train", description=__doc__)
-    add_config_file_argument(parser)
-    add_config_arguments(parser, TrainConfig)
-    return parse_config(TrainConfig, parser.parse_args(argv), checks=train_config_problems)[0]
+    the file and the flags in one error, the components it names found); a model's hyper-parameters are its
+    `--model.NAME` flags (and, for a built-in model, the starter kit's flat names)."""
+    return read_command(TrainConfig, argv, "yt8m train", __doc__, checks=train_config_problems)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -4,24 +4,36 @@ finished trials or --timeout passes, then write the report, best.yaml and plots,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
+from dataclasses import dataclass
 from typing import Sequence
 
-from yt8m.config import FlagParser, add_config_arguments
+from yt8m.commands.command_line import command_parser
 from yt8m.runtime import setup_logging
 from yt8m.tuning.limits import RunFlags
 from yt8m.tuning.report import print_leaderboard
 from yt8m.tuning.runner import EXIT_INTERRUPTED, interrupt_once, raise_failures, tune_from_file
-from yt8m.tuning.space import TuneSettings
+from yt8m.tuning.space import PruningSettings, SamplingSettings, StudySettings
+
+TUNING_FILE_HELP = ("Tuning file with train:, search:, objective: and optional tune: sections; the flags below "
+                    "replace its tune: settings.")
+
+
+@dataclass(frozen=True)
+class TuneFlags:
+    """`yt8m tune`'s flags: the tuning file's `tune:` settings, and the data every trial reads."""
+
+    study: StudySettings = dataclasses.field(default_factory=StudySettings)
+    sampling: SamplingSettings = dataclasses.field(default_factory=SamplingSettings)
+    pruning: PruningSettings = dataclasses.field(default_factory=PruningSettings)
+    data: RunFlags = dataclasses.field(default_factory=RunFlags)
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = FlagParser(prog="yt8m tune", description=__doc__)
-    parser.add_argument("--config", required=True, metavar="TUNE.yaml",
-                        help="Tuning file with train:, search:, objective: and optional tune: sections.")
-    add_config_arguments(parser, TuneSettings)
-    add_config_arguments(parser, RunFlags)
+    parser = command_parser("yt8m tune", __doc__, TuneFlags, config_help=TUNING_FILE_HELP, config_required=True,
+                            config_metavar="TUNE.yaml")
     args = parser.parse_args(argv)
     setup_logging()
     signal.signal(signal.SIGTERM, interrupt_once)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Sequen
 import torch
 import torch.distributed as dist
 
-from yt8m.runtime import resolve_device
+from yt8m.fields import setting
+from yt8m.runtime import DEVICE_HELP, device_problem, resolve_device
 
 log = logging.getLogger("yt8m.distributed.ranks")
 
@@ -42,6 +43,11 @@ def rank_and_world_size() -> tuple[int, int]:
 def env_rank() -> int:
     """This process's rank as torchrun announces it, readable before the process group exists."""
     return int(os.environ.get("RANK", "0"))
+
+
+def device_setting() -> Any:
+    """The `device` setting of every command that runs a model (train, eval, predict, ensemble)."""
+    return setting("auto", DEVICE_HELP, check=device_problem)
 
 
 def training_device(name: str) -> torch.device:

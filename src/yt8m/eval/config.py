@@ -8,14 +8,12 @@ from dataclasses import dataclass
 
 from yt8m.config import STARTER_TRAIN_DIR
 from yt8m.data.reading.spec import FeatureSpec, num_readers_setting, skip_corrupt_setting
-from yt8m.eval.segment_metrics import DEFAULT_TOP_N
+from yt8m.distributed.ranks import device_setting
+from yt8m.eval.segment_metrics import top_n_setting
 from yt8m.fields import setting
 from yt8m.models.config import ModelConfig
-from yt8m.runtime import DEVICE_HELP, device_problem
 from yt8m.tasks.losses import LossConfig
 from yt8m.tasks.metrics import metrics_problem
-
-TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class EvalDataConfig:
     batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
     num_readers: str = num_readers_setting()
     skip_corrupt: bool = skip_corrupt_setting()
-    device: str = setting("auto", DEVICE_HELP, check=device_problem)
+    device: str = device_setting()
 
 
 @dataclass(frozen=True)
@@ -44,10 +42,10 @@ class ReportConfig:
     """The `report` section of eval: the metrics' depths, the per-class CSV and the HTML report."""
 
     top_k: int = setting(20, "Predictions per video counted by GAP.", at_least=1)
-    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
+    top_n: int = top_n_setting()
     metrics: list[str] = setting([], "Metrics of one's own to report beside the task's own (NAME, import path "
                                      "package.module:Name, or NAME(arg=value)); default: those the run validated "
-                                     "with (its --metrics and --best_metric).", check=metrics_problem)
+                                     "with (its --metrics and --best_metric).", check=metrics_problem, resolves=True)
     per_class: str = setting("", "Also write each class's AP, positives and training videos, with its name and "
                                  "vertical, to this CSV (which classes are hard); with the plots extra, plots beside "
                                  "it: AP against training frequency, AP by vertical.")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -19,13 +18,16 @@ from tqdm import tqdm
 
 from yt8m.config import (
     STARTER_TRAIN_DIR,
+    component_problems,
     config_from_dict,
     config_problems,
     config_values,
     differing,
     given_flags,
+    hparams_mapping,
     load_yaml,
     read_section,
+    resolve_components,
     shown,
 )
 from yt8m.data.format.tfrecord import expand_pattern
@@ -131,24 +133,32 @@ def _results(task: Task, metrics: Any, source: str, videos: int, per_class: bool
 def resolve_eval_config(values: dict[str, Any], source: str = "arguments") -> EvalConfig:
     """The eval config of flag values (flat, or nested by section), the train dir's features, model (its
     hyper-parameters included) and loss, and its readers' settings, filled in where not given. Given ones must agree
-    with the train dir's, and the whole config must be valid: every problem in one error."""
+    with the train dir's, and the whole config must be valid, its components found: every problem in one error."""
     train_dir = read_section(values, "checkpoints", WatchConfig, source).train_dir
     path = os.path.join(train_dir, CONFIG_FILE)
     if not storage.exists(path):
         raise FileNotFoundError(f"{train_dir} is not a yt8m train dir (no config.yaml): train a model there first")
     trained = _trained_values(load_yaml(path), path)
     given = given_flags(EvalConfig, values)
-    inherited = {name: value for name, value in trained.items() if name not in given}
+    # A model or loss given that is not the run's brings its own hyper-parameters, not the run's (the model's
+    # difference is refused below, the loss's taken).
+    others = {key for key, flag in (("model", "model"), ("loss", "label_loss"))
+              if flag in given and config_values(config_from_dict(EvalConfig, values, source, check_values=False))[
+                  flag] != trained[flag]}
+    inherited = {name: value for name, value in trained.items()
+                 if name.rpartition(".")[2] not in given and name.partition(".")[0] not in others}
     config = config_from_dict(EvalConfig, {**inherited, **values}, source, check_values=False)
-    identity = [name for name in (*MODEL_IDENTITY_FIELDS, *_hparam_names(trained)) if name in given]
+    model_values = {name.rpartition(".")[2]: value for name, value in trained.items() if name.startswith("model.")}
+    identity = [name for name in (*MODEL_IDENTITY_FIELDS, *model_values) if name in given]
     problems = [f"--{name}: given {shown(new)}, {path} has {shown(old)}"
-                for name, old, new in differing(trained, config_values(config), identity)]
+                for name, old, new in differing({**trained, **model_values}, config_values(config), identity)]
     if problems:
         problems.append("Drop these flags (they are read from the train dir) or point --train_dir elsewhere.")
-    problems += config_problems(config) + eval_config_problems(config)
+    problems += config_problems(config) + component_problems(config)
+    problems += eval_config_problems(config) if not problems else []
     if problems:
         raise ValueError(f"the eval config for {train_dir} is invalid:\n  " + "\n  ".join(problems))
-    return config
+    return resolve_components(config)
 
 
 @dataclass(frozen=True)
@@ -160,22 +170,20 @@ class ValidatedMetrics:
 
 
 def _trained_values(document: dict[str, Any], path: str) -> dict[str, Any]:
-    """The flat values eval takes from a train dir's config: its features, model and loss, and its readers'."""
+    """The values eval takes from a train dir's config: its features, model and loss (their hyper-parameters by
+    dotted name, `model.NAME`, as the run trained them), and its readers' settings."""
     features = read_section(document, "features", FeatureSpec, path)
-    model = read_section(document, "model", ModelConfig, path)
     data = read_section(document, "data", DataConfig, path)
     validation = read_section(document, "validation", ValidatedMetrics, path)
     best = validation.best_metric.rpartition("/")[2]
-    values = {**config_values(features), **config_values(model),
-              **config_values(read_section(document, "loss", LossConfig, path)),
-              "metrics": [*validation.metrics, *([] if is_own_metric(best) else [best])]}
-    return {**values, "num_readers": data.num_readers, "skip_corrupt": data.skip_corrupt}
-
-
-def _hparam_names(trained: dict[str, Any]) -> list[str]:
-    """The model hyper-parameters among a train dir's values (given to eval, they must agree with it)."""
-    hparams = ModelConfig.hparams_class(trained["model"])
-    return [f.name for f in dataclasses.fields(hparams)] if hparams is not None else []
+    values = {**config_values(features), "metrics": [*validation.metrics, *([] if is_own_metric(best) else [best])],
+              "num_readers": data.num_readers, "skip_corrupt": data.skip_corrupt}
+    for key, section in (("model", ModelConfig), ("loss", LossConfig)):
+        stored = read_section(document, key, section, path)
+        hparams = hparams_mapping(getattr(stored, section.HPARAMS))
+        settings = {name: value for name, value in config_values(stored).items() if name not in hparams}
+        values.update(settings, **{f"{key}.{name}": value for name, value in hparams.items()})
+    return values
 
 
 def eval_config_problems(config: EvalConfig) -> list[str]:

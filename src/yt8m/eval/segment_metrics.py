@@ -18,15 +18,22 @@ Memory is O(rated pairs): 9 bytes per pair.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from yt8m.eval.metrics import descending_key
+from yt8m.fields import setting
 
 _CLASS_SHIFT = np.uint64(32)
 # K of the 2019 competition's mAP@K: the segments a submission lists per class (its --segment_max_pred too).
 DEFAULT_TOP_N = 100_000
+
+
+def top_n_setting() -> Any:
+    """The `top_n` setting of train's validation and of eval: K of the segment mAP@K."""
+    return setting(DEFAULT_TOP_N, "With --segment_labels: K of the segment mAP@K, the segments ranked per class that "
+                                  "count.", at_least=1)
 
 
 def average_precisions(classes: np.ndarray, labels: np.ndarray, num_positives: np.ndarray,

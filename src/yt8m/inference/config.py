@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from yt8m.config import shown
 from yt8m.data.reading.spec import SEGMENT_SIZE_HELP, num_readers_setting, skip_corrupt_setting
+from yt8m.distributed.ranks import device_setting
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.fields import setting
-from yt8m.runtime import DEVICE_HELP, device_problem
 
 PREDICTION_FORMATS = ("csv", "jsonl")
 
@@ -25,7 +25,7 @@ class PredictDataConfig:
     batch_size: int = setting(8192, "Examples per prediction batch.", at_least=1)
     num_readers: str = num_readers_setting()
     skip_corrupt: bool = skip_corrupt_setting()
-    device: str = setting("auto", DEVICE_HELP, check=device_problem)
+    device: str = device_setting()
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ class EnsembleInputsConfig:
     """The `inputs` section of ensemble: what is combined, and with which weights."""
 
     inputs: list[str] = setting([], "Train dirs (latest checkpoint), ONNX exports or predictions files (.csv, .jsonl) "
-                                    "to combine; also given as the command's arguments.", required=True)
+                                    "to combine; also given as the command's arguments.", required=True,
+                                    positional=True)
     weights: list[float] = setting([], "One weight per input (comma-separated; normalized to sum 1); default: equal, "
                                        "or fitted with --fit_weights_on.")
     fit_weights_on: str = setting("", "File glob(s) of labelled shards: fit the weights for the most GAP there.")
@@ -122,7 +123,7 @@ class EnsembleDataConfig:
                                           "file's).")
     batch_size: int = setting(1024, "Videos per batch (memory: one [batch, classes] matrix per input).", at_least=1)
     num_readers: str = num_readers_setting()
-    device: str = setting("auto", DEVICE_HELP, check=device_problem)
+    device: str = device_setting()
 
 
 @dataclass(frozen=True)

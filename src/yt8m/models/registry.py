@@ -41,11 +41,8 @@ def adopt_model(name: str, obj: Any, hparams: Optional[type] = None) -> ModelEnt
         raise TypeError(f"{described(obj)} is not a model: a model is an nn.Module class whose forward(features[, "
                         "num_frames]) returns logits [batch, classes], or a yt8m BaseModel")
     if issubclass(obj, BaseModel):
-        entry = ModelEntry(obj, _base_model_hparams(obj, hparams))
-    else:
-        entry = ModelEntry(*adapted_model(obj))
-    _check_shared_fields(obj.__name__, entry.hparams)
-    return entry
+        return ModelEntry(obj, _base_model_hparams(obj, hparams))
+    return ModelEntry(*adapted_model(obj))
 
 
 MODELS: Registry[ModelEntry] = Registry("model", ENTRY_POINT_GROUP, adopt_model)
@@ -57,8 +54,9 @@ def register_model(model: Any = None) -> Any:
 
     A BaseModel takes (feature_size, num_classes, hparams), `hparams` a frozen dataclass of settings; a plain
     nn.Module takes feature_size, num_classes and keyword hyper-parameters with defaults, and its forward(features[,
-    num_frames]) returns logits (yt8m.models.adapter). The hyper-parameters are the model's flags and config fields:
-    a name another model also has must agree with it in type (they are one flag); its default is the model's own.
+    num_frames]) returns logits (yt8m.models.adapter). The hyper-parameters are the model's own config fields, given
+    as `--model.NAME` (or `model: {name: ..., NAME: ...}` in YAML), each of its own type and default; one that no
+    other model has is also taken by its flat name (`--NAME`).
 
     Example:
         >>> import torch
@@ -111,15 +109,6 @@ def _base_model_hparams(cls: type[BaseModel], hparams: Optional[type]) -> type:
     return hparams
 
 
-def _check_shared_fields(name: str, hparams: type) -> None:
-    known = {f.name: kind for f, kind in hparam_fields(load=False)}
-    types = typing.get_type_hints(hparams)
-    for new in dataclasses.fields(hparams):
-        if known.get(new.name, types[new.name]) != types[new.name]:
-            raise TypeError(f"{name}'s hyper-parameter {new.name} differs from another model's in type: a name is "
-                            "one flag")
-
-
 def list_models() -> list[str]:
     """The registered models' names (built-in, registered, installed packages' entry points)."""
     return MODELS.names()
@@ -139,31 +128,14 @@ def hparam_names(name: str) -> list[str]:
 
 
 def hparam_fields(load: bool = True) -> list[tuple[dataclasses.Field, Any]]:
-    """(field, type) of every registered model's hyper-parameters, one per name (its flag), in registration order;
-    where models give a name different defaults, the field's `shown_default` says which model has which. `load`:
-    installed packages' models included."""
+    """(field, type) of every registered model's hyper-parameters, one per name (the first model's), in registration
+    order; `load`: installed packages' models included."""
     seen: dict[str, tuple[dataclasses.Field, Any]] = {}
-    defaults: dict[str, dict[str, Any]] = {}
     for entry in MODELS.entries(load):
-        model, cls = entry.name, entry.component.hparams
-        types = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
+        types = typing.get_type_hints(entry.component.hparams)
+        for f in dataclasses.fields(entry.component.hparams):
             seen.setdefault(f.name, (f, types[f.name]))
-            defaults.setdefault(f.name, {})[model] = f.default
-    return [(_with_shown_default(f, defaults[f.name]), kind) for f, kind in seen.values()]
-
-
-def _with_shown_default(f: dataclasses.Field, by_model: dict[str, Any]) -> dataclasses.Field:
-    if len(set(map(repr, by_model.values()))) == 1:
-        return f
-    groups: dict[str, list[str]] = {}
-    for model, default in by_model.items():
-        groups.setdefault(repr(default), []).append(model)
-    shown = "; ".join(f"{value} for {', '.join(models)}" for value, models in groups.items())
-    metadata = {**f.metadata, "shown_default": f"the model's: {shown}"}
-    shown_field: dataclasses.Field = dataclasses.field(default=f.default, metadata=metadata)
-    shown_field.name = f.name
-    return shown_field
+    return list(seen.values())
 
 
 def create_model(name: str, feature_size: int, num_classes: int, hparams: Any = None,
@@ -190,14 +162,6 @@ def create_model(name: str, feature_size: int, num_classes: int, hparams: Any = 
 
 def is_frame_level(name: str) -> bool:
     return model_class(name).frame_level
-
-
-def recorded_model_name(name: str) -> str:
-    """The name a config records for model `name`: the one that finds it in another process (a registered model of
-    a module's own: module:Name); `name` itself where it finds no model (the config's checks say so)."""
-    if not isinstance(name, str) or known_model(name) is not None:
-        return name
-    return MODELS.recorded_name(name)
 
 
 def known_model(name: str) -> Optional[str]:

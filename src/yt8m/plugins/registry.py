@@ -34,6 +34,7 @@ class Entry(Generic[T]):
     origin: str
     source: Any = None  # the class or function the component was made from
     fixed_name: Optional[str] = None  # a built-in's, an entry point's or an import path's: the name recorded
+    builtin: bool = False  # one of yt8m's own: its hyper-parameters keep the starter kit's flat flags
 
     @property
     def recorded_name(self) -> str:
@@ -151,7 +152,7 @@ class Registry(Generic[T]):
                         "`yt8m eval` of the run cannot find it); define it in a module and import it from there",
                         self.kind, name, "__main__ (a script or notebook)" if getattr(obj, "__module__", "") ==
                         MAIN_MODULE else "a function")
-        self._entries[name] = Entry(component, name, origin, obj, fixed)
+        self._entries[name] = Entry(component, name, origin, obj, fixed, builtin)
 
     def remove(self, name: str) -> None:
         del self._entries[name]
@@ -195,10 +196,24 @@ class Registry(Generic[T]):
         self._entries[name] = Entry(component, name, f"{self.kind} {path}", obj, path)
         return self._entries[name]
 
-    def recorded_name(self, name: str) -> str:
-        """What a config records for `name`: the name that finds the component again in another process."""
-        entry = self.entry(name)
-        return entry.recorded_name if entry is not None else name
+    def peek(self, name: str) -> Optional[Entry[T]]:
+        """The entry of `name` where finding it imports nothing: registered (an installed package's entry point only
+        once loaded), or an import path whose module is imported already; None otherwise (for a reader of configs,
+        which must not run a user's code: `entry` finds the rest when the run is built)."""
+        if name in self._entries:
+            return self._entries[name]
+        if not is_import_path(name):
+            return None
+        try:
+            module, attribute = split_import_path(name)
+        except ValueError:
+            return None
+        if module not in sys.modules:
+            return None
+        try:
+            return self.entry(name)
+        except (ValueError, TypeError):
+            return None
 
     def names(self) -> list[str]:
         """Every registered name (entry points included): for --help, errors and did-you-mean."""

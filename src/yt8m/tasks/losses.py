@@ -11,16 +11,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Optional, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yt8m.config import ComponentSection, config_from_dict
+from yt8m.config import ComponentSection
 from yt8m.fields import setting
 from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
@@ -268,39 +267,24 @@ def loss_names() -> list[str]:
 
 @dataclass(frozen=True)
 class LossConfig(ComponentSection):
-    """The `loss` section: the label loss a run's task learns (and eval reports), and its hyper-parameters (its
-    dataclass, at its defaults where not given)."""
+    """The `loss` section: the label loss a run's task learns (and eval reports), and its hyper-parameters (as
+    given; once resolved, the loss's dataclass at its defaults where not given)."""
 
     name: str = setting("CrossEntropyLoss", "Loss: CrossEntropyLoss, HingeLoss, SoftmaxLoss, FocalLoss, or one's own "
-                                            "(package.module:Name).", flag="label_loss", check=known_loss)
-    hparams: Any = setting(None, "The loss's hyper-parameters (YAML mapping); each is also a flag of its own name "
+                                            "(package.module:Name).", flag="label_loss")
+    hparams: Any = setting(None, "The loss's hyper-parameters (YAML mapping); each is also given by its dotted name "
+                                 "(--loss.focal_gamma 2) and, for the built-in losses, by its starter-kit flag "
                                  "(--label_smoothing 0.1, --focal_gamma 2).", flag="loss_hparams")
 
-    def __post_init__(self) -> None:
-        if isinstance(self.name, str) and known_loss(self.name) is None:
-            object.__setattr__(self, "name", LOSSES.recorded_name(self.name))
-        cls = self.hparams_class(self.name)
-        if cls is not None and not isinstance(self.hparams, cls):
-            given = self.hparams
-            if dataclasses.is_dataclass(given) and not isinstance(given, type):
-                given = dataclasses.asdict(given)
-            object.__setattr__(self, "hparams", config_from_dict(cls, dict(given or {}), f"--label_loss {self.name}"))
+    SCOPE: ClassVar[str] = "loss"
 
     @classmethod
-    def hparams_class(cls, name: str) -> Optional[type]:
-        return LOSSES.get(name).hparams if isinstance(name, str) and known_loss(name) is None else None
-
-    @classmethod
-    def hparam_flags(cls) -> list[tuple[dataclasses.Field, Any]]:
-        seen: dict[str, tuple[dataclasses.Field, Any]] = {}
-        for entry in LOSSES.entries():
-            types = typing.get_type_hints(entry.component.hparams)
-            for f in dataclasses.fields(entry.component.hparams):
-                seen.setdefault(f.name, (f, types[f.name]))
-        return list(seen.values())
+    def registry(cls) -> Registry[Any]:
+        return LOSSES
 
 
 def create_loss(loss: LossConfig | str) -> nn.Module:
-    """The loss a `loss` section (or a name, at its defaults) describes."""
-    config = LossConfig(loss) if isinstance(loss, str) else loss
+    """The loss a `loss` section (or a name, at its defaults) describes, its section resolved first where it is not
+    yet (a ValueError names what is wrong)."""
+    config = (LossConfig(loss) if isinstance(loss, str) else loss).resolved()
     return LOSSES.get(config.name, "--label_loss").build(config.hparams)

@@ -147,15 +147,17 @@ def parse_metric(text: str) -> MetricRequest:
         if arguments is not None:
             raise ValueError(f"metric {text!r}: {name} takes no arguments")
         return MetricRequest(name, None)
-    entry = METRICS.get(name)
-    given = _arguments(text, arguments)
+    found = METRICS.entry(name)
+    if found is None:
+        raise ValueError(METRICS.unknown(name))
+    entry, given = found.component, _arguments(text, arguments)
     own = [f.name for f in dataclasses.fields(entry.hparams)]
     for key in given:
         if key not in own:
             raise ValueError(f"metric {text!r}: {name} takes no argument {key!r}{closest(key, own)} (its arguments: "
                              f"{', '.join(own) or 'none'})")
     try:
-        return MetricRequest(METRICS.recorded_name(name), config_from_dict(entry.hparams, given, source=name))
+        return MetricRequest(found.recorded_name, config_from_dict(entry.hparams, given, source=name))
     except ConfigError as err:
         raise ValueError(f"metric {text!r}: " + "; ".join(err.problems)) from err
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import AbstractSet, Any, Optional
 
-from yt8m.config import ConfigError, config_from_dict
+from yt8m.config import ConfigError, config_from_dict, config_problems
 from yt8m.data.reading.spec import FeatureSpec
 from yt8m.fields import setting
 from yt8m.tasks.losses import LossConfig, known_loss
@@ -111,14 +111,14 @@ class TaskHead:
 class TaskObjective:
     """What a task learns and is judged on: its loss and weight, its best-tracking metric, whether it validates."""
 
-    loss: str = setting("", "The task's loss (default: --label_loss).", check=_task_loss_problem)
+    loss: str = setting("", "The task's loss (default: --label_loss).", check=_task_loss_problem, resolves=True)
     loss_hparams: dict = setting({}, "The loss's hyper-parameters (default: the main flags' where the loss is "
                                      "--label_loss, else the loss's defaults).")
     weight: float = setting(1.0, "The task's loss weight in the total loss.", at_least=0)
     metric: str = setting("", "The task's own best-tracking metric (default: gap; segment_map for segments).",
-                          check=_task_metric_problem)
+                          check=_task_metric_problem, resolves=True)
     metrics: list[str] = setting([], "Metrics of one's own the task reports beside its own (default: --metrics).",
-                                 check=metrics_problem)
+                                 check=metrics_problem, resolves=True)
     validate: bool = setting(True, "Evaluate this task with the others (false: trained, never validated).")
 
 
@@ -224,7 +224,8 @@ def task_entries(tasks: TasksConfig) -> list[dict[str, Any]]:
 
 
 def parse_task_configs(tasks: TasksConfig) -> tuple[list[TaskConfig], list[str]]:
-    """Each entry as a TaskConfig, and every problem of every entry (named by its position and name)."""
+    """Each entry as a TaskConfig, and every problem of every entry (named by its position and name), the losses and
+    metrics it names found (the entries are read when a run is built)."""
     parsed, problems = [], []
     for index, entry in enumerate(task_entries(tasks)):
         if not isinstance(entry, dict):
@@ -232,11 +233,15 @@ def parse_task_configs(tasks: TasksConfig) -> tuple[list[TaskConfig], list[str]]
             continue
         source = f"tasks[{index}] ({entry.get('name') or 'unnamed'})"
         try:
-            parsed.append(config_from_dict(TaskConfig, entry, source=source))
+            parsed.append(config_from_dict(TaskConfig, entry, source=source, checks=_component_problems))
         except ConfigError as err:
             problems += [problem if problem.startswith(source) else f"{source}: {problem.removeprefix('--')}"
                          for problem in err.problems]
     return parsed, problems
+
+
+def _component_problems(config: TaskConfig, skip: AbstractSet[str]) -> list[str]:
+    return config_problems(config, skip, components=True)
 
 
 def resolve_tasks(tasks: TasksConfig, main: MainTask) -> list[TaskSpec]:

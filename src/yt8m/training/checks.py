@@ -1,40 +1,46 @@
-"""The checks of a training config across its sections, in one place: the model against the features, the tasks,
-the teacher, and what train-and-evaluate needs. `yt8m train` runs them once, with the sections' own checks, so that
-one error lists every problem; so does `yt8m tune` for each trial's config."""
+"""The checks of a training config across its sections, in one place: its components found (the model, the loss,
+the metrics it names), the model against the features, the tasks, the teacher, and what train-and-evaluate needs.
+`yt8m train` runs them once, with the sections' own checks, so that one error lists every problem; so does `yt8m tune`
+for its trials' configs, before the first. `checked_train_config` gives the config a run is built from."""
 
 from __future__ import annotations
 
 from typing import AbstractSet, Optional
 
-from yt8m.config import ConfigError, config_problems
+from yt8m.config import ConfigError, config_problems, resolve_components
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.inference.teachers import TeacherInputs, teacher_fit_problems
 from yt8m.models.config import ModelConfig
-from yt8m.models.registry import known_model
 from yt8m.tasks.spec import TaskSpec, task_problems, the_one_task
 from yt8m.training.augment import augment_problems
 from yt8m.training.config import TrainConfig
 
 
-def check_train_config(config: TrainConfig, evaluating: Optional[bool] = None) -> None:
-    """A ConfigError listing every problem of `config` (its sections' rules and these checks); `evaluating`: an
-    evaluation runs (default: --eval_data_pattern is given)."""
+def checked_train_config(config: TrainConfig, evaluating: Optional[bool] = None) -> TrainConfig:
+    """`config` with its components resolved, the one a run is built from; a ConfigError lists every problem of it
+    (its sections' rules and these checks); `evaluating`: an evaluation runs (default: --eval_data_pattern is
+    given)."""
     problems = config_problems(config) + train_config_problems(config, evaluating=evaluating)
     if problems:
         raise ConfigError("invalid training config", problems)
+    return resolve_components(config)
 
 
 def train_config_problems(config: TrainConfig, skip: AbstractSet[str] = frozenset(),
                           evaluating: Optional[bool] = None) -> list[str]:
-    """Every problem of a training config across its sections; flags in `skip` did not parse and are left out
-    (`yt8m.config.parse_config`'s `checks`)."""
+    """Every problem of a training config across its sections, its components found first (which imports the
+    modules of one's own it names); flags in `skip` did not parse and are left out (`config_from_dict`'s
+    `checks`)."""
     evaluating = bool(config.validation.eval_data_pattern) if evaluating is None else evaluating
-    without_evaluation = [] if evaluating else config.validation.without_evaluation_problems()
+    problems = ([] if evaluating else config.validation.without_evaluation_problems()) + augment_problems(
+        config.augment, config.features.frame_features, config.tasks.multitask, bool(config.distillation.teacher)) \
+        + config.optimizer.average_problems() + cache_problems(config.data)
+    try:
+        config = resolve_components(config)
+    except ConfigError as err:
+        return err.problems + problems  # the checks below need the components
     return (model_problems(config.model, config.features, skip) + task_problems(config.tasks, config.main_task())
-            + teacher_problems(config) + without_evaluation
-            + augment_problems(config.augment, config.features.frame_features, config.tasks.multitask,
-                               bool(config.distillation.teacher))
-            + config.optimizer.average_problems() + cache_problems(config.data))
+            + teacher_problems(config) + problems)
 
 
 def cache_problems(data: DataConfig) -> list[str]:
@@ -44,8 +50,8 @@ def cache_problems(data: DataConfig) -> list[str]:
 
 
 def model_problems(model: ModelConfig, features: FeatureSpec, skip: AbstractSet[str] = frozenset()) -> list[str]:
-    """The model's kind against --frame_features (its name and hyper-parameters are its section's to check)."""
-    if {"model", "frame_features"} & skip or known_model(model.name):
+    """The model's kind (of a resolved section) against --frame_features."""
+    if {"model", "frame_features"} & skip:
         return []
     if model.frame_level != features.frame_features:
         kind = "frame-level" if model.frame_level else "video-level"

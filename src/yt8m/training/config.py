@@ -10,9 +10,9 @@ from typing import Optional
 
 from yt8m.config import STARTER_TRAIN_DIR
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
+from yt8m.distributed.ranks import device_setting
 from yt8m.fields import setting
 from yt8m.models.config import ModelConfig
-from yt8m.runtime import DEVICE_HELP, device_problem
 from yt8m.tasks.losses import LossConfig
 from yt8m.tasks.spec import MainTask, TasksConfig
 from yt8m.tasks.teacher import DistillationConfig
@@ -66,7 +66,7 @@ class RuntimeConfig:
     """The `runtime` section: the device and its numerics, compilation, logging, processes and the model-size
     limit: how a run executes, not what it learns."""
 
-    device: str = setting("auto", DEVICE_HELP, check=device_problem)
+    device: str = device_setting()
     log_device_placement: bool = setting(False, "The starter kit's TensorFlow flag: accepted and logged, no effect "
                                                 "(the log names the device every run trains on).")
     mixed_precision: bool = setting(False, "Train with autocast: CUDA bfloat16 (float16 with loss scaling where the "

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any, ContextManager, Iterator, Optional, Sequence
 
-from yt8m.config import STARTER_TRAIN_DIR, save_config
+from yt8m.config import STARTER_TRAIN_DIR, resolve_components, save_config
 from yt8m.distributed.ranks import all_reduce_sum, barrier, process_group, rank_and_world_size, training_device
 from yt8m.io import storage
 from yt8m.io.checkpoints import (
@@ -28,7 +28,7 @@ from yt8m.io.checkpoints import (
 from yt8m.io.files import write_file_atomically
 from yt8m.io.lock import TrainDirLock
 from yt8m.models.model_size import ModelSize
-from yt8m.training.checks import check_train_config
+from yt8m.training.checks import checked_train_config
 from yt8m.training.config import TrainConfig
 from yt8m.training.loop import TrainHook, fit
 from yt8m.training.memory_checks import check_run_memory, checkpoint_bytes, memory_watch, warn_if_disk_short
@@ -45,12 +45,16 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
 
     Everything is checked (config, model, optimizer, loss, data) before the train dir is touched, so a failed start
     leaves it as it was; `checked`: the config's checks already ran (`yt8m train` runs them as it parses the flags,
-    to list every problem at once). Under torchrun every process calls it and it joins the process group itself.
+    to list every problem at once): its components are only found then. Under torchrun every process calls it and
+    it joins the process group itself.
     With --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation),
     it trains and evaluates.
     """
-    if not checked:
-        check_train_config(config, evaluating=bool(config.validation.eval_data_pattern) or evaluate is not None)
+    if checked:
+        config = resolve_components(config)
+    else:
+        config = checked_train_config(config, evaluating=bool(config.validation.eval_data_pattern) or
+                                      evaluate is not None)
     train_dir = config.checkpoints.train_dir
     if train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):
         log.warning("--train_dir is %s, the starter kit's default: a reboot or the next run there may wipe it; "

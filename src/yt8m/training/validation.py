@@ -20,7 +20,7 @@ from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.eval.evaluate import evaluate_model, write_metrics
 from yt8m.eval.metrics import HIGHER_IS_BETTER
-from yt8m.eval.segment_metrics import DEFAULT_TOP_N
+from yt8m.eval.segment_metrics import top_n_setting
 from yt8m.fields import setting
 from yt8m.io.checkpoints import exported_checkpoint
 from yt8m.io.summaries import summary_writer
@@ -35,7 +35,6 @@ log = logging.getLogger("yt8m.train_eval")
 
 # evaluate(model, step) -> metrics (`evaluate_model`'s keys), run on rank 0 after a checkpoint of `step`.
 EvaluateFn = Callable[[nn.Module, int], dict[str, Any]]
-TOP_N_HELP = "With --segment_labels: K of the segment mAP@K, the segments ranked per class that count."
 
 
 def best_metric_problem(name: str) -> Optional[str]:
@@ -69,11 +68,11 @@ class ValidationConfig:
                                       "hit_at_one, perr, segment_map (--segment_labels; higher is better), loss "
                                       "(lower is better), or a metric of one's own (see --metrics); with tasks "
                                       "TASK/METRIC (METRIC: the first task's).",
-                               check=best_metric_problem)
+                               check=best_metric_problem, resolves=True)
     metrics: list[str] = setting([], "Metrics of one's own every task reports beside its own, each a registered name, "
                                      "entry point or import path (package.module:Name), with arguments as "
-                                     "NAME(arg=value); --best_metric's is added.", check=metrics_problem)
-    top_n: int = setting(DEFAULT_TOP_N, TOP_N_HELP, at_least=1)
+                                     "NAME(arg=value); --best_metric's is added.", check=metrics_problem, resolves=True)
+    top_n: int = top_n_setting()
     keep_best_exports: int = setting(1, "Keep the newest N exports that improved --best_metric (export/best).",
                                      at_least=0)
     keep_latest_exports: int = setting(1, "Keep the newest N evaluated checkpoints (export/latest).", at_least=0)

@@ -32,7 +32,7 @@ def limits_held() -> contextlib.AbstractContextManager[None]:
     return SignalHold((signal.SIGALRM,)).held()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunFlags:
     """`yt8m tune` flags beside the tuning file's `tune:` settings."""
 

@@ -16,7 +16,7 @@ from typing import Any, Optional, cast
 
 import optuna
 
-from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_components, load_yaml
+from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_named_components, load_yaml
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import parse_list, setting
 from yt8m.models.registry import hparam_fields
@@ -181,7 +181,9 @@ class TuneSpec:
     def trial_config(self, params: dict[str, Any], train_dir: str, **overrides: Any) -> TrainConfig:
         values = {**self.train, EVAL_PATTERN: self.eval_data_pattern, **params, "train_dir": train_dir,
                   "start_new_model": True, **overrides}
-        return config_from_dict(TrainConfig, with_task_fields(values), source=f"{self.source}: trial config")
+        values = with_task_fields(values)
+        load_named_components(TrainConfig, values)  # in a job process too: the flat names of one's own components
+        return config_from_dict(TrainConfig, values, source=f"{self.source}: trial config")
 
     def identity(self) -> str:
         """What must not change when a study is resumed: the fixed fields, the space and the objective."""
@@ -239,11 +241,11 @@ def _collect(problems: list[str], build, *args: Any) -> Any:
 def _load_named_components(train: dict, search: dict) -> None:
     """Import the components train: and the choices of search: name by import path, so that their
     hyper-parameters are fields a search can vary."""
-    load_components(TrainConfig, train)
+    load_named_components(TrainConfig, train)
     for name, spec in search.items():
         choices = spec.get("choices") if isinstance(spec, dict) else None
         for choice in choices if isinstance(choices, list) else []:
-            load_components(TrainConfig, {name: choice})
+            load_named_components(TrainConfig, {name: choice})
 
 
 def _reporting(train: dict[str, Any], metric: str) -> dict[str, Any]:
