@@ -63,7 +63,7 @@ def plan_refit(spec: TuneSpec, study: optuna.Study, top: int, folds: int, holdou
     best = best_trials(study, top, diverse)
     if len(best) < top:
         raise ValueError(f"--refit_top {top}: the study has {len(best)} complete trials")
-    every = expand_pattern(f"{spec.train['train_data_pattern']},{spec.eval_data_pattern}")
+    every = expand_pattern(f"{spec.train.data.train_data_pattern},{spec.eval_data_pattern}")
     held = expand_pattern(holdout) if holdout else []
     outside = sorted(set(held) - set(every))
     if outside:

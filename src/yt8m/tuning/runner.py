@@ -18,7 +18,7 @@ import optuna
 import torch
 import yaml
 
-from yt8m.config import config_from_dict, config_values, flag_names
+from yt8m.config import config_from_dict, config_values, flag_names, with_values
 from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.data.reading.memory_budget import share_memory_among
 from yt8m.io.files import write_file_atomically
@@ -110,7 +110,7 @@ def raise_failures(summary: dict[str, Any]) -> None:
 
 def _check_data(spec: TuneSpec) -> None:
     """Fail before the first trial when a data pattern matches nothing, instead of failing every trial."""
-    expand_pattern(spec.train["train_data_pattern"])
+    expand_pattern(spec.train.data.train_data_pattern)
     expand_pattern(spec.eval_data_pattern)
 
 
@@ -120,15 +120,15 @@ def with_data_patterns(spec: TuneSpec, train_pattern: str, eval_pattern: str) ->
     a study made on other data is not resumed with these."""
     if not train_pattern and not eval_pattern:
         return spec
-    train = {**spec.train, **({"train_data_pattern": train_pattern} if train_pattern else {})}
-    eval_pattern = eval_pattern or spec.eval_data_pattern
-    document = {**spec.document, "train": {**(spec.document.get("train") or {}),
-                                           "train_data_pattern": train["train_data_pattern"],
-                                           "eval_data_pattern": eval_pattern}}
     flags = " and ".join(name for name, given in (("--train_data_pattern", train_pattern),
                                                   ("--eval_data_pattern", eval_pattern)) if given)
-    return dataclasses.replace(spec, train=train, eval_data_pattern=eval_pattern, document=document,
-                               source=f"{spec.source} with {flags}")
+    train_pattern = train_pattern or spec.train.data.train_data_pattern
+    eval_pattern = eval_pattern or spec.eval_data_pattern
+    train = with_values(spec.train, train_data_pattern=train_pattern, eval_data_pattern=eval_pattern)
+    document = {**spec.document, "train": {**(spec.document.get("train") or {}), "train_data_pattern": train_pattern,
+                                           "eval_data_pattern": eval_pattern}}
+    return dataclasses.replace(spec, train=train, fixed={**spec.fixed, "train_data_pattern": train_pattern},
+                               document=document, source=f"{spec.source} with {flags}")
 
 
 def write_study_file(spec: TuneSpec, path: str) -> None:

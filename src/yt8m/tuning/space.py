@@ -16,7 +16,17 @@ from typing import Any, Optional, cast
 
 import optuna
 
-from yt8m.config import ConfigError, config_from_dict, flag_type, flattened, load_named_components, load_yaml
+from yt8m.config import (
+    ConfigError,
+    component_sections,
+    config_from_dict,
+    config_settings,
+    flag_type,
+    flattened,
+    hparam_type,
+    load_named_components,
+    load_yaml,
+)
 from yt8m.eval.metrics import HIGHER_IS_BETTER
 from yt8m.fields import parse_list, setting
 from yt8m.models.registry import hparam_fields
@@ -157,17 +167,24 @@ class Param:
 
 @dataclass
 class TuneSpec:
-    """A validated tuning file: what every trial trains with, what varies, and what is optimized."""
+    """A validated tuning file: what every trial trains with (`train`, the train: section read by the one config
+    reader into a TrainConfig, checked with every searched value before the first trial; `fixed`, the values it
+    gives, the study's identity), what varies, and what is optimized."""
 
     source: str
-    train: dict[str, Any]
-    eval_data_pattern: str
+    train: TrainConfig
+    fixed: dict[str, Any]
     search: list[Param]
     metric: str
     direction: str
     settings: TuneSettings
     enqueue: list[dict[str, Any]] = field(default_factory=list)
     document: dict[str, Any] = field(default_factory=dict)  # the file as read, for the copy in the study dir
+
+    @property
+    def eval_data_pattern(self) -> str:
+        """The validation shards every trial is scored on."""
+        return self.train.validation.eval_data_pattern
 
     def sample(self, trial: optuna.Trial) -> dict[str, Any]:
         """The trial's values of the active fields, suggested in sampling order (each field after the fields its
@@ -179,7 +196,9 @@ class TuneSpec:
         return values
 
     def trial_config(self, params: dict[str, Any], train_dir: str, **overrides: Any) -> TrainConfig:
-        values = {**self.train, EVAL_PATTERN: self.eval_data_pattern, **params, "train_dir": train_dir,
+        """The config of a trial of these parameters in `train_dir`: the fixed fields with them over them, read by the
+        config reader as `yt8m train` reads a file (a flat name goes to whichever chosen component declares it)."""
+        values = {**self.fixed, EVAL_PATTERN: self.eval_data_pattern, **params, "train_dir": train_dir,
                   "start_new_model": True, **overrides}
         values = with_task_fields(values)
         load_named_components(TrainConfig, values)  # in a job process too: the flat names of one's own components
@@ -188,7 +207,7 @@ class TuneSpec:
     def identity(self) -> str:
         """What must not change when a study is resumed: the fixed fields, the space and the objective."""
         space = [dataclasses.asdict(param) for param in self.search]
-        return json.dumps({"train": self.train, "eval_data_pattern": self.eval_data_pattern, "search": space,
+        return json.dumps({"train": self.fixed, "eval_data_pattern": self.eval_data_pattern, "search": space,
                            "metric": self.metric, "direction": self.direction}, sort_keys=True, default=str)
 
 
@@ -197,28 +216,31 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     document = load_yaml(path)
     problems = [f"{path}: unknown section '{name}' (sections: {', '.join(SECTIONS)})"
                 for name in document if name not in SECTIONS]
-    _load_named_components(_section(path, document, "train", []), _section(path, document, "search", []))
-    train, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems)
-    search = _read_search(path, _section(path, document, "search", problems), train, problems)
+    train_section, search_section = _section(path, document, "train", []), _section(path, document, "search", [])
+    _load_named_components(train_section, search_section)
+    candidates = candidates_of(flattened(TrainConfig, train_section), search_section)
+    fixed, eval_pattern = _read_train(path, _section(path, document, "train", problems), problems, candidates)
+    search, typed_by = _read_search(path, _section(path, document, "search", problems), fixed, problems, candidates)
     metric, direction = _read_objective(path, _section(path, document, "objective", problems), problems)
     known = len(problems)
-    _check_objective_task(path, train, search, metric, problems)
+    _check_objective_task(path, fixed, search, metric, problems)
     if len(problems) == known:  # an objective no trial reports is said once, not again as each trial's best metric
-        train = _reporting(train, metric)
+        fixed = _reporting(fixed, metric)
     tune_section = dict(_section(path, document, "tune", problems))
     raw_enqueue = tune_section.pop("enqueue", [])
     settings = _read_settings(path, {**tune_section, **(overrides or {})}, problems)
-    enqueue = _read_enqueue(path, raw_enqueue, search, problems)
-    _check_report_schedule(path, settings, train, search, problems)
+    enqueue = _read_enqueue(path, raw_enqueue, search, problems, typed_by)
+    _check_report_schedule(path, settings, fixed, search, problems)
     # Trials validate on the study's shards: what needs validations (early stopping) is checked with them.
-    _check_trial_configs(path, {**train, EVAL_PATTERN: eval_pattern}, search, settings, problems)
+    _check_trial_configs(path, {**fixed, EVAL_PATTERN: eval_pattern}, search, settings, problems)
     if problems:
         raise ValueError(f"{path}: {len(problems)} problem(s) in the tuning config:\n  " + "\n  ".join(problems))
     name = settings.study.study_name or os.path.splitext(os.path.basename(path))[0]
     study = dataclasses.replace(settings.study, study_name=name,
                                 study_dir=settings.study.study_dir or os.path.join("studies", name))
-    settings = dataclasses.replace(settings, study=study)
-    return TuneSpec(path, train, eval_pattern, search, metric, direction, settings, enqueue, document)
+    train = config_from_dict(TrainConfig, {**fixed, EVAL_PATTERN: eval_pattern}, f"{path}: train", check_values=False)
+    return TuneSpec(path, train, fixed, search, metric, direction, dataclasses.replace(settings, study=study),
+                    enqueue, document)
 
 
 def _section(path: str, document: dict, name: str, problems: list[str]) -> dict:
@@ -260,7 +282,8 @@ def _reporting(train: dict[str, Any], metric: str) -> dict[str, Any]:
     return {**train, "metrics": ",".join(dict.fromkeys([*map(canonical_metric, given), plain]))}
 
 
-def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str, Any], str]:
+def _read_train(path: str, section: dict, problems: list[str], candidates: Candidates
+                ) -> tuple[dict[str, Any], str]:
     values = flattened(TrainConfig, section)
     eval_pattern = str(values.pop(EVAL_PATTERN, "") or "")
     for name in TUNE_OWNED_FIELDS:
@@ -271,7 +294,7 @@ def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str
     for name in [name for name in values if name.startswith(TASK_PREFIX)]:
         problems.append(f"{path}: train.{name}: a task's fixed fields go in its entry of train.tasks")
         values.pop(name)
-    fixed = _typed_values(values, f"{path}: train", problems)
+    fixed = _typed_values(values, f"{path}: train", problems, candidates)
     if not fixed.get("train_data_pattern"):
         problems.append(f"{path}: train.train_data_pattern is required")
     if not eval_pattern:
@@ -279,14 +302,17 @@ def _read_train(path: str, section: dict, problems: list[str]) -> tuple[dict[str
     return fixed, eval_pattern
 
 
-def _typed_values(values: dict[str, Any], source: str, problems: list[str]) -> dict[str, Any]:
-    """The values converted to the types of their `yt8m train` fields; unknown fields and ill-typed values are
-    reported and left out. Types only: a value's range and its combination with other fields are checked on
-    whole trial configs (`_check_trial_configs`), where the other fields have the values a trial gives them."""
+def _typed_values(values: dict[str, Any], source: str, problems: list[str],
+                  candidates: Optional["Candidates"] = None) -> dict[str, Any]:
+    """The values converted to the types of their `yt8m train` fields (a component's hyper-parameter to the type the
+    `candidates` components give it); unknown fields and ill-typed values are reported and left out. Types only: a
+    value's range and its combination with other fields are checked on whole trial configs (`_check_trial_configs`),
+    where the other fields have the values a trial gives them."""
     typed = {}
     for name, value in values.items():
         short = name.rsplit(".", 1)[-1]
-        holder = _collect(problems, config_from_dict, _field_holder(name), {short: value}, source)
+        holder = _collect(problems, config_from_dict, _field_holder(name, searched_field_type(name, candidates)),
+                          {short: value}, source)
         if holder is not None:
             value = getattr(holder, short)
             # Optuna's choices are plain values: a list field (feature_sizes) is searched in its comma form; the
@@ -297,19 +323,45 @@ def _typed_values(values: dict[str, Any], source: str, problems: list[str]) -> d
 
 
 @functools.lru_cache(maxsize=None)
-def _field_holder(name: str) -> type:
-    """A config class holding only the searchable field `name` (a `yt8m train` field or a task's, named by its
-    last part), with its type (none when it is not a field)."""
-    kind = searched_field_type(name)
+def _field_holder(name: str, kind: Any) -> type:
+    """A config class holding only the searchable field `name` (named by its last part) of type `kind` (no field
+    where `kind` is None)."""
     fields = [(name.rsplit(".", 1)[-1], kind, None)] if kind is not None else []
     return dataclasses.make_dataclass("TrainField", fields)
 
 
-def searched_field_type(name: str) -> Optional[type]:
-    """The type of a searchable field: a `yt8m train` field, tasks.TASK.FIELD (a TaskConfig field) or
-    tasks.TASK.head_hparams.HPARAM (a model hyper-parameter, typed as its `yt8m train` flag); None if not one."""
+@dataclass(frozen=True)
+class Candidates:
+    """The components a trial may train with, by section (model, loss): the train: section's and the choices its
+    search gives them; a component's hyper-parameter is typed as the first of them that declares it."""
+
+    by_section: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def restricted(self, section: str, names: tuple) -> "Candidates":
+        """These candidates with `section`'s limited to `names` (a field searched `when` the model is one of them)."""
+        return Candidates(tuple((key, tuple(map(str, names)) if key == section else chosen)
+                                for key, chosen in self.by_section))
+
+    def hparam_type(self, name: str) -> Optional[type]:
+        """The type of hyper-parameter `name` (`SECTION.NAME`, or a flat NAME of any section's components)."""
+        key, dot, short = name.partition(".")
+        sections = component_sections(TrainConfig)
+        for section_name, chosen in self.by_section:
+            if dot and section_name != key:
+                continue
+            for component in chosen:
+                kind = hparam_type(sections[section_name], component, short if dot else name)
+                if kind is not None:
+                    return kind
+        return None
+
+
+def searched_field_type(name: str, candidates: Optional[Candidates] = None) -> Optional[type]:
+    """The type of a searchable field: a `yt8m train` field, a component's hyper-parameter (flat or `model.NAME`, as
+    the `candidates` give it; default: any loaded component's), tasks.TASK.FIELD (a TaskConfig field) or
+    tasks.TASK.head_hparams.HPARAM (a model hyper-parameter); None if not one."""
     if not name.startswith(TASK_PREFIX):
-        return train_field_type(name)
+        return train_field_type(name, candidates)
     parts = name.split(".")
     if len(parts) == 3 and parts[2] in SEARCHABLE_TASK_FIELDS:
         return flag_type(TaskConfig, parts[2])
@@ -318,15 +370,32 @@ def searched_field_type(name: str) -> Optional[type]:
     return None
 
 
-def train_field_type(name: str) -> Optional[type]:
-    """The type of a `yt8m train` field or of a model hyper-parameter (a field and flag of its own name); None if
+def train_field_type(name: str, candidates: Optional[Candidates] = None) -> Optional[type]:
+    """The type of a `yt8m train` field or of a component's hyper-parameter (flat, or by its dotted name); None if
     neither."""
-    return None if name == HPARAMS_FLAG else flag_type(TrainConfig, name)
+    if name == HPARAMS_FLAG:
+        return None
+    if name in config_settings(TrainConfig) or candidates is None:
+        return flag_type(TrainConfig, name)
+    return candidates.hparam_type(name) or flag_type(TrainConfig, name)
 
 
 def _hparam_type(name: str) -> Optional[type]:
     """The type of a registered model's hyper-parameter (its `yt8m train` flag's); None if no model has one."""
     return next((kind for hparam, kind in hparam_fields() if hparam.name == name), None)
+
+
+def candidates_of(train: dict[str, Any], search: dict[str, Any]) -> Candidates:
+    """The components trials of this train: and search: may train with, by section."""
+    found = []
+    for key, section in component_sections(TrainConfig).items():
+        flag = section.name_flag()
+        chosen = [train.get(flag, train.get(f"{key}.{section.NAME}", section.default_component()))]
+        spec = search.get(flag)
+        if isinstance(spec, dict) and isinstance(spec.get("choices"), list):
+            chosen += spec["choices"]
+        found.append((key, tuple(dict.fromkeys(map(str, chosen)))))
+    return Candidates(tuple(found))
 
 
 def with_task_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -358,19 +427,24 @@ def _task_field_problem(name: str, train: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _read_search(path: str, section: dict, train: dict[str, Any], problems: list[str]) -> list[Param]:
+def _read_search(path: str, section: dict, train: dict[str, Any], problems: list[str], candidates: Candidates
+                 ) -> tuple[list[Param], dict[str, Candidates]]:
+    """The searched fields in sampling order, and the components each may be searched with (its `when` may name
+    the model): what types its values."""
     if not section:
         problems.append(f"{path}: section 'search' must name at least one field to search")
     params: list[Param] = []
     raw_when: dict[str, tuple[str, Any]] = {}
+    typed_by: dict[str, Candidates] = {}
     for name, spec in section.items():
         where = f"{path}: search.{name}"
+        own = typed_by[name] = _when_restricted(candidates, spec)
         if name.startswith(TASK_PREFIX):
             problem = _task_field_problem(name, train)
             if problem:
                 problems.append(f"{where}: {problem}")
                 continue
-        elif train_field_type(name) is None:
+        elif train_field_type(name, own) is None:
             problems.append(f"{where}: unknown field (not a `yt8m train` field)")
             continue
         if name in TUNE_OWNED_FIELDS:
@@ -379,15 +453,25 @@ def _read_search(path: str, section: dict, train: dict[str, Any], problems: list
         if not isinstance(spec, dict):
             problems.append(f"{where}: expected a mapping like {{type: float, low: ..., high: ...}}, got {spec!r}")
             continue
-        param = _read_param(where, name, spec, problems)
+        param = _read_param(where, name, spec, problems, own)
         if param is not None:
             params.append(param)
             raw_when[name] = (where, spec.get("when"))
     # `when` may name any searched field, above or below it: conditions are read once every field is known.
     by_name = {param.name: param for param in params}
-    params = [dataclasses.replace(param, when=_read_when(*raw_when[param.name], by_name, problems))
+    params = [dataclasses.replace(param, when=_read_when(*raw_when[param.name], by_name, problems, typed_by))
               for param in params]
-    return _sampling_order(path, params, problems)
+    return _sampling_order(path, params, problems), typed_by
+
+
+def _when_restricted(candidates: Candidates, spec: Any) -> Candidates:
+    """The candidates of a field searched `when` a component section's name (model, label_loss) has given values."""
+    when = spec.get("when") if isinstance(spec, dict) else None
+    for key, section in component_sections(TrainConfig).items():
+        if isinstance(when, dict) and section.name_flag() in when:
+            wanted = when[section.name_flag()]
+            candidates = candidates.restricted(key, tuple(wanted) if isinstance(wanted, list) else (wanted,))
+    return candidates
 
 
 def _sampling_order(path: str, params: list[Param], problems: list[str]) -> list[Param]:
@@ -423,7 +507,7 @@ def _when_cycle(pending: list[Param], placed: set[str]) -> list[str]:
         path.append(waits_for)
 
 
-def _read_param(where: str, name: str, spec: dict, problems: list[str]) -> Optional[Param]:
+def _read_param(where: str, name: str, spec: dict, problems: list[str], candidates: Candidates) -> Optional[Param]:
     kind = spec.get("type")
     if kind not in DISTRIBUTION_KEYS:
         problems.append(f"{where}: type {kind!r} is not a distribution (use one of: {', '.join(DISTRIBUTION_KEYS)})")
@@ -434,31 +518,32 @@ def _read_param(where: str, name: str, spec: dict, problems: list[str]) -> Optio
                         f"(allowed: type, {', '.join(sorted(DISTRIBUTION_KEYS[kind]))}, when)")
     before = len(problems)
     if kind == "categorical":
-        choices = _read_choices(where, name, spec.get("choices"), problems)
+        choices = _read_choices(where, name, spec.get("choices"), problems, candidates)
         return Param(name, kind, choices=choices) if len(problems) == before else None
-    bounds = _read_range(where, name, kind, spec, problems)
+    bounds = _read_range(where, name, kind, spec, problems, candidates)
     if bounds is None or len(problems) != before:
         return None
     low, high, step, log = bounds
     return Param(name, kind, low=low, high=high, step=step, log=log)
 
 
-def _coerce_value(name: str, value: Any, source: str, problems: list[str]) -> Any:
-    return _typed_values({name: value}, source, problems).get(name)
+def _coerce_value(name: str, value: Any, source: str, problems: list[str], candidates: Optional[Candidates]) -> Any:
+    return _typed_values({name: value}, source, problems, candidates).get(name)
 
 
-def _read_choices(where: str, name: str, raw: Any, problems: list[str]) -> tuple:
+def _read_choices(where: str, name: str, raw: Any, problems: list[str], candidates: Candidates) -> tuple:
     if not isinstance(raw, list) or not raw:
         problems.append(f"{where}: categorical needs a non-empty list 'choices', got {raw!r}")
         return ()
-    choices = tuple(_coerce_value(name, value, where, problems) for value in raw)
+    choices = tuple(_coerce_value(name, value, where, problems, candidates) for value in raw)
     if len(set(choices)) != len(choices):
         problems.append(f"{where}: choices {list(raw)} repeat a value")
     return choices
 
 
-def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str]) -> Optional[tuple]:
-    value_type = searched_field_type(name)
+def _read_range(where: str, name: str, kind: str, spec: dict, problems: list[str], candidates: Candidates
+                ) -> Optional[tuple]:
+    value_type = searched_field_type(name, candidates)
     if value_type not in (int, float):
         problems.append(f"{where}: a {kind} range needs a numeric field, but '{name}' holds "
                         f"{getattr(value_type, '__name__', value_type)} values; use type: categorical")
@@ -497,7 +582,8 @@ def _is_number(value: Any, number: type | tuple[type, ...]) -> bool:
     return isinstance(value, number) and not isinstance(value, bool) and math.isfinite(cast(float, value))
 
 
-def _read_when(where: str, raw: Any, by_name: dict[str, Param], problems: list[str]) -> tuple:
+def _read_when(where: str, raw: Any, by_name: dict[str, Param], problems: list[str],
+               typed_by: dict[str, Candidates]) -> tuple:
     if raw is None:
         return ()
     if not isinstance(raw, dict) or not raw:
@@ -510,7 +596,8 @@ def _read_when(where: str, raw: Any, by_name: dict[str, Param], problems: list[s
                             f"(searched: {', '.join(by_name) or 'none'})")
             continue
         values = tuple(wanted) if isinstance(wanted, list) else (wanted,)
-        coerced = tuple(_coerce_value(name, value, f"{where}: when.{name}", problems) for value in values)
+        coerced = tuple(_coerce_value(name, value, f"{where}: when.{name}", problems, typed_by.get(name))
+                        for value in values)
         outside = [value for value in coerced if value is not None and not by_name[name].admits(value)]
         if outside:
             problems.append(f"{where}: 'when' value(s) {outside} can never be sampled for '{name}'")
@@ -584,7 +671,8 @@ def _read_settings(path: str, values: dict[str, Any], problems: list[str]) -> Tu
         return TuneSettings()
 
 
-def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str]) -> list[dict[str, Any]]:
+def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str],
+                  typed_by: dict[str, Candidates]) -> list[dict[str, Any]]:
     """`tune.enqueue`: parameter sets tried first (e.g. the defaults, as a baseline the search must beat)."""
     if not isinstance(raw, list) or not all(isinstance(entry, dict) for entry in raw):
         problems.append(f"{path}: tune.enqueue must be a list of mappings field: value, got {raw!r}")
@@ -598,7 +686,7 @@ def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str])
             if name not in by_name:
                 problems.append(f"{where}: '{name}' is not a searched field")
                 continue
-            coerced[name] = _coerce_value(name, value, where, problems)
+            coerced[name] = _coerce_value(name, value, where, problems, typed_by.get(name))
             if coerced[name] is not None and not by_name[name].admits(coerced[name]):
                 problems.append(f"{where}: {name}={value!r} lies outside its search space")
         entries.append(coerced)

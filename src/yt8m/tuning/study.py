@@ -21,7 +21,6 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from yt8m.training.config import ScheduleConfig
 from yt8m.tuning.space import PruningSettings, SamplingSettings, StudySettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -224,7 +223,7 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
     """Create the study or resume it; refuses to resume one made with another space, objective or train set."""
     settings = spec.settings
     searched = {param.name for param in spec.search}
-    num_epochs = None if "num_epochs" in searched else spec.train.get("num_epochs", ScheduleConfig.num_epochs)
+    num_epochs = None if "num_epochs" in searched else spec.train.schedule.num_epochs
     study = optuna.create_study(storage=storage, study_name=settings.study.study_name,
                                 direction=optuna.study.StudyDirection[spec.direction.upper()],
                                 sampler=create_sampler(settings.sampling),
