@@ -1,5 +1,6 @@
-"""The mkdocs build's hook: docs/reference/commands.md gets every command's flags from the parsers `--help` prints.
-tests/test_docs.py imports this file too, to check the pages' flags against the same parsers."""
+"""The mkdocs build's hook: docs/reference/commands.md gets every command's flags from the parsers `--help` prints,
+and each built-in model's and loss's hyper-parameters from their own dataclasses. tests/test_docs.py imports this file
+too, to check the pages' flags against the same parsers."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import importlib
 from typing import Any, Iterator
 from unittest import mock
 
+import dataclasses
+
 from yt8m.cli import COMMANDS
 from yt8m.commands.command_line import FlagParser
+from yt8m.config import ComponentSection, component_sections, hparam_type
+from yt8m.training.config import TrainConfig
 
 PLACEHOLDER = "<!-- yt8m-commands -->"
 
@@ -74,7 +79,29 @@ def render_commands() -> str:
         out += [f"- `{' '.join(action.option_strings)}`{_metavar(action)}: {_help(parser, action)}"
                 for action in flag_actions(parser)]
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + render_components())
+
+
+def render_components() -> list[str]:
+    """Markdown of each built-in component's hyper-parameters, as `--SECTION.NAME` flags with their own defaults."""
+    out = ["## Components' hyper-parameters", "",
+           "Each model's and loss's own fields, given as `--model.NAME` / `--loss.NAME` (in YAML, `model: {name: "
+           "MoeModel, NAME: value}`); a built-in's also by its starter-kit flag, `--NAME`. `yt8m train --model NAME "
+           "--help` lists them for one component, one's own included.", ""]
+    for key, section in component_sections(TrainConfig).items():
+        for name, builtin, fields in section.loaded_components():
+            if builtin:
+                out += [f"### `--{section.name_flag()} {name}`", ""]
+                out += [_component_field(key, section, name, f) for f in fields.values()] or ["(no hyper-parameters)"]
+                out.append("")
+    return out
+
+
+def _component_field(key: str, section: type[ComponentSection], component: str, f: dataclasses.Field) -> str:
+    kind = hparam_type(section, component, f.name)
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return (f"- `--{key}.{f.name}` `{getattr(kind, '__name__', str(kind)).upper()}`: "
+            f"{_markdown_safe(f.metadata.get('help', ''))} (default: `{default}`; also `--{f.name}`)")
 
 
 def _metavar(action: argparse.Action) -> str:

@@ -49,6 +49,8 @@ VERBOSE_FLAG = "--verbose"
 # its traceback.
 USER_ERRORS = (ValueError, OSError)
 STORAGE_CLIENTS = ("botocore", "aiobotocore", "s3fs", "gcsfs", "google.auth", "google.api_core", "aiohttp")
+# An error may carry its own exit status (a run interrupted between steps, its progress saved: 130): one line too.
+EXIT_STATUS = "exit_status"
 # An error line longer than this is cut in the middle: messages quote input in part (yt8m.fields.quoted), and
 # this keeps one that does not, or that lists thousands of failures, a line a terminal can show.
 MESSAGE_LIMIT = 2000
@@ -97,8 +99,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         if verbose:
             traceback.print_exc()
-        print(f"yt8m {name}: error: {shortened(str(err) or type(err).__name__)}", file=sys.stderr)
-        return 1
+        status = getattr(err, EXIT_STATUS, 1)
+        kind = "error: " if status == 1 else ""  # an outcome of its own (a run interrupted) is not an error
+        print(f"yt8m {name}: {kind}{shortened(str(err) or type(err).__name__)}", file=sys.stderr)
+        return int(status)
 
 
 def importable_from_here() -> None:
@@ -110,7 +114,8 @@ def importable_from_here() -> None:
 
 
 def is_user_error(err: BaseException) -> bool:
-    return isinstance(err, USER_ERRORS) or any(_is_storage_client(cls.__module__) for cls in type(err).__mro__)
+    return isinstance(err, USER_ERRORS) or hasattr(type(err), EXIT_STATUS) or any(
+        _is_storage_client(cls.__module__) for cls in type(err).__mro__)
 
 
 def _is_storage_client(module: str) -> bool:

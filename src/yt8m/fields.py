@@ -34,6 +34,15 @@ def setting(default: Any, help: str, *, at_least: Optional[float] = None, above:
                                                             if rule is not None and rule is not False}})
 
 
+def problem_of(call: Callable[[], object]) -> Optional[str]:
+    """The ValueError `call()` raises, as a check's problem (None where it raises none): a check that is a parser."""
+    try:
+        call()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def nearest(name: str, known: Iterable[str]) -> Optional[str]:
     """The known name nearest a misspelt one (difflib's closest match), or None: every did-you-mean's lookup."""
     match = difflib.get_close_matches(name, list(known), n=1)

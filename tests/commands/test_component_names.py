@@ -130,8 +130,8 @@ def test_help_shows_the_chosen_components_own_fields_and_defaults(user_dir):
 def test_a_module_that_fails_on_import_is_imported_only_when_the_run_is_built(user_dir, tiny_data):
     """Reading and checking the config imports nothing (no mark); building the run imports the module, and its error
     is one line before the train dir exists."""
-    script = (f"import sys, yt8m\nfrom yt8m.config import config_from_dict\nfrom yt8m.models.config import ModelConfig\n"
-              f"from yt8m.tasks.losses import LossConfig\n"
+    script = (f"import sys, yt8m\nfrom yt8m.config import config_from_dict\n"
+              f"from yt8m.models.config import ModelConfig\nfrom yt8m.tasks.losses import LossConfig\n"
               f"config = config_from_dict(yt8m.TrainConfig, {{'model': 'broken:Model', 'model.width': 3, "
               f"'label_loss': 'broken:loss', 'train_data_pattern': {tiny_data['train_pattern']!r}, "
               f"'train_dir': 'run'}})\n"

@@ -66,3 +66,39 @@ def test_an_unknown_command_suggests_the_nearest_one(capsys):
     assert (status, out) == (1, "")
     assert err.splitlines() == ["yt8m: error: unknown command 'trian' (did you mean train?); `yt8m --help` lists "
                                 "the commands"]
+
+
+# A setting of each command, given by its --config file: the file is read by the one config reader, whose errors
+# name the file, the misspelt name and the nearest one. `yt8m tune`'s --config is its tuning file (tests/tune).
+CONFIG_FILES = {"download": {"partition": "2/video/trian"}, "synth": {"output": {"kind": "vidoe"}},
+                "inspect": {"pattern": "x", "limit": -1}, "bench read": {"pattern": "x", "batch_size": 0},
+                "score": {"predictions": "p.csv", "labels": "l.csv", "top_k": 0},
+                "train": {"train_data_pattern": "x", "num_epochs": 0}, "eval": {"train_dir": "nowhere", "run_once": True},
+                "predict": {"input_data_pattern": "x", "output_file": "o.csv", "top_k": 0},
+                "export": {"output": "m.onnx"}, "ensemble": {"inputs": ["a", "b"], "weights": [1.0]},
+                "convert-predictions": {"input": "p.jsonl", "output": "p.csv", "top_k": 0},
+                "demo": {"train_videos": 1}, "tune-report": {"study_dir": "s", "crossfit_folds": 1}}
+EXPECTED = {"download": "expected VERSION/KIND/SPLIT", "synth": "--kind must be one of",
+            "inspect": "--limit must be at least 0", "bench read": "--batch_size must be at least 1",
+            "score": "--top_k must be at least 1", "train": "--num_epochs must be at least 1",
+            "eval": "nowhere is not a yt8m train dir", "predict": "--top_k must be at least 1",
+            "export": "give --train_dir (its latest checkpoint is exported) or --checkpoint",
+            "ensemble": "--weights lists 1 weights for 2 inputs", "convert-predictions": "--top_k must be at least 1",
+            "demo": "--train_videos must be at least 16", "tune-report": "--crossfit_folds must be 0 or at least 2"}
+
+
+def test_every_command_but_tune_takes_its_flags_from_a_config_file():
+    assert set(CONFIG_FILES) == {name for name in cli.COMMANDS if name != "tune"} - {"bench"} | {"bench read"}
+
+
+@pytest.mark.parametrize("command", sorted(CONFIG_FILES))
+def test_a_config_file_is_read_and_checked_as_the_flags_are(command, tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(CONFIG_FILES[command]))
+    status, out, err = run_here(capsys, *command.split(), "--config", str(path))
+    assert (status, out) == (1, "") and EXPECTED[command] in err and "Traceback" not in err, err
+    path.write_text(yaml.safe_dump({**CONFIG_FILES[command], "not_a_setting": 1}))
+    status, _, err = run_here(capsys, *command.split(), "--config", str(path))
+    assert status == 1 and "unknown field 'not_a_setting'" in err and str(path) in err, err

@@ -24,7 +24,6 @@ import yaml
 
 from conftest import REPO_ROOT
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, tiny_data  # noqa: F401  (fixture)
-from yt8m.fields import parse_list
 
 pytestmark = pytest.mark.integration
 
@@ -417,4 +416,4 @@ def test_a_tuning_file_may_list_its_own_metric_in_train_metrics_and_as_the_objec
         "search": {"base_learning_rate": {"type": "float", "low": 0.01, "high": 0.1}},
         "objective": {"metric": "tunemetrics:MicroF1"}, "tune": {"study_dir": str(tmp_path / "study")}}))
     spec = load_tune_spec(str(path))
-    assert parse_list(spec.train["metrics"], str) == ["tunemetrics:MicroF1"]  # listed once, whole
+    assert spec.train.validation.metrics == ["tunemetrics:MicroF1"]  # listed once, whole

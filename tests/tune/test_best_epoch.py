@@ -4,25 +4,25 @@ the value a trial stopped by --trial_timeout or --timeout keeps."""
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import optuna
 import pytest
 
 from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
+from workflow_fixtures import tiny_data, tiny_train_config  # noqa: F401  (a fixture)
 from yt8m.training import TrainEvent
 from yt8m.tuning import objective as objective_module
 from yt8m.tuning.lifetime import TrialStartLock
-from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit, limits_held
-from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialObjective
+from yt8m.tuning.limits import STUDY_DEADLINE, TRIAL_TIME_LIMIT, RunLimits
+from yt8m.tuning.objective import BEST_EPOCH_ATTR, STOPPED_ATTR, TrialInterrupted, TrialObjective
 from yt8m.tuning.report import best_train_config, leaderboard
 from yt8m.tuning.space import load_tune_spec
 from yt8m.tuning.study import interrupted_trials, open_storage, open_study
 
 
-def scripted_training(gaps: list[float], stop: Optional[BaseException] = None):
-    """A stand-in for yt8m.training.train: one validated checkpoint per epoch with these GAPs, then `stop` raised
-    (a limit's signal arriving in the next epoch), else the summary."""
+def scripted_training(gaps: list[float], limit: str = ""):
+    """A stand-in for yt8m.training.train: one validated checkpoint per epoch with these GAPs, then the summary; with
+    `limit` (--trial_timeout, --timeout), training stopped by that deadline after them, as the loop reports it."""
 
     def train(config, hooks=()):
         for epoch, gap in enumerate(gaps, start=1):
@@ -30,9 +30,8 @@ def scripted_training(gaps: list[float], stop: Optional[BaseException] = None):
                                loss=1.0, metrics={"gap": gap, "hit_at_one": gap / 2}, final=epoch == len(gaps))
             if any(hook(event) for hook in hooks):
                 break
-        if stop is not None:
-            raise stop
-        return {"examples": 100 * len(gaps)}
+        stopped = {"stopped": f"{limit} reached", "interrupted": False, "limit": limit} if limit else {}
+        return {"examples": 100 * len(gaps), **stopped}
 
     return train
 
@@ -45,11 +44,14 @@ def study_and_spec(tmp_path, shards):  # noqa: F811
     return open_study(spec, open_storage(spec.settings.study)), spec, tmp_path
 
 
-def run_trial(study, spec, tmp_path, monkeypatch, gaps, stop=None):
-    monkeypatch.setattr(objective_module, "train", scripted_training(gaps, stop))
+LIMITS = RunLimits(timeout=600, deadline=time.time() + 600, trial_timeout=60)
+
+
+def run_trial(study, spec, tmp_path, monkeypatch, gaps, limit=""):
+    monkeypatch.setattr(objective_module, "train", scripted_training(gaps, limit))
     trial = study.ask()
     with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock:
-        value = TrialObjective(spec, lock)(trial)
+        value = TrialObjective(spec, lock, LIMITS)(trial)
     study.tell(trial, value)
     return study.trials[trial.number]
 
@@ -64,26 +66,26 @@ def test_a_trial_is_worth_its_best_epoch_and_a_retrain_stops_there(study_and_spe
     assert (row["value"], row["best_epoch"], row["epochs"]) == (0.72, 2, 4)
 
 
-@pytest.mark.parametrize("limit", [TrialTimeLimit("--trial_timeout 60 s passed"),
-                                   StudyDeadline("--timeout 600 s passed")], ids=["trial_timeout", "timeout"])
-def test_a_trial_stopped_by_a_limit_keeps_its_best_completed_epoch(study_and_spec, monkeypatch, limit):
+@pytest.mark.parametrize("limit, said", [(TRIAL_TIME_LIMIT, "ran past --trial_timeout 60 s"),
+                                         (STUDY_DEADLINE, "--timeout 600 s reached")], ids=["trial_timeout", "timeout"])
+def test_a_trial_stopped_by_a_limit_keeps_its_best_completed_epoch(study_and_spec, monkeypatch, limit, said):
     study, spec, tmp_path = study_and_spec
-    trial = run_trial(study, spec, tmp_path, monkeypatch, [0.40, 0.66], stop=limit)
+    trial = run_trial(study, spec, tmp_path, monkeypatch, [0.40, 0.66], limit=limit)
     assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.66
-    assert trial.user_attrs[STOPPED_ATTR] == f"{limit} after 2 epoch(s): scored by its best epoch"
+    assert trial.user_attrs[STOPPED_ATTR] == f"{said} after 2 epoch(s): scored by its best epoch"
     assert best_train_config(spec, trial).schedule.num_epochs == 2
 
 
 def test_a_limit_before_the_first_validation_prunes_or_requeues(study_and_spec, monkeypatch):
     study, spec, tmp_path = study_and_spec
-    monkeypatch.setattr(objective_module, "train", scripted_training([], TrialTimeLimit("--trial_timeout passed")))
+    monkeypatch.setattr(objective_module, "train", scripted_training([], TRIAL_TIME_LIMIT))
     trial = study.ask()
     with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(optuna.TrialPruned):
-        TrialObjective(spec, lock)(trial)
-    monkeypatch.setattr(objective_module, "train", scripted_training([], StudyDeadline("--timeout passed")))
+        TrialObjective(spec, lock, LIMITS)(trial)
+    monkeypatch.setattr(objective_module, "train", scripted_training([], STUDY_DEADLINE))
     trial = study.ask()
-    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(StudyDeadline):
-        TrialObjective(spec, lock)(trial)
+    with TrialStartLock(str(tmp_path / ".budget.lock")).held() as lock, pytest.raises(TrialInterrupted):
+        TrialObjective(spec, lock, LIMITS)(trial)
     assert trial.number in interrupted_trials(study)
 
 
@@ -106,14 +108,25 @@ def test_a_trial_validates_only_where_it_reports(study_and_spec, monkeypatch):
     assert checkpoints.checkpoint_every_epoch and checkpoints.export_model_steps == 0
 
 
-def test_a_limit_waits_while_a_validation_is_recorded():
-    """--trial_timeout's signal arriving while the trial reports a validation stops it right after, so the value it
-    keeps and the reports the pruner saw are the same validations."""
-    recorded = False
-    with pytest.raises(TrialTimeLimit):
-        with RunLimits(trial_timeout=0.01).armed():
-            with limits_held():
-                time.sleep(0.2)  # the limit passes here
-                recorded = True
-            time.sleep(10)  # not reached: the limit stops the trial at once
-    assert recorded
+def test_a_limit_passing_stops_training_at_the_next_step_end_not_inside_one(tiny_data, tmp_path):
+    """--trial_timeout's deadline, passed while a step (here: its checkpoint's hooks, where a validation is
+    recorded) runs, stops the run where the step ended: the step completes, and no later step is taken."""
+    from yt8m.training import train
+    from yt8m.training.stopping import STOPS
+
+    steps = []
+
+    def slow_record(event):
+        steps.append(event.step)
+        if len(steps) == 1:
+            STOPS.deadlines[TRIAL_TIME_LIMIT] = time.monotonic() + 0.05
+            time.sleep(0.3)  # the deadline passes here
+            steps.append("recorded")
+
+    config = tiny_train_config(tiny_data, tmp_path / "run", export_model_steps=2, num_epochs=3)
+    try:
+        summary = train(config, hooks=[slow_record])
+    finally:
+        STOPS.deadlines.pop(TRIAL_TIME_LIMIT, None)
+    assert summary["stopped"] == f"{TRIAL_TIME_LIMIT} reached" and summary["limit"] == TRIAL_TIME_LIMIT
+    assert not summary["interrupted"] and summary["global_step"] == 2 and steps == [2, "recorded"]

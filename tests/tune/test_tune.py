@@ -372,9 +372,11 @@ def test_an_interrupt_before_training_starts_requeues_the_trial(tmp_path, shards
     interrupted and re-queued, not FAILED (a rerun used to finish with one failed trial)."""
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
                      tune={"pruner": "none"}, model="LogisticModel", num_epochs=1)
+    trial_config = TuneSpec.trial_config
 
     def interrupted_while_setting_up(*args, **kwargs):
-        raise KeyboardInterrupt("signal SIGTERM")
+        os.kill(os.getpid(), signal.SIGTERM)
+        return trial_config(*args, **kwargs)
 
     with monkeypatch.context() as patch:
         patch.setattr(TuneSpec, "trial_config", interrupted_while_setting_up)
@@ -390,12 +392,12 @@ def test_an_interrupt_before_training_starts_requeues_the_trial(tmp_path, shards
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_while_a_trial_is_created_waits_until_the_trial_says_whose_it_is(tmp_path, shards, capsys,
-                                                                                     monkeypatch, signum):
+def test_an_interrupt_while_a_trial_is_created_stops_it_once_it_says_whose_it_is(tmp_path, shards, capsys,
+                                                                                 monkeypatch, signum):
     """A signal inside Optuna's creation of a trial (here in the sampler's before_trial, once the trial is RUNNING)
-    left it RUNNING with no worker: no rerun could judge it, and it held a place in --n_trials for ever (a kill
-    test's rerun ended with 4 of 5 trials complete and 1 running). The signal now waits for the trial's stamp, and
-    the hand-given configuration the trial was started with is queued again, not lost."""
+    used to leave it RUNNING with no worker: no rerun could judge it, and it held a place in --n_trials for ever (a
+    kill test's rerun ended with 4 of 5 trials complete and 1 running). A signal now only asks to stop: the trial is
+    stamped, then stopped as interrupted, and the hand-given configuration it was started with is queued again."""
     config = {"base_learning_rate": 0.05}
     path = tune_file(tmp_path / "tune.yaml", shards, {"base_learning_rate": SEARCH["base_learning_rate"]},
                      tune={"pruner": "none", "enqueue": [config]}, model="LogisticModel", num_epochs=1)
@@ -728,29 +730,24 @@ def test_a_killed_study_leaves_no_orphaned_jobs_and_a_rerun_completes_it(tmp_pat
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc")
-def test_a_job_whose_interrupt_is_swallowed_still_ends_after_the_grace(tmp_path):
-    """The interrupt a SIGTERM raises lands in code that swallows it, and the job's handler ignores later signals:
-    its watchdog ends it (exit 130) once the grace has passed."""
-    script = ("import os, signal, sys, time\n"
-              "from yt8m.tuning.lifetime import watch_over_job\n"
-              "from yt8m.tuning.runner import interrupt_once\n"
-              "signal.signal(signal.SIGTERM, interrupt_once)\n"
-              "watch_over_job(os.getppid(), 130, grace=1.0)\n"
-              # The one interrupt lands inside the `try` wherever it lands (it may come as 'ready' is printed).
-              "try:\n"
+def test_a_job_that_never_takes_its_stop_still_ends_after_the_grace(tmp_path):
+    """A signal only asks a job's trial to stop at its next step; a job stuck where it never looks (a long call) is
+    ended by its watchdog (exit 130) once the grace has passed, and a second SIGTERM meanwhile is ignored."""
+    script = ("import os, time\n"
+              "from yt8m.training.stopping import STOPS, noting_signals\n"
+              "from yt8m.tuning.lifetime import note_interrupt, watch_over_job\n"
+              "STOPS.on_signal = note_interrupt\n"
+              "with noting_signals(again='ignore'):\n"
+              "    watch_over_job(os.getppid(), 130, grace=1.0)\n"
               "    print('ready', flush=True)\n"
               "    while True:\n"
-              "        time.sleep(0.05)\n"
-              "except KeyboardInterrupt:\n"
-              "    pass  # a library's `except BaseException`\n"
-              "while True:\n"
-              "    time.sleep(0.05)\n")
+              "        time.sleep(0.05)  # stuck: never looks at STOPS\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert job.stdout is not None and job.stdout.readline() == "ready\n"
         job.send_signal(signal.SIGTERM)
-        job.send_signal(signal.SIGTERM)  # ignored: the interrupt is under way
+        job.send_signal(signal.SIGTERM)  # ignored: the stop is under way
         assert job.wait(timeout=60) == 130
     finally:
         job.kill()
@@ -949,19 +946,20 @@ def test_a_yaml_error_in_the_tuning_file_is_one_line_error(tmp_path, text):
     assert len(lines) == 1 and lines[0].startswith("yt8m tune: error: ") and "tune.yaml" in lines[0], result.stderr
 
 
-def test_an_interrupt_lost_in_a_finalizer_ends_the_process():
-    """Python only prints an exception raised inside a weakref callback or __del__; a SIGTERM's KeyboardInterrupt
-    landed there in half the parent deaths and left the job training. Now the process ends (exit 130)."""
+def test_a_signal_anywhere_only_asks_to_stop_and_raises_nothing():
+    """A SIGTERM used to raise KeyboardInterrupt wherever the main thread was, a finalizer included (where Python
+    only prints it, and the job went on training). Now it notes a stop request, which the loop takes between steps:
+    the code it lands in goes on, and the request is there to read."""
     script = ("import os, signal\n"
-              "from yt8m.tuning.runner import _ending_on_lost_interrupt, interrupt_once\n"
-              "signal.signal(signal.SIGTERM, interrupt_once)\n"
+              "from yt8m.training.stopping import STOPS, noting_signals\n"
               "class Finalized:\n"
               "    def __del__(self):\n"
               "        os.kill(os.getpid(), signal.SIGTERM)\n"
-              "with _ending_on_lost_interrupt():\n"
+              "with noting_signals():\n"
               "    Finalized()\n"
-              "    print('went on', flush=True)\n")
+              "    print('went on', flush=True)\n"
+              "    print(STOPS.reason().message, flush=True)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True, timeout=60)
-    assert (result.returncode, result.stdout) == (130, ""), result.stderr
-    assert "KeyboardInterrupt: signal SIGTERM" in result.stderr
+    assert (result.returncode, result.stdout) == (0, "went on\nstopped by SIGTERM\n"), result.stderr
+    assert "Traceback" not in result.stderr

@@ -13,6 +13,7 @@ from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
 from yt8m.training.checks import train_config_problems
 from yt8m.training.config import TrainConfig
+from yt8m.training.stopping import raise_if_interrupted
 from yt8m.training.trainer import train as run_training
 from yt8m.tuning.runner import raise_failures, tune_from_file
 
@@ -33,6 +34,8 @@ def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]
 
     Raises:
         ValueError: the settings have problems (all of them named, in one message), or the data cannot be read.
+        TrainingInterrupted: Ctrl+C (a notebook's interrupt) or SIGTERM stopped it between two steps; its progress
+            is saved, and the same call resumes it.
 
     Example:
         >>> import os, tempfile, numpy as np, yt8m
@@ -47,7 +50,9 @@ def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]
         >>> summary["global_step"]
         8
     """
-    return run_training(_checked(TrainConfig, config, values, "yt8m.train()", train_config_problems), checked=True)
+    summary = run_training(_checked(TrainConfig, config, values, "yt8m.train()", train_config_problems), checked=True)
+    raise_if_interrupted(summary)
+    return summary
 
 
 def evaluate(config: Optional[EvalConfig] = None, **values: Any) -> dict[str, Any]:

@@ -7,11 +7,11 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Sequence
 
 from yt8m.commands.command_line import read_command
 from yt8m.data.making.download import MIRRORS, RetryPolicy, Source, download, dry_run, parse_shard
-from yt8m.fields import setting
+from yt8m.fields import problem_of, setting
 from yt8m.io import storage
 
 
@@ -41,7 +41,7 @@ class DownloadConfig:
 
     def problems(self) -> list[str]:
         problems = [problem for check in (self.source, lambda: parse_shard(self.shard))
-                    if (problem := _problem_of(check)) is not None]
+                    if (problem := problem_of(check)) is not None]
         if not storage.is_local(self.output_dir):
             problems.append(f"--output_dir {self.output_dir}: download into a local folder (then copy it to object "
                             "storage)")
@@ -49,14 +49,6 @@ class DownloadConfig:
 
     def source(self) -> Source:
         return Source(self.partition, self.mirror, self.base_url or None)
-
-
-def _problem_of(check: Callable[[], object]) -> Optional[str]:
-    try:
-        check()
-    except ValueError as err:
-        return str(err)
-    return None
 
 
 def main(argv: Sequence[str]) -> int:

@@ -13,6 +13,7 @@ from yt8m.distributed.ranks import env_rank, exit_without_teardown, launched_by_
 from yt8m.runtime import setup_logging
 from yt8m.training import TrainConfig, train
 from yt8m.training.checks import train_config_problems
+from yt8m.training.stopping import raise_if_interrupted
 
 log = logging.getLogger("yt8m.train")
 
@@ -35,6 +36,7 @@ def main(argv: Sequence[str]) -> int:
     summary = train(config, checked=True)
     if env_rank() == 0:
         print(json.dumps(summary), flush=True)
+    raise_if_interrupted(summary)
     if launched_by_torchrun():
         exit_without_teardown(0)
     return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -14,7 +13,7 @@ from yt8m.commands.command_line import command_parser
 from yt8m.runtime import setup_logging
 from yt8m.tuning.limits import RunFlags
 from yt8m.tuning.report import print_leaderboard
-from yt8m.tuning.runner import EXIT_INTERRUPTED, interrupt_once, raise_failures, tune_from_file
+from yt8m.tuning.runner import EXIT_INTERRUPTED, raise_failures, tune_from_file
 from yt8m.tuning.space import PruningSettings, SamplingSettings, StudySettings
 
 TUNING_FILE_HELP = ("Tuning file with train:, search:, objective: and optional tune: sections; the flags below "
@@ -36,7 +35,6 @@ def main(argv: Sequence[str]) -> int:
                             config_metavar="TUNE.yaml")
     args = parser.parse_args(argv)
     setup_logging()
-    signal.signal(signal.SIGTERM, interrupt_once)
     values = {name: value for name, value in vars(args).items() if name != "config"}
     study, spec, summary = tune_from_file(args.config, values)
     if not summary["interrupted"]:  # after Ctrl+C, the one line the runner logged says all

@@ -114,11 +114,16 @@ def answer_until_acknowledged(store: dist.Store, name: str, world_size: int) -> 
 
 def all_reduce_sum(value: int, device: torch.device) -> int:
     """The sum of `value` over all processes (the value itself in one process)."""
+    return all_reduce_sums([value], device)[0]
+
+
+def all_reduce_sums(values: Sequence[int], device: torch.device) -> list[int]:
+    """The sums of `values` over all processes, in one collective (the values themselves in one process)."""
     if rank_and_world_size()[1] == 1:
-        return value
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+        return list(values)
+    tensor = torch.tensor(list(values), dtype=torch.int64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return int(tensor.item())
+    return [int(value) for value in tensor.tolist()]
 
 
 def broadcast_from_rank0(values: Sequence[float], device: torch.device) -> list[float]:

@@ -17,15 +17,21 @@ from yt8m.tasks.metrics import metrics_problem
 
 
 @dataclass(frozen=True)
-class EvalDataConfig:
+class ModelReading:
+    """How a command that runs a model over shards (eval, predict) reads them, and where the model runs."""
+
+    batch_size: int = setting(1024, "Examples per batch.", at_least=1)
+    num_readers: str = num_readers_setting()
+    skip_corrupt: bool = skip_corrupt_setting()
+    device: str = device_setting()
+
+
+@dataclass(frozen=True)
+class EvalDataConfig(ModelReading):
     """The `data` section of eval: the shards evaluated on, and how they are read."""
 
     eval_data_pattern: str = setting("", "File glob(s) of the shards to evaluate on; comma-separated for several.",
                                      required=True)
-    batch_size: int = setting(1024, "Examples per evaluation batch.", at_least=1)
-    num_readers: str = num_readers_setting()
-    skip_corrupt: bool = skip_corrupt_setting()
-    device: str = device_setting()
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,7 @@ def write_metrics(train_dir: str, result: dict[str, Any], writer, names: Sequenc
 def evaluate_run(values: dict[str, Any], source: str = "arguments") -> Iterator[dict[str, Any]]:
     """`yt8m eval` of flag values (flat, or nested by section): watching (unless --run_once), wait for the train dir's
     run to start, then `evaluate_checkpoints` with its config filled in from the train dir (resolve_eval_config)."""
+    config_from_dict(EvalConfig, values, source, check_values=False)  # an unknown or ill-typed name first, named
     watch = read_section(values, "checkpoints", WatchConfig, source)
     require_report_extras(read_section(values, "report", AskedReport, source))
     if watch.train_dir.rstrip("/") == STARTER_TRAIN_DIR.rstrip("/"):

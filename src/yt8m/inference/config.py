@@ -8,8 +8,9 @@ import math
 from dataclasses import dataclass
 
 from yt8m.config import shown
-from yt8m.data.reading.spec import SEGMENT_SIZE_HELP, num_readers_setting, skip_corrupt_setting
+from yt8m.data.reading.spec import SEGMENT_SIZE_HELP, num_readers_setting
 from yt8m.distributed.ranks import device_setting
+from yt8m.eval.config import ModelReading
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.fields import setting
 
@@ -17,15 +18,12 @@ PREDICTION_FORMATS = ("csv", "jsonl")
 
 
 @dataclass(frozen=True)
-class PredictDataConfig:
+class PredictDataConfig(ModelReading):
     """The `data` section of predict: the shards predicted, and how they are read."""
 
+    batch_size: int = setting(8192, "Examples per batch (predictions need no gradients: more fit).", at_least=1)
     input_data_pattern: str = setting("", "File glob(s) of the shards to predict; labels are not needed.",
                                       required=True)
-    batch_size: int = setting(8192, "Examples per prediction batch.", at_least=1)
-    num_readers: str = num_readers_setting()
-    skip_corrupt: bool = skip_corrupt_setting()
-    device: str = device_setting()
 
 
 @dataclass(frozen=True)

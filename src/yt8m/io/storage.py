@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from contextlib import contextmanager
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 import fsspec
 
@@ -66,20 +66,21 @@ def _uncached(path: str) -> tuple[Any, str]:
 
 
 def exists(path: str) -> bool:
-    if is_local(path):
-        return os.path.exists(path)
-    fs, inner = _uncached(path)
-    with reaching(path):
-        return fs.exists(inner)
+    return _ask(path, os.path.exists, "exists")
 
 
 def isdir(path: str) -> bool:
     """A folder; on object storage, a prefix that holds at least one object."""
+    return _ask(path, os.path.isdir, "isdir")
+
+
+def _ask(path: str, local: Callable[[str], bool], method: str) -> bool:
+    """`local(path)` for a local path, the filesystem's `method` (its listing refreshed) for a URL."""
     if is_local(path):
-        return os.path.isdir(path)
+        return local(path)
     fs, inner = _uncached(path)
     with reaching(path):
-        return fs.isdir(inner)
+        return bool(getattr(fs, method)(inner))
 
 
 def listdir(path: str) -> list[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, cast
+from typing import Any, ClassVar, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -190,11 +190,14 @@ class GatedBagOfFrames(nn.Module):
 
 
 class WillowModel(PooledModalitiesModel):
-    """The WILLOW architecture around one pooling kind (see the module docstring); subclasses give `make_pooling`
-    and name the hyper-parameter of their number of clusters (`cluster_field`)."""
+    """The WILLOW architecture around one pooling kind (see the module docstring); subclasses name their pooling of
+    each modality (`pooling_kinds`: rgb first, the last one for the rest, each made as Kind(size, clusters, batch_norm,
+    decay, **pooling_options)) and the hyper-parameter of their number of clusters (`cluster_field`)."""
 
     audio_cluster_divisor = 2
     cluster_field = ""
+    pooling_kinds: ClassVar[tuple[type[nn.Module], ...]] = ()
+    pooling_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, feature_size: int, num_classes: int, hparams: WillowHParams,
                  modality_sizes: Sequence[int] = ()):
@@ -219,7 +222,8 @@ class WillowModel(PooledModalitiesModel):
 
     def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
         """The pooling of feature number `modality` (0: rgb), of `size` dimensions, into `clusters`."""
-        raise NotImplementedError(f"{type(self).__name__} must implement make_pooling")
+        kind = self.pooling_kinds[min(modality, len(self.pooling_kinds) - 1)]
+        return kind(size, clusters, batch_norm, decay, **self.pooling_options)
 
 
 @register_model(NetVladHParams)
@@ -227,17 +231,14 @@ class NetVLADModel(WillowModel):
     """WILLOW's NetVLAD model (Miech et al. 2017, Sec. 3.1 and 4.1; the best single model, "Gated NetVLAD")."""
 
     cluster_field = "netvlad_cluster_size"
-
-    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
-        return NetVlad(size, clusters, batch_norm, decay)
+    pooling_kinds = (NetVlad,)
 
 
 @register_model(NetVladHParams)
 class NetRVLADModel(NetVLADModel):
     """WILLOW's NetRVLAD model (Miech et al. 2017, Sec. 3.1): NetVLAD without the cluster centres ("residual-less")."""
 
-    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
-        return NetVlad(size, clusters, batch_norm, decay, residuals=False)
+    pooling_options = {"residuals": False}
 
 
 @register_model(NetFvHParams)
@@ -245,9 +246,7 @@ class NetFVModel(WillowModel):
     """WILLOW's NetFV model (Miech et al. 2017, Sec. 3.1 and 4.1; "Gated NetFV", 128 Gaussians)."""
 
     cluster_field = "fv_cluster_size"
-
-    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
-        return NetFv(size, clusters, batch_norm, decay)
+    pooling_kinds = (NetFv,)
 
 
 @register_model(SoftDbofHParams)
@@ -257,9 +256,7 @@ class SoftDbofModel(WillowModel):
 
     audio_cluster_divisor = 8
     cluster_field = "softdbof_cluster_size"
-
-    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
-        return SoftBagOfFrames(size, clusters, batch_norm, decay)
+    pooling_kinds = (SoftBagOfFrames,)
 
 
 @register_model(GatedDbofHParams)
@@ -269,7 +266,4 @@ class GatedDbofModel(WillowModel):
 
     audio_cluster_divisor = 8
     cluster_field = "gateddbof_cluster_size"
-
-    def make_pooling(self, modality: int, size: int, clusters: int, batch_norm: bool, decay: float) -> nn.Module:
-        kind = GatedBagOfFrames if modality == 0 else SoftBagOfFrames
-        return kind(size, clusters, batch_norm, decay)
+    pooling_kinds = (GatedBagOfFrames, SoftBagOfFrames)

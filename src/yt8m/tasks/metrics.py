@@ -16,7 +16,7 @@ import yaml
 
 from yt8m.config import ConfigError, config_from_dict
 from yt8m.eval.metrics import HIGHER_IS_BETTER, METRIC_MEANINGS, EvaluationMetrics
-from yt8m.fields import closest
+from yt8m.fields import closest, problem_of
 from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
@@ -183,11 +183,7 @@ def canonical_metric(text: str) -> str:
 
 def metric_problem(text: str) -> Optional[str]:
     """The check of a metric name: None, or why it names no metric."""
-    try:
-        parse_metric(text)
-    except ValueError as err:
-        return str(err)
-    return None
+    return problem_of(lambda: parse_metric(text))
 
 
 def metric_meaning(name: str) -> str:

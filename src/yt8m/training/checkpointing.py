@@ -18,6 +18,8 @@ from yt8m.training.stepper import Stepper
 from yt8m.training.validation import best_export_checkpoint
 
 log = logging.getLogger("yt8m.train")
+# In a checkpoint's progress: saved where no evaluation was due (a stop, a dead reader): a resume does not evaluate it.
+UNSCHEDULED = "unscheduled"
 
 
 class NonFiniteLossError(ValueError):
@@ -49,10 +51,12 @@ class Checkpointer:
     def last(self) -> Optional[str]:
         return latest_checkpoint(self.config.train_dir)
 
-    def save(self, progress: Progress, validation: Optional[dict[str, Any]], final: bool = False) -> str:
+    def save(self, progress: Progress, validation: Optional[dict[str, Any]], final: bool = False,
+             unscheduled: bool = False) -> str:
         self._refuse_non_finite_weights(progress.step)
-        checkpoint = Checkpoint(config=self.document, progress=dataclasses.asdict(progress), rng=capture_rng_state(),
-                                validation=validation, tasks=self.tasks.checkpoint_state(), **self.stepper.state())
+        saved = {**dataclasses.asdict(progress), **({UNSCHEDULED: True} if unscheduled else {})}
+        checkpoint = Checkpoint(config=self.document, progress=saved, rng=capture_rng_state(), validation=validation,
+                                tasks=self.tasks.checkpoint_state(), **self.stepper.state())
         return save_checkpoint(self.config.train_dir, checkpoint, self.config.keep_checkpoints, final=final)
 
     def restore(self, checkpoint: Checkpoint, world_size: int) -> Progress:
@@ -60,7 +64,7 @@ class Checkpointer:
         starts over: the records split differently)."""
         self.stepper.load(checkpoint, "the checkpoint resumed from")
         self.stepper.scaler.load_state_dict(checkpoint.scaler)
-        saved = Progress(**checkpoint.progress)
+        saved = Progress(**{name: value for name, value in checkpoint.progress.items() if name != UNSCHEDULED})
         if saved.world_size != world_size and saved.batches_in_epoch:
             log.warning("the checkpoint was written by %d process(es) in the middle of epoch %d; under %d the "
                         "records split differently, so that epoch starts over", saved.world_size,

@@ -19,16 +19,17 @@ from yt8m.config import config_document
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.delivery import reader_worker_death, worker_deaths_deferred
 from yt8m.data.reading.device_prefetch import to_device_ahead
-from yt8m.distributed.ranks import all_reduce_sum, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.distributed.ranks import all_reduce_sums, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
 from yt8m.tasks.taskset import TaskSet
 from yt8m.training.augment import Augmenter
-from yt8m.training.checkpointing import Checkpointer, NonFiniteLossError, Progress
+from yt8m.training.checkpointing import UNSCHEDULED, Checkpointer, NonFiniteLossError, Progress
 from yt8m.training.config import TrainConfig
 from yt8m.training.memory_checks import MemoryLimitReached, check_memory_limit
 from yt8m.training.meter import RunEstimate
 from yt8m.training.randomness import process_seed, restore_rng_state, seed_everything
 from yt8m.training.stepper import Stepper, StepResult
+from yt8m.training.stopping import STOPS, StopReason
 from yt8m.training.summaries import StepLog
 from yt8m.training.trained_ids import record_trained_ids
 from yt8m.training.validation import TrainEvaluator, Verdict, out_of_memory_error
@@ -110,7 +111,8 @@ class TrainingLoop:
         elif not self.chief:
             seed_everything(process_seed(self.schedule.seed, self.rank, 0))
         self.loss_value = math.nan
-        self.stop = False
+        self.stop = False  # asked by a hook or the evaluator: training ends as done (its final checkpoint)
+        self.stopped: Optional[StopReason] = None  # a signal or a limit: training ends where it stands
         self.hooked_step = self.saved_step = self.progress.step
         self.pending_revert: Optional[int] = None
 
@@ -129,19 +131,20 @@ class TrainingLoop:
                 if stopped is None:
                     raise
                 # What was trained since the last checkpoint is saved (rank 0): the same command resumes it.
-                saved = self._save() if self.chief and self.progress.step != self.saved_step else None
+                saved = self._save(unscheduled=True) if self.chief and self.progress.step != self.saved_step else None
                 raise resumable_error(stopped, self.progress.step, saved, self.checkpointer.last()) from err
         self._cleanup()
         return self._summary(started)
 
     def _done(self) -> bool:
         schedule, progress = self.schedule, self.progress
-        return self.stop or progress.epoch >= schedule.num_epochs or reached_max_steps(schedule.max_steps, progress)
+        return self.stop or self.stopped is not None or progress.epoch >= schedule.num_epochs or \
+            reached_max_steps(schedule.max_steps, progress)
 
     def _replayed_verdict(self) -> Verdict:
         """A resumed run re-evaluates its checkpoint when the interrupted run's verdict on it was lost."""
-        if self.evaluator is None or self.resume is None:
-            return Verdict()
+        if self.evaluator is None or self.resume is None or self.resume.progress.get(UNSCHEDULED):
+            return Verdict()  # a checkpoint saved where no evaluation was due (a stop) was not evaluated either
         step = self.progress.step
         path = checkpoint_path(self.config.checkpoints.train_dir, step)
         return self.evaluator.replay(self.stepper.evaluated, path, step)
@@ -152,8 +155,15 @@ class TrainingLoop:
         self._fast_forward(batches)
         while True:
             self.log.meter.start_wait()
-            group = list(itertools.islice(batches, per_step))
-            examples = all_reduce_sum(sum(len(batch) for batch in group), self.stepper.device)
+            # A stop asked for (a signal, a limit) is taken here, between steps and after the validations a step's
+            # checkpoint ran; every process takes it together, with the step's count.
+            reason = STOPS.reason()
+            group = [] if reason is not None else list(itertools.islice(batches, per_step))
+            examples, stops = all_reduce_sums([sum(len(batch) for batch in group), int(reason is not None)],
+                                              self.stepper.device)
+            if stops:
+                self.stopped = reason or StopReason("stopped by another process", interrupted=True)
+                return
             if examples == 0:  # every process has finished its share of the epoch
                 self._end_epoch()
                 return
@@ -251,10 +261,10 @@ class TrainingLoop:
             verdict.stop = self._notify("checkpoint", path, metrics=metrics) or verdict.stop
         self._settle(verdict)
 
-    def _save(self, final: bool = False) -> str:
+    def _save(self, final: bool = False, unscheduled: bool = False) -> str:
         validation = self.evaluator.state_dict() if self.evaluator is not None else None
         with worker_deaths_deferred():
-            path = self.checkpointer.save(self.progress, validation, final)
+            path = self.checkpointer.save(self.progress, validation, final, unscheduled)
         self.saved_step = self.progress.step
         return path
 
@@ -280,8 +290,14 @@ class TrainingLoop:
         return any([bool(hook(event)) for hook in self.hooks])
 
     def _cleanup(self) -> None:
-        """The final checkpoint and its evaluation (rank 0), then every process leaves together."""
-        if self.chief:
+        """The final checkpoint and its evaluation (rank 0), or for a stop (a signal, a limit) what was trained since
+        the last checkpoint saved as one, not evaluated nor final (the same command resumes it exactly); then every
+        process leaves together."""
+        if self.chief and self.stopped is not None:
+            saved = self._save(unscheduled=True) if self.progress.step != self.saved_step else None
+            log.info("step %d: %s; training stopped there (%s)", self.progress.step, self.stopped.message,
+                     saved or self.checkpointer.last() or "no checkpoint yet")
+        elif self.chief:
             final_path = self._save(final=True)
             metrics = None
             if self.evaluator is not None:
@@ -293,13 +309,17 @@ class TrainingLoop:
 
     def _summary(self, started: float) -> dict[str, Any]:
         meter = self.log.meter
-        summary = {"global_step": self.progress.step, "examples": self.progress.examples,
-                   "seconds": round(time.perf_counter() - started, 3),
-                   "examples_per_sec": round(meter.steady_examples_per_sec(), 1),
-                   "loss": None if math.isnan(self.loss_value) else self.loss_value,
-                   "input_wait_fraction": round(meter.input_wait_fraction(), 4), "processes": self.world_size}
+        summary: dict[str, Any] = {"global_step": self.progress.step, "examples": self.progress.examples,
+                                   "seconds": round(time.perf_counter() - started, 3),
+                                   "examples_per_sec": round(meter.steady_examples_per_sec(), 1),
+                                   "loss": None if math.isnan(self.loss_value) else self.loss_value,
+                                   "input_wait_fraction": round(meter.input_wait_fraction(), 4),
+                                   "processes": self.world_size}
         if self.evaluator is not None:
             summary.update(self.evaluator.summary(), lr_factor=self.progress.lr_factor)
+        if self.stopped is not None:
+            summary.update(stopped=self.stopped.message, interrupted=self.stopped.interrupted,
+                           limit=self.stopped.limit, checkpoint=self.checkpointer.last() if self.chief else None)
         log.info("done: %s", summary)
         return summary
 

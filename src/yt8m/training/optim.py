@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 import torch
 from torch import nn
 
-from yt8m.fields import setting
+from yt8m.fields import problem_of, setting
 
 # TensorFlow optimizer class names from starter-kit command lines, with the TF defaults torch lacks.
 TF_OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -31,11 +31,7 @@ PARAM_NAMES = "param_names"
 
 def optimizer_problem(name: str) -> Optional[str]:
     """The check of --optimizer."""
-    try:
-        optimizer_class(name)
-    except ValueError as err:
-        return str(err)
-    return None
+    return problem_of(lambda: optimizer_class(name))
 
 
 @dataclass(frozen=True)

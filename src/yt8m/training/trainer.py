@@ -34,6 +34,7 @@ from yt8m.training.loop import TrainHook, fit
 from yt8m.training.memory_checks import check_run_memory, checkpoint_bytes, memory_watch, warn_if_disk_short
 from yt8m.training.randomness import seed_everything
 from yt8m.training.run import build_run
+from yt8m.training.stopping import noting_signals
 from yt8m.training.validation import EvaluateFn
 
 log = logging.getLogger("yt8m.train")
@@ -48,7 +49,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
     to list every problem at once): its components are only found then. Under torchrun every process calls it and
     it joins the process group itself.
     With --eval_data_pattern, or an `evaluate(model, step) -> metrics` function (which replaces that evaluation),
-    it trains and evaluates.
+    it trains and evaluates. Ctrl+C, SIGTERM or a deadline (yt8m.training.stopping) stop it between steps: the
+    summary then says why (`stopped`, `interrupted`), its progress saved as a checkpoint.
     """
     if checked:
         config = resolve_components(config)
@@ -60,7 +62,8 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         log.warning("--train_dir is %s, the starter kit's default: a reboot or the next run there may wipe it; "
                     "give each run a --train_dir of its own", train_dir)
     device = training_device(config.runtime.device)
-    with process_group(device), contextlib.ExitStack() as resources:
+    # Ctrl+C and SIGTERM only ask the loop to stop between steps (a tune job notes them for its whole life).
+    with noting_signals(), process_group(device), contextlib.ExitStack() as resources:
         rank, world_size = rank_and_world_size()
         seed_everything(config.schedule.seed)
         run = build_run(config, device, resources, rank == 0, evaluate)

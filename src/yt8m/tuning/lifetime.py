@@ -1,22 +1,19 @@
 """How long a tune job process lives: it never outlives the tune process nor an interrupt it was sent by more than a
-grace period, whatever became of the interrupt, and the tune process stops its jobs within one too.
+grace period, and the tune process stops its jobs within one too.
 
-The parent-death signal (PR_SET_PDEATHSIG) and the KeyboardInterrupt a signal raises are the quick way out; they
-can fail: an interrupt raised where a library swallows it (an `except BaseException`, a finalizer, a C callback)
-leaves a job training on, deaf to the next signals (it is interrupted once), and the death signal is sent when the
-*thread* that started the job ends, or never where the job was started by an intermediary. A watchdog thread in each
-job checks its parent and its interrupt instead, every half second, and ends it with os._exit past the grace.
-One moment is never cut: a job's start of a trial, from counting the budget until the trial says whose it is.
+An interrupt only asks the job's training to stop at its next step (yt8m.training.stopping), and the parent-death
+signal (PR_SET_PDEATHSIG) is sent when the *thread* that started the job ends, or never where the job was started by
+an intermediary: a job stuck in a step or a long call, or orphaned, would live on. A watchdog thread in each job checks
+its parent and its interrupt, every half second, and ends it with os._exit past the grace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 from yt8m.tuning.study import FileLock
 
@@ -79,65 +76,18 @@ def stop_jobs(jobs: Sequence[JobProcess], grace: float = GRACE_SECS) -> None:
             job.join()
 
 
-class SignalHold:
-    """Signals that wait: while held, each of `signums` that arrives is noted (and `on_hold` called) instead of
-    handled; on release the first noted one is raised again, to the handler it was meant for. Only in the main thread,
-    the one that receives signals and may set their handlers."""
-
-    def __init__(self, signums: Sequence[int], on_hold: Callable[[], None] = lambda: None) -> None:
-        self.signums, self.on_hold = tuple(signums), on_hold
-        self._handlers: dict[int, Any] = {}
-        self._pending: Optional[int] = None
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.hold()
-        try:
-            yield
-        finally:
-            self.release()
-
-    def hold(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        # A handler set outside Python (getsignal: None) could not be put back: such a signal is not held.
-        self._handlers = {signum: signal.signal(signum, self._hold) for signum in self.signums
-                          if signal.getsignal(signum) is not None}
-
-    def release(self) -> None:
-        handlers, self._handlers = self._handlers, {}
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            signal.raise_signal(pending)  # as if it arrived now
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        if self._pending is None:
-            self._pending = signum
-        self.on_hold()
-
-
 class TrialStartLock:
     """This machine's budget lock, held by a job from counting the budget until its next trial is RUNNING and
-    stamped with the job's process, so that its jobs never start more than --n_trials. Ctrl+C and SIGTERM wait
-    while it is held: a trial cut between its creation and its stamp would stay RUNNING with no process to judge
-    it by, and count toward the budget for ever. The signal is delivered once the lock is released."""
+    stamped with the job's process, so that its jobs never start more than --n_trials. A signal meanwhile only asks
+    the trial to stop: it is taken once the trial is stamped, which ends it as interrupted (re-queued)."""
 
     def __init__(self, path: str) -> None:
         self._file = FileLock(path)
-        # A job's watchdog still ends it after the grace, should the start hang.
-        self._interrupts = SignalHold((signal.SIGINT, signal.SIGTERM), on_hold=note_interrupt)
 
     @contextlib.contextmanager
     def held(self) -> Iterator["TrialStartLock"]:
         with self._file.held():
-            self._interrupts.hold()
-            try:
-                yield self
-            finally:
-                self.release()
+            yield self
 
     def release(self) -> None:
         self._file.release()
-        self._interrupts.release()

@@ -1,35 +1,21 @@
-"""A tuning run's time limits: the study's --timeout, which ends the running trials as Ctrl+C does (interrupted and
-re-queued), and --trial_timeout, which stops a trial that runs longer (scored by its best validated epoch); both
-delivered by a timer signal.
-
-A limit interrupts the trial wherever it is (a training step, an evaluation, a slow first batch), as Ctrl+C would: the
-trainer and the objective are built to stop cleanly there.
+"""A tuning run's time limits: the study's --timeout, after which no trial starts and the running ones stop (each
+scored by its best validated epoch; one without a validation is re-queued), and --trial_timeout, which stops a trial
+that runs longer (scored by its best validated epoch). Both are deadlines the training loop looks at between steps
+(yt8m.training.stopping): a limit never interrupts a step, an evaluation or a record being written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
 import time
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 from yt8m.fields import setting
-from yt8m.tuning.lifetime import SignalHold
+from yt8m.training.stopping import STOPS
 
-
-class StudyDeadline(KeyboardInterrupt):
-    """The run's --timeout passed while a trial ran: the trial ends as an interrupted one does (re-queued)."""
-
-
-class TrialTimeLimit(KeyboardInterrupt):
-    """The trial ran past --trial_timeout: it ends scored by its best validated epoch."""
-
-
-def limits_held() -> contextlib.AbstractContextManager[None]:
-    """A limit waits while a trial records a validation, so that its value and its reports to the pruner stay the
-    same validations; one that passed meanwhile stops the trial right after."""
-    return SignalHold((signal.SIGALRM,)).held()
+STUDY_DEADLINE = "--timeout"
+TRIAL_TIME_LIMIT = "--trial_timeout"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,29 +45,13 @@ class RunLimits:
         return self.deadline is not None and time.time() >= self.deadline
 
     @contextlib.contextmanager
-    def armed(self) -> Iterator[None]:
-        """While a trial runs: at the nearer limit, its exception is raised in this (the main) thread."""
-        limit = self._nearest(time.time())
-        if limit is None or not hasattr(signal, "setitimer"):
+    def set_for_trial(self) -> Iterator[None]:
+        """While a trial runs, its training stops at the first step end past either limit."""
+        left = None if self.deadline is None else max(0.0, self.deadline - time.time())
+        with STOPS.deadline(STUDY_DEADLINE, left), STOPS.deadline(TRIAL_TIME_LIMIT, self.trial_timeout):
             yield
-            return
-        seconds, error = limit
 
-        def expire(signum: int, frame: Any) -> None:
-            raise error
-
-        previous = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-
-    def _nearest(self, now: float) -> Optional[tuple[float, KeyboardInterrupt]]:
-        limits: list[tuple[float, KeyboardInterrupt]] = []
-        if self.deadline is not None:
-            limits.append((self.deadline - now, StudyDeadline(f"--timeout {self.timeout:g} s reached")))
-        if self.trial_timeout is not None:
-            limits.append((self.trial_timeout, TrialTimeLimit(f"ran past --trial_timeout {self.trial_timeout:g} s")))
-        return min(limits, key=lambda limit: limit[0]) if limits else None
+    def describe(self, limit: str) -> str:
+        """A limit by its flag and value, as a trial's record says it."""
+        return f"{STUDY_DEADLINE} {self.timeout:g} s reached" if limit == STUDY_DEADLINE else \
+            f"ran past {TRIAL_TIME_LIMIT} {self.trial_timeout:g} s"

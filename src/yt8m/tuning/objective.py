@@ -1,7 +1,8 @@
 """One `yt8m tune` trial: train the sampled config in its own directory, evaluating on the validation set
 at each epoch end (or every N steps) so the pruner can stop it early; its value is its best validated epoch's (a
 trial stopped by --timeout or --trial_timeout keeps it). NaN losses and errors fail it with a reason, and a model
-over --max_model_size_mb is pruned before it trains.
+over --max_model_size_mb is pruned before it trains. Ctrl+C and SIGTERM stop its training between steps, and it is
+re-queued.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from yt8m.io.checkpoints import EXPORT_DIR, checkpoint_dir, list_exports
 from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
+from yt8m.training.stopping import STOPS
 from yt8m.tuning.lifetime import TrialStartLock
-from yt8m.tuning.limits import RunLimits, StudyDeadline, TrialTimeLimit, limits_held
+from yt8m.tuning.limits import STUDY_DEADLINE, RunLimits
 from yt8m.tuning.space import TuneSpec, objective_key, report_schedule
 from yt8m.tuning.study import (
     FAIL_REASON_ATTR,
@@ -49,6 +51,12 @@ MODEL_PARAM = "model"  # the searched field that names a trial's model family
 
 class TrialFailure(RuntimeError):
     """A trial that cannot give a score (NaN loss or metric); recorded as FAILED, the study goes on."""
+
+
+class TrialInterrupted(KeyboardInterrupt):
+    """The trial's training stopped for Ctrl+C or SIGTERM (or --timeout before its first validation): raised by the
+    objective once training has stopped cleanly, so that Optuna ends the trial (re-queued by its record) and the job
+    its loop. Optuna ends a trial so for a KeyboardInterrupt only."""
 
 
 def trial_dir(study_dir: str, number: int) -> str:
@@ -110,8 +118,7 @@ class ValidationReporter:
             self.failure = f"validation {self.spec.metric} is {value} at step {event.step}"
             return True
         log.info("trial %d, step %d: validation %s %.5f", self.trial.number, event.step, self.spec.metric, value)
-        with limits_held():
-            report_step = self._record(event, value)
+        report_step = self._record(event, value)
         if report_step is None or self._is_last(event) or not self.trial.should_prune():
             return False
         self.pruned_at = report_step
@@ -155,30 +162,11 @@ class TrialObjective:
 
     def __call__(self, trial: optuna.Trial) -> float:
         """Train the trial; its value is its best validated epoch's. Past --trial_timeout, or at the run's --timeout,
-        a trial that validated an epoch completes with its best one's value (one that has not is pruned, or
-        interrupted and re-queued at --timeout); a Ctrl+C or SIGTERM at any point, sampling and set-up included (a
-        killed tune run's jobs get theirs at any moment), marks it interrupted and re-queues it; only its own error
-        FAILs it."""
-        self._reporter: Optional[ValidationReporter] = None
-        try:
-            with self.limits.armed():
-                return self._train(trial)
-        except (TrialTimeLimit, StudyDeadline) as err:
-            self._record_progress(trial, self._reporter, None)
-            epochs = self._reporter.epochs if self._reporter else 0
-            if self._reporter is not None and self._reporter.best is not None and not self._reporter.failure:
-                trial.set_user_attr(STOPPED_ATTR, f"{err} after {epochs} epoch(s): scored by its best epoch")
-                return self._reporter.best.value
-            if isinstance(err, StudyDeadline):
-                record_interruption(trial.study, _frozen(trial), f"interrupted: {err}", logging.DEBUG)
-                raise
-            trial.set_user_attr(FAIL_REASON_ATTR, f"{err} after {epochs} epoch(s), before its first validation")
-            raise optuna.TrialPruned(str(err)) from None
-        except KeyboardInterrupt:
-            self._record_progress(trial, self._reporter, None)
-            record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM",
-                                logging.DEBUG)
-            raise
+        its training stops at the next step end, and a trial that validated an epoch completes with its best one's
+        value (one that has not is pruned, or interrupted and re-queued at --timeout); a Ctrl+C or SIGTERM at any
+        point, sampling and set-up included, stops it there and re-queues it; only its own error FAILs it."""
+        with self.limits.set_for_trial():
+            return self._train(trial)
 
     def _train(self, trial: optuna.Trial) -> float:
         # Identified before the other jobs of this machine may look for interrupted trials: a RUNNING trial
@@ -187,15 +175,30 @@ class TrialObjective:
         self.lock.release()
         if self._is_surplus(trial):
             raise TrialFailure("the study reached --n_trials while this trial started (parallel workers)")
+        self._interrupt_if_asked(trial, None)
         params = self.spec.sample(trial)
         train_dir = trial_dir(self.spec.settings.study.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning))
-
-        reporter = self._reporter = ValidationReporter(trial, self.spec, config)
+        reporter = ValidationReporter(trial, self.spec, config)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)
+        summary = self._training(trial, config, reporter)
+        self._record_progress(trial, reporter, summary)
+        if summary.get("stopped"):
+            return self._stopped(trial, reporter, summary)
+        if reporter.failure:
+            trial.set_user_attr(FAIL_REASON_ATTR, reporter.failure)
+            raise TrialFailure(reporter.failure)
+        if reporter.pruned_at is not None:
+            raise optuna.TrialPruned(f"the pruner stopped it at report step {reporter.pruned_at}, "
+                                     f"validation {self.spec.metric} {reporter.reports[-1][1]:.5f}")
+        if reporter.best is None:
+            raise TrialFailure("the trial ended without a validation result")
+        return reporter.best.value
+
+    def _training(self, trial: optuna.Trial, config: TrainConfig, reporter: "ValidationReporter") -> dict[str, Any]:
         try:
-            summary = train(config, hooks=[reporter])
+            return train(config, hooks=[reporter])
         except ModelTooLargeError as err:
             # Pruned, not failed: TPE ranks a pruned trial without reports below every other, so it learns to
             # avoid the region; a failed trial would be left out of its model and the region sampled again.
@@ -206,16 +209,29 @@ class TrialObjective:
             self._record_progress(trial, reporter, None)
             trial.set_user_attr(FAIL_REASON_ATTR, f"{type(err).__name__}: {err}")
             raise
-        self._record_progress(trial, reporter, summary)
-        if reporter.failure:
-            trial.set_user_attr(FAIL_REASON_ATTR, reporter.failure)
-            raise TrialFailure(reporter.failure)
-        if reporter.pruned_at is not None:
-            raise optuna.TrialPruned(f"the pruner stopped it at report step {reporter.pruned_at}, "
-                                     f"validation {self.spec.metric} {reporter.reports[-1][1]:.5f}")
-        if reporter.best is None:
-            raise TrialFailure("the trial ended without a validation result")
-        return reporter.best.value
+
+    def _stopped(self, trial: optuna.Trial, reporter: "ValidationReporter", summary: dict[str, Any]) -> float:
+        """A trial whose training a signal or a limit stopped: re-queued for a signal; for a limit, its best
+        validated epoch's value, or (none yet) pruned at --trial_timeout and re-queued at --timeout."""
+        self._interrupt_if_asked(trial, reporter)
+        limit = self.limits.describe(summary["limit"])
+        if reporter.best is not None and not reporter.failure:
+            trial.set_user_attr(STOPPED_ATTR, f"{limit} after {reporter.epochs} epoch(s): scored by its best epoch")
+            return reporter.best.value
+        if summary["limit"] == STUDY_DEADLINE:
+            record_interruption(trial.study, _frozen(trial), f"interrupted: {limit}", logging.DEBUG)
+            raise TrialInterrupted(limit)
+        trial.set_user_attr(FAIL_REASON_ATTR, f"{limit} after {reporter.epochs} epoch(s), before its first "
+                                              "validation")
+        raise optuna.TrialPruned(limit)
+
+    def _interrupt_if_asked(self, trial: optuna.Trial, reporter: Optional["ValidationReporter"]) -> None:
+        """Ctrl+C or SIGTERM noted (while the trial started, or its training ran): the trial is recorded as
+        interrupted, to be re-queued, and ends."""
+        if not STOPS.interrupted:
+            return
+        record_interruption(trial.study, _frozen(trial), "interrupted: stopped by Ctrl+C or SIGTERM", logging.DEBUG)
+        raise TrialInterrupted("stopped by Ctrl+C or SIGTERM")
 
     def _is_surplus(self, trial: optuna.Trial) -> bool:
         """Workers on other machines may start trials at the same moment; the later ones give way."""

@@ -1,10 +1,9 @@
 """Running a study: create or resume it, run trials in this process or J spawned job processes (which die with
-it) until it has --n_trials finished trials, then write the report; Ctrl+C, SIGTERM and --timeout re-queue running
-trials."""
+it) until it has --n_trials finished trials, then write the report; Ctrl+C, SIGTERM and --timeout stop the running
+trials between two steps (re-queued; at --timeout, one that validated keeps its best value)."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -12,7 +11,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import optuna
 import torch
@@ -24,9 +23,10 @@ from yt8m.data.reading.memory_budget import share_memory_among
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging
+from yt8m.training.stopping import STOPS, noting_signals
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
-from yt8m.tuning.limits import RunFlags, RunLimits, StudyDeadline
-from yt8m.tuning.objective import TrialObjective, remove_checkpoints_beyond_best
+from yt8m.tuning.limits import RunFlags, RunLimits
+from yt8m.tuning.objective import TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tuning.report import LEADERBOARD_TXT, write_leaderboard_and_best, write_report
 from yt8m.tuning.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tuning.study import (
@@ -45,8 +45,9 @@ log = logging.getLogger("yt8m.tune")
 
 # prctl(2) option: the signal the calling process receives when its parent dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
-# Exit status of a process whose interrupt was lost in a finalizer (128 + SIGINT, as after Ctrl+C).
+# Exit status of an interrupted run, and of a job the watchdog ends (128 + SIGINT, as after Ctrl+C).
 EXIT_INTERRUPTED = 130
+JOIN_POLL_SECS = 0.2  # how often the tune process looks at its jobs and at a stop request
 
 
 def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
@@ -62,14 +63,10 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
              display_url(storage_url(settings.study)), settings.study.study_dir, describe_counts(state_counts(study)),
              settings.study.n_trials)
     limits = RunLimits.starting_now(settings.study.timeout, settings.study.trial_timeout)
-    interrupted, failed_jobs = False, []
-    try:
-        with _ending_on_lost_interrupt():
-            failed_jobs = run_jobs(spec, limits)
-    except StudyDeadline:
-        pass  # the trial it stopped was re-queued; said below
-    except KeyboardInterrupt:
-        interrupted = True
+    with noting_signals() as stops:
+        failed_jobs = run_jobs(spec, limits)
+        interrupted = stops.interrupted
+    if interrupted:
         log.warning("interrupted: the running trials were marked interrupted and their parameters re-queued; run "
                     "the same command again to resume the study")
     timed_out = not interrupted and limits.passed()
@@ -158,18 +155,18 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_job_process, args=(spec, limits, os.getpid()), name=f"tune-job-{index}")
                for index in range(n_jobs)]
-    try:
-        for worker in workers:
+    for worker in workers:
+        if not STOPS.interrupted:
             worker.start()
+    while any(worker.is_alive() for worker in workers if worker.pid is not None) and not STOPS.interrupted:
         for worker in workers:
-            worker.join()
-    except KeyboardInterrupt:
+            if worker.pid is not None:
+                worker.join(JOIN_POLL_SECS)
+    if STOPS.interrupted:
         # Ctrl+C reached the jobs too (one process group), a SIGTERM only this process: pass it on, let each job
-        # mark its trial interrupted, and kill one that does not end within the grace (its interrupt was lost).
-        # Also while the jobs start: one started and left running would hold this process at its exit, where
-        # multiprocessing waits for its children.
+        # mark its trial interrupted, and kill one that does not end within the grace.
         stop_jobs([worker for worker in workers if worker.pid is not None])
-        raise
+        return []
     return [f"{worker.name} ({_exit_description(worker.exitcode)})" for worker in workers if worker.exitcode != 0]
 
 
@@ -195,18 +192,21 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
         remove_checkpoints_beyond_best(study, settings.study.study_dir, settings.study.keep_best)
         write_leaderboard_and_best(study, spec)
 
-    while not limits.passed():
+    while not limits.passed() and not STOPS.interrupted:
         with lock.held():
             # The study dir's own SQLite file: every job of the study runs on this machine and takes this lock.
             recover_interrupted(study, storage, jobs_here_only=not settings.study.storage)
             if trials_to_start(study, settings.study.n_trials) <= 0:
                 return
-            study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
+            try:
+                study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
+            except TrialInterrupted:
+                return  # its record re-queues it; the run ends (an interrupt) or its --timeout has passed
 
 
 def quiet_interrupted_trials() -> None:
-    """Keep Optuna from logging a trial stopped by Ctrl+C, SIGTERM or --timeout as a failure with its traceback
-    (some 45 lines): the trial is re-queued, and the runner says so in one line."""
+    """Keep Optuna from logging a trial stopped by Ctrl+C, SIGTERM or --timeout (TrialInterrupted) as a failure with
+    its traceback (some 45 lines): the trial is re-queued, and the runner says so in one line."""
     optimize_log = logging.getLogger("optuna.study._optimize")
     if not any(isinstance(existing, _InterruptedTrialFilter) for existing in optimize_log.filters):
         optimize_log.addFilter(_InterruptedTrialFilter())
@@ -221,7 +221,7 @@ class _InterruptedTrialFilter(logging.Filter):
         self._after_interrupt = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[0] and issubclass(record.exc_info[0], KeyboardInterrupt):
+        if record.exc_info and record.exc_info[0] and issubclass(record.exc_info[0], TrialInterrupted):
             self._after_interrupt = True
             return False
         if self._after_interrupt and "failed with value" in record.getMessage():
@@ -231,69 +231,31 @@ class _InterruptedTrialFilter(logging.Filter):
 
 
 def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
-    """A spawned job: dies with the tune process, takes its share of the cores, handles SIGTERM like Ctrl+C
-    (its trial is marked interrupted and re-queued), then runs trials until the budget is met or --timeout passes."""
-    signal.signal(signal.SIGINT, interrupt_once)
-    signal.signal(signal.SIGTERM, interrupt_once)
-    try:
-        _die_with_parent(parent_pid)
-        # The death signal and the interrupt can be lost: the watchdog ends this job anyway, after a grace.
+    """A spawned job: dies with the tune process, takes its share of the cores, stops its trial between steps on
+    SIGTERM as on Ctrl+C (the trial is marked interrupted and re-queued; a second signal, e.g. the parent passing the
+    same Ctrl+C on, is ignored), then runs trials until the budget is met or --timeout passes."""
+    STOPS.on_signal = note_interrupt  # the watchdog ends the job should its trial not stop within the grace
+    with noting_signals(again="ignore"):
+        if not _parent_alive(parent_pid):
+            return
+        # The death signal can be lost: the watchdog ends this job anyway, after a grace.
         watch_over_job(parent_pid, EXIT_INTERRUPTED)
         configure_training_process()  # a spawned process starts afresh (its environment is the parent's)
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core.
         torch.set_num_threads(max(1, available_cpus() // spec.settings.study.n_jobs))
         share_memory_among(spec.settings.study.n_jobs)  # and its memory: each trial's RAM cache gets its share
-        with _ending_on_lost_interrupt():
-            run_worker(spec, limits)
-    except KeyboardInterrupt:
-        pass  # the parent writes the report (or, if it was killed, the next run does); --timeout ends jobs so too
+        run_worker(spec, limits)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _parent_alive(parent_pid: int) -> bool:
     """Have Linux send this job SIGTERM when the tune process dies, even by SIGKILL: an orphaned job would go on
     training a trial that the next run re-queues as interrupted, and write best.yaml behind its back. Elsewhere
-    (no prctl) the job only checks the parent at its start."""
+    (no prctl) the job only checks the parent at its start. False where the parent is gone already."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed (%s): this job outlives a killed tune process",
                         os.strerror(ctypes.get_errno()))
     # The parent may have died before the prctl, and the job then belongs to another process already.
-    if os.getppid() != parent_pid:
-        raise KeyboardInterrupt("the tune process is gone")
-
-
-@contextlib.contextmanager
-def _ending_on_lost_interrupt() -> Iterator[None]:
-    """Python only prints an exception raised while it runs a finalizer (a weakref callback, __del__), and a
-    signal's KeyboardInterrupt lands there often (here in half the SIGTERMs of a dying parent): the process would
-    go on training, deaf to further signals. End it at once instead, as a kill would; the next run recovers its
-    trial as interrupted."""
-    previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        previous(unraisable)
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            os._exit(EXIT_INTERRUPTED)
-
-    sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
-
-
-def interrupt_once(signum: int, frame: Any) -> None:
-    """SIGTERM (and in jobs SIGINT) as KeyboardInterrupt, once: a second signal, e.g. the parent passing
-    the same Ctrl+C on, must not break off the recording of the interrupted trial."""
-    for name in ("SIGINT", "SIGTERM"):
-        # A Python handler that does nothing, not SIG_IGN: a signal already caught by the interpreter when its
-        # handler became SIG_IGN is printed as "Signal 15 ignored due to race condition" with a traceback.
-        signal.signal(getattr(signal, name), _already_interrupted)
-    note_interrupt()  # a job's watchdog ends it if this interrupt gets lost
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-
-def _already_interrupted(signum: int, frame: Any) -> None:
-    """A later SIGINT or SIGTERM: the interrupt is under way."""
+    return os.getppid() == parent_pid

@@ -204,6 +204,18 @@ class TuneSpec:
         load_named_components(TrainConfig, values)  # in a job process too: the flat names of one's own components
         return config_from_dict(TrainConfig, values, source=f"{self.source}: trial config")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a spawned job receives: all but the typed train config, whose components' hyper-parameter classes
+        may be made at run time (a plain module's own, read off its signature) and do not pickle; it is read again
+        from the fixed fields (`__setstate__`)."""
+        return {**{name: value for name, value in vars(self).items() if name != "train"},
+                EVAL_PATTERN: self.eval_data_pattern}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        eval_pattern = state.pop(EVAL_PATTERN)
+        vars(self).update(state)
+        self.train = typed_train_config(self.source, self.fixed, eval_pattern)
+
     def identity(self) -> str:
         """What must not change when a study is resumed: the fixed fields, the space and the objective."""
         space = [dataclasses.asdict(param) for param in self.search]
@@ -238,9 +250,15 @@ def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> Tun
     name = settings.study.study_name or os.path.splitext(os.path.basename(path))[0]
     study = dataclasses.replace(settings.study, study_name=name,
                                 study_dir=settings.study.study_dir or os.path.join("studies", name))
-    train = config_from_dict(TrainConfig, {**fixed, EVAL_PATTERN: eval_pattern}, f"{path}: train", check_values=False)
-    return TuneSpec(path, train, fixed, search, metric, direction, dataclasses.replace(settings, study=study),
-                    enqueue, document)
+    return TuneSpec(path, typed_train_config(path, fixed, eval_pattern), fixed, search, metric, direction,
+                    dataclasses.replace(settings, study=study), enqueue, document)
+
+
+def typed_train_config(source: str, fixed: dict[str, Any], eval_pattern: str) -> TrainConfig:
+    """The fixed fields (checked already) as a TrainConfig, the components they name by import path loaded."""
+    values = {**fixed, EVAL_PATTERN: eval_pattern}
+    load_named_components(TrainConfig, values)
+    return config_from_dict(TrainConfig, values, f"{source}: train", check_values=False)
 
 
 def _section(path: str, document: dict, name: str, problems: list[str]) -> dict:

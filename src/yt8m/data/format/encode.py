@@ -8,33 +8,20 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from yt8m.data.format.wire import (
-    ENTRY_KEY,
-    ENTRY_VALUE,
-    EXAMPLE_FEATURES,
-    KIND_BYTES,
-    KIND_FLOAT,
-    KIND_INT64,
-    LIST_VALUE,
-    MAP_ENTRY,
-    SEQUENCE_CONTEXT,
-    SEQUENCE_FEATURE_LISTS,
-    UINT64_MASK,
-    WIRE_LEN,
-)
+from yt8m.data.format import wire
 
 SEGMENT_FIELDS = {
-    "segment_start_times": KIND_INT64,
-    "segment_end_times": KIND_INT64,
-    "segment_labels": KIND_INT64,
-    "segment_scores": KIND_FLOAT,
+    "segment_start_times": wire.KIND_INT64,
+    "segment_end_times": wire.KIND_INT64,
+    "segment_labels": wire.KIND_INT64,
+    "segment_scores": wire.KIND_FLOAT,
 }
 REQUIRED_SEGMENT_FIELDS = ("segment_start_times", "segment_labels", "segment_scores")
 
 
 def encode_varint(value: int) -> bytes:
     """Base-128 varint; negative int64 values take ten bytes (two's complement), as protobuf writes them."""
-    value &= UINT64_MASK
+    value &= wire.UINT64_MASK
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -44,25 +31,25 @@ def encode_varint(value: int) -> bytes:
 
 
 def _len_field(number: int, payload: bytes) -> bytes:
-    return encode_varint(number << 3 | WIRE_LEN) + encode_varint(len(payload)) + payload
+    return encode_varint(number << 3 | wire.WIRE_LEN) + encode_varint(len(payload)) + payload
 
 
 def _bytes_feature(values: Sequence[bytes]) -> bytes:
-    return _len_field(KIND_BYTES, b"".join(_len_field(LIST_VALUE, v) for v in values))
+    return _len_field(wire.KIND_BYTES, b"".join(_len_field(wire.LIST_VALUE, v) for v in values))
 
 
 def _float_feature(values: np.ndarray) -> bytes:
     data = np.ascontiguousarray(values, dtype="<f4").tobytes()
-    return _len_field(KIND_FLOAT, _len_field(LIST_VALUE, data) if data else b"")
+    return _len_field(wire.KIND_FLOAT, _len_field(wire.LIST_VALUE, data) if data else b"")
 
 
 def _int64_feature(values: Sequence[int]) -> bytes:
     packed = b"".join(encode_varint(int(v)) for v in values)
-    return _len_field(KIND_INT64, _len_field(LIST_VALUE, packed) if packed else b"")
+    return _len_field(wire.KIND_INT64, _len_field(wire.LIST_VALUE, packed) if packed else b"")
 
 
 def _map_entry(key: str, value: bytes) -> bytes:
-    return _len_field(MAP_ENTRY, _len_field(ENTRY_KEY, key.encode()) + _len_field(ENTRY_VALUE, value))
+    return _len_field(wire.MAP_ENTRY, _len_field(wire.ENTRY_KEY, key.encode()) + _len_field(wire.ENTRY_VALUE, value))
 
 
 def _as_vector(name: str, values: object, dtype: type) -> np.ndarray:
@@ -90,7 +77,7 @@ def encode_video_example(video_id: str, labels: Optional[Sequence[int]], feature
     entries = _context_entries(video_id, labels, id_key)
     entries += [_map_entry(name, _float_feature(_as_vector(name, values, np.float32)))
                 for name, values in features.items()]
-    return _len_field(EXAMPLE_FEATURES, b"".join(entries))
+    return _len_field(wire.EXAMPLE_FEATURES, b"".join(entries))
 
 
 def _segment_entries(segments: Mapping[str, Sequence]) -> list[bytes]:
@@ -103,7 +90,7 @@ def _segment_entries(segments: Mapping[str, Sequence]) -> list[bytes]:
         raise ValueError(f"segment fields must have equal lengths, got {lengths}")
     entries = []
     for name, values in segments.items():
-        if SEGMENT_FIELDS[name] == KIND_FLOAT:
+        if SEGMENT_FIELDS[name] == wire.KIND_FLOAT:
             entries.append(_map_entry(name, _float_feature(_as_vector(name, values, np.float32))))
         else:
             entries.append(_map_entry(name, _int64_feature(_as_vector(name, values, np.int64).tolist())))
@@ -113,9 +100,9 @@ def _segment_entries(segments: Mapping[str, Sequence]) -> list[bytes]:
 @functools.lru_cache(maxsize=64)
 def frame_header(size: int) -> np.ndarray:
     """The bytes before each frame's data in a FeatureList of one-value BytesList Features (uint8 array)."""
-    bytes_list = encode_varint(LIST_VALUE << 3 | WIRE_LEN) + encode_varint(size)
-    feature = encode_varint(KIND_BYTES << 3 | WIRE_LEN) + encode_varint(len(bytes_list) + size)
-    entry = encode_varint(LIST_VALUE << 3 | WIRE_LEN) + encode_varint(len(feature) + len(bytes_list) + size)
+    bytes_list = encode_varint(wire.LIST_VALUE << 3 | wire.WIRE_LEN) + encode_varint(size)
+    feature = encode_varint(wire.KIND_BYTES << 3 | wire.WIRE_LEN) + encode_varint(len(bytes_list) + size)
+    entry = encode_varint(wire.LIST_VALUE << 3 | wire.WIRE_LEN) + encode_varint(len(feature) + len(bytes_list) + size)
     header = np.frombuffer(entry + feature + bytes_list, dtype=np.uint8)
     header.flags.writeable = False
     return header
@@ -147,4 +134,5 @@ def encode_frame_example(video_id: str, labels: Optional[Sequence[int]], frames:
     if segments is not None:
         context += _segment_entries(segments)
     lists = [_map_entry(name, _frame_feature_list(name, np.asarray(values))) for name, values in frames.items()]
-    return _len_field(SEQUENCE_CONTEXT, b"".join(context)) + _len_field(SEQUENCE_FEATURE_LISTS, b"".join(lists))
+    return (_len_field(wire.SEQUENCE_CONTEXT, b"".join(context))
+            + _len_field(wire.SEQUENCE_FEATURE_LISTS, b"".join(lists)))

@@ -61,6 +61,14 @@ def read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     raise WireFormatError(f"malformed varint ending at byte {pos}")
 
 
+def _read_key(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """(field number, wire type, position after it) of the field key at `pos`; field number 0 is invalid."""
+    key, pos = read_varint(data, pos, end)
+    if key >> 3 == 0:
+        raise WireFormatError(f"field number 0 at byte {pos}")
+    return key >> 3, key & 7, pos
+
+
 def _field_value(data: bytes, pos: int, end: int, wire: int) -> tuple[FieldValue, int]:
     """(value, position after it) of a field that is not a group, whose key ends at `pos` (as in iter_fields)."""
     if wire == WIRE_VARINT:
@@ -80,10 +88,7 @@ def _skip_group(data: bytes, pos: int, end: int, number: int) -> int:
     nested groups are counted, and more than MAX_GROUP_DEPTH of them is an error, as in protobuf."""
     open_groups = [number]
     while pos < end:
-        key, pos = read_varint(data, pos, end)
-        field, wire = key >> 3, key & 7
-        if field == 0:
-            raise WireFormatError(f"field number 0 at byte {pos}")
+        field, wire, pos = _read_key(data, pos, end)
         if wire == WIRE_GROUP_START:
             if len(open_groups) == MAX_GROUP_DEPTH:
                 raise WireFormatError(f"groups nested more than {MAX_GROUP_DEPTH} deep at byte {pos}")
@@ -109,10 +114,7 @@ def iter_fields(data: bytes, start: int = 0, end: Optional[int] = None) -> Itera
     pos, end = start, len(data) if end is None else end
     value: FieldValue
     while pos < end:
-        key, pos = read_varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise WireFormatError(f"field number 0 at byte {pos}")
+        number, wire, pos = _read_key(data, pos, end)
         if wire == WIRE_GROUP_START:
             value, pos = pos, _skip_group(data, pos, end, number)
         elif wire == WIRE_GROUP_END:
