@@ -51,6 +51,8 @@ USER_ERRORS = (ValueError, OSError)
 STORAGE_CLIENTS = ("botocore", "aiobotocore", "s3fs", "gcsfs", "google.auth", "google.api_core", "aiohttp")
 # An error may carry its own exit status (a run interrupted between steps, its progress saved: 130): one line too.
 EXIT_STATUS = "exit_status"
+# An error every process of a torchrun job raises alike (their listings differ) is printed by rank 0 only.
+RANK0_REPORTS = "rank0_reports"
 # An error line longer than this is cut in the middle: messages quote input in part (yt8m.fields.quoted), and
 # this keeps one that does not, or that lists thousands of failures, a line a terminal can show.
 MESSAGE_LIMIT = 2000
@@ -100,6 +102,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if verbose:
             traceback.print_exc()
         status = getattr(err, EXIT_STATUS, 1)
+        if getattr(err, RANK0_REPORTS, False) and os.environ.get("RANK", "0") != "0":
+            return int(status)  # every torchrun process raised it; rank 0 says it
         kind = "error: " if status == 1 else ""  # an outcome of its own (a run interrupted) is not an error
         print(f"yt8m {name}: {kind}{shortened(str(err) or type(err).__name__)}", file=sys.stderr)
         return int(status)

@@ -53,15 +53,43 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+_jobs_sharing = 1  # concurrent jobs of this machine (yt8m tune --n_jobs), set in each
+
+
+def share_machine_among(jobs: int) -> None:
+    """Set in each of `jobs` concurrent jobs (tune --n_jobs): each takes only its share of the CPUs and memory."""
+    global _jobs_sharing
+    _jobs_sharing = max(1, jobs)
+
+
+def jobs_sharing() -> int:
+    return _jobs_sharing
+
+
+def torchrun_processes_here() -> int:
+    """This machine's processes of a torchrun run (LOCAL_WORLD_SIZE; 1 outside torchrun)."""
+    value = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, int(value)) if value.isdigit() else 1
+
+
+def processes_sharing_machine() -> int:
+    """The processes of this run that share this machine's CPUs and memory: torchrun's local ranks, times the tune
+    jobs of each."""
+    return _jobs_sharing * torchrun_processes_here()
+
+
 def reader_workers(requested: int | str, frame_features: bool, accelerator: Optional[bool] = None) -> int:
     """DataLoader worker processes for --num_readers / --num_workers: "auto", or a count ("3" or 3) used as given
-    but clamped to the CPUs available (more processes than CPUs only thrash). The choice is logged.
+    but clamped to this process's CPUs (more processes than CPUs only thrash). The choice is logged. This process's
+    CPUs are the machine's divided among the processes sharing it (torchrun's local ranks, tune's jobs): 8 ranks on a
+    16-CPU node read with one worker each, not 15.
 
-    "auto" on a machine with a GPU (`accelerator`; default: CUDA is available) takes the CPUs but one, up to 16: the
-    training loop keeps its core to launch the GPU's work, every other core decodes. The GPU steps take 7,700-9,000
-    frame-level videos/s (compiled bf16 NeXtVLAD/NetVLAD on an H200) where one reader process decodes 7k-10k
-    (`yt8m bench read` on this project's 2-CPU AMD EPYC, bench/README.md); a worker hands its batch over in a reused
-    shared-memory slot, the main process copying it out at about 37 us a video, in a thread of its own when pinning.
+    "auto" on a machine with a GPU (`accelerator`; default: CUDA is available) takes this process's CPUs but one, up
+    to 16: the training loop keeps its core to launch the GPU's work, every other core decodes. The GPU steps take
+    7,700-9,000 frame-level videos/s (compiled bf16 NeXtVLAD/NetVLAD on an H200) where one reader process decodes
+    7k-10k (`yt8m bench read` on this project's 2-CPU AMD EPYC, bench/README.md); a worker hands its batch over in a
+    reused shared-memory slot, the main process copying it out at about 37 us a video, in a thread of its own when
+    pinning.
 
     "auto" without a GPU reads in-process, except frame-level data with 4 CPUs or more, which gets min(CPUs // 2, 8)
     workers: the model then needs the cores. From `yt8m bench read` on the 2-CPU machine (busy, shared):
@@ -72,20 +100,9 @@ def reader_workers(requested: int | str, frame_features: bool, accelerator: Opti
       the model) workers free the training loop; with 2 they compete with it. Above 2 CPUs this is a judgment from
       those costs, not a measurement.
     """
-    cpus = available_cpus()
-    kind = "frame-level" if frame_features else "video-level"
+    cpus = _cpus_of_this_process()
     if requested == "auto":
-        gpu = torch.cuda.is_available() if accelerator is None else accelerator
-        if gpu:
-            workers = max(1, min(cpus - 1, MAX_GPU_READERS))
-        else:
-            workers = min(cpus // 2, 8) if frame_features and cpus >= 4 else 0
-        machine = "a GPU machine" if gpu else "no GPU"
-        if workers:
-            log.info("reading with %d worker processes: %d CPUs, %s, %s data (auto)", workers, cpus, machine, kind)
-        else:
-            log.info("reading in-process: %d CPUs, %s, %s data (auto)", cpus, machine, kind)
-        return workers
+        return _auto_readers(cpus, frame_features, accelerator)
     try:
         count = int(requested)
     except (TypeError, ValueError):
@@ -93,10 +110,34 @@ def reader_workers(requested: int | str, frame_features: bool, accelerator: Opti
     if count < 0:
         raise ValueError(f"reader processes: expected 'auto' or a whole number >= 0, got {requested!r}")
     if count > cpus:
-        log.info("reading with %d worker processes: %d asked for, clamped to the CPUs available", cpus, count)
+        log.info("reading with %d worker processes: %d asked for, clamped to the %s", cpus, count, _cpus_text(cpus))
         return cpus
     log.info("reading %s (as asked)", "in-process" if count == 0 else f"with {count} worker processes")
     return count
+
+
+def _cpus_of_this_process() -> int:
+    return max(1, available_cpus() // processes_sharing_machine())
+
+
+def _cpus_text(cpus: int) -> str:
+    sharing = processes_sharing_machine()
+    return f"{cpus} CPUs" if sharing == 1 else f"{cpus} of {available_cpus()} CPUs ({sharing} processes share them)"
+
+
+def _auto_readers(cpus: int, frame_features: bool, accelerator: Optional[bool]) -> int:
+    kind = "frame-level" if frame_features else "video-level"
+    gpu = torch.cuda.is_available() if accelerator is None else accelerator
+    if gpu:
+        workers = max(1, min(cpus - 1, MAX_GPU_READERS))
+    else:
+        workers = min(cpus // 2, 8) if frame_features and cpus >= 4 else 0
+    machine = "a GPU machine" if gpu else "no GPU"
+    if workers:
+        log.info("reading with %d worker processes: %s, %s, %s data (auto)", workers, _cpus_text(cpus), machine, kind)
+    else:
+        log.info("reading in-process: %s, %s, %s data (auto)", _cpus_text(cpus), machine, kind)
+    return workers
 
 
 def autocast(device: torch.device, enabled: bool) -> ContextManager:

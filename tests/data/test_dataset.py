@@ -119,7 +119,7 @@ def test_reader_shares_partition_every_record(files, readers):
     paths = [f"f{i}" for i in range(files)]
     owners: dict = {}
     for reader in range(readers):
-        for path, stride, phase in reader_shares(paths, reader, readers):
+        for path, stride, phase, _ in reader_shares(paths, reader, readers):
             for record in range(phase, 60, stride):
                 owners.setdefault((path, record), []).append(reader)
     assert sorted(owners) == [(path, record) for path in paths for record in range(60)]

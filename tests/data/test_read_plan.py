@@ -20,7 +20,7 @@ def owners(files: int, world_size: int, workers: int, shuffle: bool, epoch: int)
         plan = ReadPlan(paths, ReadOptions(shuffle=shuffle, seed=3, rank=rank, world_size=world_size))
         plan.set_epoch(epoch)
         for worker in range(workers):
-            for path, stride, phase in plan.shares(rank * workers + worker, world_size * workers):
+            for path, stride, phase, _ in plan.shares(rank * workers + worker, world_size * workers):
                 for record in range(phase, RECORDS_PER_FILE, stride):
                     found.setdefault((path, record), []).append((rank, worker))
     return found

@@ -23,7 +23,8 @@ from yt8m.data.making.synthetic import write_synthetic
 from yt8m.data.reading import memory_budget
 from yt8m.data.reading.cache_estimate import estimate_cache, fill_batch_bytes
 from yt8m.data.reading.dataset import YT8MDataset
-from yt8m.data.reading.memory_budget import GiB, MemoryUse, share_memory_among
+from yt8m.data.reading.memory_budget import GiB, MemoryUse
+from yt8m.runtime import share_machine_among
 from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
@@ -134,10 +135,10 @@ def test_concurrent_jobs_share_the_memory(monkeypatch):
     assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 4 * GiB - reserve
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     try:
-        share_memory_among(4)
+        share_machine_among(4)
         assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 2 * GiB - reserve
     finally:
-        share_memory_among(1)
+        share_machine_among(1)
     assert memory_budget.memory_budget(reserve, lambda: 8 * GiB) == 8 * GiB - reserve
     assert memory_budget.memory_budget(reserve, lambda: reserve // 2) == 0
 
@@ -170,15 +171,16 @@ def test_the_machines_memory_in_use_is_memtotal_less_memavailable(tmp_path):
     assert memory_budget.meminfo_use(str(meminfo)) == MemoryUse(600 * 1024, 1000 * 1024, "the machine's memory")
 
 
-def test_a_runs_own_memory_counts_its_optimizer_batches_and_shuffle_buffers(tiny_data):
+def test_a_runs_own_memory_counts_its_optimizer_batches_slots_and_shuffle_buffers(tiny_data):
     spec = FeatureSpec(feature_names=["mean_rgb", "mean_audio"], feature_sizes=[16, 8], num_classes=20)
     pattern = tiny_data["train_pattern"]
     dataset = YT8MDataset(pattern, spec, 32, ReadOptions(shuffle=True, shuffle_buffer=3))
     memory = run_memory(ModelSize(parameters=1000, buffer_values=7), [dataset], readers=2)
     assert memory.optimizer == 1000 * 3 * 4  # the gradient and Adam's two moments, float32
     assert memory.batches == 4 * 32 * (24 * 4 + 20 * 4)  # four batches of float32 features and dense labels
+    assert memory.reader_slots == 2 * 3 * 32 * 24 * 4  # 2 workers x 3 shared-memory slots of a float32 batch
     assert 2 * 3 * 60 < memory.shuffle_buffers < 2 * 3 * 200  # 2 readers x 3 records of ~100 bytes
-    assert memory.reserve(streaming=False) == memory.optimizer + memory.batches + SLACK
+    assert memory.reserve(streaming=False) == memory.optimizer + memory.batches + memory.reader_slots + SLACK
     assert memory.reserve(streaming=True) == memory.reserve(streaming=False) + memory.shuffle_buffers
     whole = YT8MDataset(pattern, spec, 32, ReadOptions(shuffle=True))  # 10,000 records: more than the shards hold
     shards = sum(os.path.getsize(path) for path in whole.paths)

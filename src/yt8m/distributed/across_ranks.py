@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import itertools
 import logging
 import pickle
 import tempfile
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch.distributed as dist
 
-from yt8m.distributed.ranks import rank_and_world_size, receive_stream, send_stream
+from yt8m.distributed.ranks import all_gathered, rank_and_world_size, receive_stream, send_stream
 
 log = logging.getLogger("yt8m.distributed.ranks")
 
@@ -28,13 +29,35 @@ def rank_shards(paths: Sequence[str], rank: int, world_size: int) -> list[str]:
     return list(paths[rank * len(paths) // world_size:(rank + 1) * len(paths) // world_size])
 
 
-def this_rank_shards(paths: Sequence[str]) -> list[str]:
-    """This process's block of `paths` (all of them without a process group); rank 0 warns of idle processes."""
+def this_rank_shards(listed: Mapping[str, Optional[int]], what: str) -> dict[str, Optional[int]]:
+    """This process's block of the `listed` shards (each with its size where listed; all of them without a process
+    group), once every process has found it listed the same files (agreed_listing); rank 0 warns of idle ones."""
+    agreed_listing(listed, what)
     rank, world_size = rank_and_world_size()
+    paths = list(listed)
     if rank == 0 and len(paths) < world_size:
         log.warning("%d shards for %d processes: processes %d to %d have no shard to read and stay idle",
                     len(paths), world_size, len(paths), world_size - 1)
-    return rank_shards(paths, rank, world_size)
+    return {path: listed[path] for path in rank_shards(paths, rank, world_size)}
+
+
+class ListingsDisagree(ValueError):
+    """The processes of a torchrun job listed different files for one pattern. Every process raises it with the
+    same message; yt8m.cli prints it on rank 0 only (`rank0_reports`)."""
+
+    rank0_reports = True
+
+
+def agreed_listing(listed: Mapping[str, Optional[int]], what: str) -> None:
+    """Every process lists its shards itself (a listing is a request a thousand files, not one a file): they must
+    have found the same files, or their splits of them would silently overlap or leave some out. ListingsDisagree
+    names each process's count where the names or sizes differ."""
+    digest = hashlib.sha256("".join(f"{path}\t{size}\n" for path, size in listed.items()).encode()).hexdigest()
+    found = all_gathered((len(listed), digest))
+    if len({seen for _, seen in found}) > 1:
+        counts = ", ".join(f"process {rank}: {count} files" for rank, (count, _) in enumerate(found))
+        raise ListingsDisagree(f"the processes listed different {what} ({counts}): every process must read the same "
+                               "files (one shared folder or bucket); nothing was read")
 
 
 @contextlib.contextmanager

@@ -126,6 +126,15 @@ def all_reduce_sums(values: Sequence[int], device: torch.device) -> list[int]:
     return [int(value) for value in tensor.tolist()]
 
 
+def all_gathered(value: Any) -> list[Any]:
+    """Every process's `value` (picklable), in rank order ([value] in one process)."""
+    if rank_and_world_size()[1] == 1:
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def broadcast_from_rank0(values: Sequence[float], device: torch.device) -> list[float]:
     """Rank 0's `values` on every process (all must pass the same length)."""
     if rank_and_world_size()[1] == 1:

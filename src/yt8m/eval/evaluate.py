@@ -30,7 +30,7 @@ from yt8m.config import (
     resolve_components,
     shown,
 )
-from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import list_shards
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.dataset import YT8MDataset, make_loader
 from yt8m.data.reading.read_plan import ReadOptions
@@ -246,7 +246,8 @@ def evaluation_batches(config: EvalConfig, device: torch.device) -> tuple[YT8MDa
     """The dataset of this process's shards of the eval data (all of them in one process) and its loader."""
     data = config.data
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
-    dataset = YT8MDataset(this_rank_shards(expand_pattern(data.eval_data_pattern)), config.features, data.batch_size,
+    shards = this_rank_shards(list_shards(data.eval_data_pattern), f"eval shards ({data.eval_data_pattern})")
+    dataset = YT8MDataset(shards, config.features, data.batch_size,
                           ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=device.type == "cuda") if dataset.paths else []

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import torch
 
 from yt8m.config import ConfigError, config_problems
-from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import list_shards
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.dataset import YT8MDataset, make_loader
 from yt8m.data.reading.inspection import find_video
@@ -70,9 +70,10 @@ def _run_predict(config: PredictConfig) -> dict[str, Any]:
     if config.segments.segment_labels:
         return predict_segments(config, predict, spec, source)
     # Whole shards per process, in contiguous blocks: not YT8MDataset's split for training.
-    all_paths = expand_pattern(data.input_data_pattern)
-    dataset = YT8MDataset(this_rank_shards(all_paths), spec, data.batch_size,
-                          ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
+    listed = list_shards(data.input_data_pattern)
+    all_paths = list(listed)
+    dataset = YT8MDataset(this_rank_shards(listed, f"shards to predict ({data.input_data_pattern})"), spec,
+                          data.batch_size, ReadOptions(skip_corrupt=data.skip_corrupt, rank=0, world_size=1))
     pin_memory = not model_source.model and resolve_device(data.device).type == "cuda"
     loader: Iterable[Batch] = make_loader(dataset, reader_workers(data.num_readers, dataset.spec.frame_features),
                                           pin_memory=pin_memory) if dataset.paths else []

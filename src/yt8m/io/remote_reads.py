@@ -25,11 +25,13 @@ class StalledRead(StorageError):
     """Object storage sent nothing within the deadline, on every attempt: names the file, offset and time waited."""
 
 
-def open_for_reading(path: str) -> Union[IO[bytes], "DeadlineFile"]:
-    """`path` opened for binary reading: a local file as it is, a URL as a DeadlineFile; use as a context manager."""
+def open_for_reading(path: str, size: Optional[int] = None) -> Union[IO[bytes], "DeadlineFile"]:
+    """`path` opened for binary reading: a local file as it is, a URL as a DeadlineFile; use as a context manager.
+    `size`, where a listing gave it, spares the store a request to size the object (fsspec's `size=`)."""
     if is_local(path):
         return open(path, "rb")
-    return DeadlineFile(path, _setting(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECS), int(_setting(RETRIES_ENV, DEFAULT_RETRIES)))
+    return DeadlineFile(path, _setting(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECS), int(_setting(RETRIES_ENV, DEFAULT_RETRIES)),
+                        size)
 
 
 def _setting(name: str, default: float) -> float:
@@ -50,8 +52,8 @@ class DeadlineFile:
     read past it is abandoned (its thread holds only its own copy of the data) and retried on the file reopened at
     the same offset."""
 
-    def __init__(self, path: str, timeout: float, retries: int):
-        self.path, self.timeout, self.retries = path, timeout, retries
+    def __init__(self, path: str, timeout: float, retries: int, size: Optional[int] = None):
+        self.path, self.timeout, self.retries, self.size = path, timeout, retries, size
         self.offset = 0
         self._file: Optional[Any] = None
 
@@ -105,7 +107,7 @@ class DeadlineFile:
     def _open(self) -> Any:
         fs, inner = filesystem(self.path)
         with reaching(self.path):
-            file = fs.open(inner, "rb")
+            file = fs.open(inner, "rb", **({"size": self.size} if self.size is not None else {}))
             file.seek(self.offset)
         return file
 

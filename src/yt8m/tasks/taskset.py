@@ -18,7 +18,7 @@ from torch import nn
 
 from yt8m.config import config_values
 from yt8m.data.format.decode import CLASSES_2017, CLASSES_2018, record_id_key
-from yt8m.data.format.tfrecord import expand_pattern, read_records
+from yt8m.data.format.tfrecord import expand_pattern, list_shards, read_records
 from yt8m.data.reading.batch import Batch
 from yt8m.models.base import forward
 from yt8m.models.multihead import HeadView, MultiTaskModel
@@ -209,7 +209,8 @@ def _record_classes(spec: TaskSpec, main: MainTask) -> int:
 
 def first_id_key(pattern: str, frame_features: bool) -> str:
     """The id key of the first record of `pattern` ("" where it has none)."""
-    first = next(read_records(expand_pattern(pattern)[0]), None)
+    path, size = next(iter(list_shards(pattern).items()))
+    first = next(read_records(path, size=size), None)
     return (None if first is None else record_id_key(first[1], frame_features)) or ""
 
 

@@ -4,7 +4,9 @@ batch, each batch tagged with its source so that the task set knows which tasks 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import logging
 from typing import Iterable, Iterator, Optional
 
 import numpy as np
@@ -13,12 +15,17 @@ import torch
 from yt8m.data.format.tfrecord import read_records
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.dataset import YT8MDataset, make_loader
+from yt8m.data.reading.memory_budget import available_memory
+from yt8m.data.reading.node_plan import plan_node
 from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
+from yt8m.distributed.across_ranks import agreed_listing
 from yt8m.models.model_size import ModelSize
-from yt8m.runtime import reader_workers
+from yt8m.runtime import processes_sharing_machine, reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
-from yt8m.training.memory_checks import RunMemory, cache_fits, run_memory
+from yt8m.training.memory_checks import RunMemory, cache_fits, reading_needs, run_memory
+
+log = logging.getLogger("yt8m.train")
 
 
 class TrainingData:
@@ -32,6 +39,8 @@ class TrainingData:
                               skip_corrupt=data.skip_corrupt, cache_in_memory=data.cache_in_memory, record_bytes=True)
         self.datasets = [YT8MDataset(source.pattern, source_spec(features, source), batch_size, options)
                          for source in tasks.sources]
+        for source, dataset in zip(tasks.sources, self.datasets):
+            agreed_listing(dataset.plan.sizes, f"training shards ({source.pattern})")
         self.loaders: list[Iterable[Batch]] = []
         self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began
         self._examples: list[int] = []  # this epoch's examples of each source
@@ -41,25 +50,40 @@ class TrainingData:
         single record (a task that would train nothing while the run succeeds) is an error too."""
         for source, dataset in zip(self.tasks.sources, self.datasets):
             with naming_tasks(source):
-                if not any(next(read_records(path), None) is not None for path in dataset.paths):
+                if not any(next(read_records(path, size=size), None) is not None
+                           for path, size in dataset.plan.sizes.items()):
                     raise ValueError(f"{source.pattern} has no training examples: its files hold no records; "
                                      f"nothing was trained")
                 dataset.check_first_record()
 
     def memory(self, size: ModelSize) -> RunMemory:
         """What a run of a model of `size` on these sources will still take once the model is built."""
-        readers = max(reader_workers(self.data.num_readers, dataset.spec.frame_features) for dataset in self.datasets)
-        return run_memory(size, self.datasets, readers)
+        return run_memory(size, self.datasets, self.readers)
 
-    def open(self, device: torch.device, reserve: int) -> None:
+    @functools.cached_property
+    def readers(self) -> int:
+        """The reader workers each source is read with, as asked (or `auto`'s choice), on this process's CPUs."""
+        return max(reader_workers(self.data.num_readers, dataset.spec.frame_features) for dataset in self.datasets)
+
+    def open(self, device: torch.device, memory: RunMemory, size: ModelSize) -> RunMemory:
         """Start reading (make the loaders); with the train dir locked, as a RAM cache is filled here (where its
-        estimate fits the memory less `reserve` for the run: otherwise the sources are streamed, or
-        --cache_in_memory_required stops the run)."""
-        if self.data.cache_in_memory and not cache_fits(self.datasets, self.data.cache_in_memory_required, reserve):
+        estimate fits the memory less what the run itself takes: otherwise the sources are streamed, or
+        --cache_in_memory_required stops the run). The readers and shuffle buffers are planned for the whole
+        machine (every process of the run on it): fewer of them where they would not fit, each change logged. The
+        run's memory, as read so."""
+        if self.data.cache_in_memory and not cache_fits(self.datasets, self.data.cache_in_memory_required,
+                                                        memory.reserve(streaming=False)):
             for dataset in self.datasets:
                 dataset.stream_instead_of_caching()
-        self.loaders = [make_loader(dataset, reader_workers(self.data.num_readers, dataset.spec.frame_features),
-                                    pin_memory=device.type == "cuda") for dataset in self.datasets]
+        plan = plan_node(self.readers, self.data.shuffle_buffer, reading_needs(memory, self.datasets, self.streaming),
+                         processes_sharing_machine(), available_memory())
+        for note in plan.notes:
+            log.warning("the run's reading on this machine: %s", note)
+        for dataset in self.datasets if plan.shuffle_buffer != self.data.shuffle_buffer else ():
+            dataset.options = dataclasses.replace(dataset.options, shuffle_buffer=plan.shuffle_buffer)
+        self.loaders = [make_loader(dataset, plan.readers, pin_memory=device.type == "cuda")
+                        for dataset in self.datasets]
+        return run_memory(size, self.datasets, plan.readers)
 
     @property
     def streaming(self) -> bool:

@@ -11,12 +11,16 @@ from typing import Iterator, Optional, Sequence
 
 from yt8m.config import ConfigError
 from yt8m.data.reading import memory_budget as machine
-from yt8m.data.reading.cache_estimate import CacheEstimate, batch_bytes, estimate_cache, mean_record_bytes
+from yt8m.data.reading.cache_estimate import CacheEstimate, batch_bytes, estimate_cache
 from yt8m.data.reading.dataset import YT8MDataset
-from yt8m.data.reading.memory_budget import MiB, human_bytes, jobs_sharing, memory_budget, processes_on_this_machine
+from yt8m.data.reading.delivery import SLOTS_PER_WORKER, slot_bytes
+from yt8m.data.reading.memory_budget import MiB, human_bytes, memory_budget
+from yt8m.data.reading.node_plan import ReadingNeeds
+from yt8m.data.reading.shard_reader import SHUFFLE_BUFFER_MAX_BYTES
 from yt8m.io import storage
 from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize
+from yt8m.runtime import jobs_sharing, torchrun_processes_here
 
 log = logging.getLogger("yt8m.train")
 OPTIMIZER_VALUES_PER_PARAMETER = 2  # Adam's moments
@@ -41,19 +45,20 @@ class MemoryLimitReached(OSError):
 @dataclass(frozen=True)
 class RunMemory:
     """What a training run will still take once its model is built, roughly (checked in a real cgroup in
-    bench/README.md): gradients and Adam's state (allocated at the first step), the batches in flight, and where
-    it streams, each reader's shuffle buffer of serialized records."""
+    bench/README.md): gradients and Adam's state (allocated at the first step), the batches in flight, the reader
+    workers' shared-memory batch slots, and where it streams, each reader's shuffle buffer of serialized records."""
 
     optimizer: int
     batches: int
     shuffle_buffers: int
+    reader_slots: int = 0
 
     def reserve(self, streaming: bool) -> int:
-        return self.optimizer + self.batches + SLACK + (self.shuffle_buffers if streaming else 0)
+        return self.optimizer + self.batches + self.reader_slots + SLACK + (self.shuffle_buffers if streaming else 0)
 
     def describe(self, streaming: bool) -> str:
         parts = [f"gradients and optimizer state {human_bytes(self.optimizer)}",
-                 f"batches {human_bytes(self.batches)}"]
+                 f"batches {human_bytes(self.batches + self.reader_slots)}"]
         if streaming:
             parts.append(f"shuffle buffers {human_bytes(self.shuffle_buffers)}")
         return f"{human_bytes(self.reserve(streaming))} ({', '.join(parts)}, {human_bytes(SLACK)} to spare)"
@@ -65,13 +70,24 @@ def run_memory(size: ModelSize, datasets: Sequence[YT8MDataset], readers: int) -
     optimizer = size.parameters * (1 + OPTIMIZER_VALUES_PER_PARAMETER) * BYTES_PER_VALUE
     batches = sum(BATCHES_IN_FLIGHT * batch_bytes(dataset.spec, dataset.batch_size) for dataset in datasets)
     shuffle_buffers = sum(_shuffle_buffers(dataset, max(1, readers)) for dataset in datasets)
-    return RunMemory(optimizer, batches, shuffle_buffers)
+    slots = sum(readers * SLOTS_PER_WORKER * slot_bytes(dataset) for dataset in datasets)
+    return RunMemory(optimizer, batches, shuffle_buffers, slots)
+
+
+def reading_needs(memory: RunMemory, datasets: Sequence[YT8MDataset], streaming: bool) -> ReadingNeeds:
+    """What one process's reading of `datasets` holds per reader (yt8m.data.reading.node_plan), beside the run's
+    own memory."""
+    records = sum(dataset.record_bytes for dataset in datasets)
+    return ReadingNeeds(records, sum(slot_bytes(dataset) for dataset in datasets),
+                        memory.optimizer + memory.batches + SLACK, streaming)
 
 
 def _shuffle_buffers(dataset: YT8MDataset, readers: int) -> int:
-    """Each reader's buffer of --shuffle_buffer records, at most the shards' bytes this process reads."""
+    """Each reader's buffer of --shuffle_buffer records (at most SHUFFLE_BUFFER_MAX_BYTES), at most the shards'
+    bytes this process reads."""
     share = dataset.plan.shard_bytes / dataset.plan.world_size
-    return round(min(readers * dataset.options.shuffle_buffer * mean_record_bytes(dataset.paths), share))
+    each = min(dataset.options.shuffle_buffer * dataset.record_bytes, SHUFFLE_BUFFER_MAX_BYTES)
+    return round(min(readers * each, share))
 
 
 def cache_fits(datasets: Sequence[YT8MDataset], required: bool, reserve: int, what: str = "training data") -> bool:
@@ -79,8 +95,8 @@ def cache_fits(datasets: Sequence[YT8MDataset], required: bool, reserve: int, wh
     `reserve` for the run itself; where they do not, one warning and False (the caller streams), or with `required`
     (--cache_in_memory_required) one ConfigError."""
     estimate = sum((estimate_cache(dataset.paths, dataset.spec, dataset.options.skip_corrupt, dataset.plan.world_size,
-                                   dataset.batch_size, dataset.plan.shard_bytes) for dataset in datasets),
-                   CacheEstimate(0, 0))
+                                   dataset.batch_size, dataset.plan.shard_bytes, dataset.plan.sizes)
+                    for dataset in datasets), CacheEstimate(0, 0))
     budget = memory_budget(reserve)
     if budget is None or estimate.nbytes <= budget:
         log.info("caching the %s in RAM: estimate %s, within the %s available%s", what, estimate,
@@ -98,7 +114,7 @@ def cache_fits(datasets: Sequence[YT8MDataset], required: bool, reserve: int, wh
 
 
 def _per_job() -> str:
-    jobs, processes = jobs_sharing(), processes_on_this_machine()
+    jobs, processes = jobs_sharing(), torchrun_processes_here()
     shares = ([f"--n_jobs {jobs}"] if jobs > 1 else []) + ([f"{processes} torchrun processes"] if processes > 1 else [])
     return f" (this process's share: 1/{jobs * processes} for {' x '.join(shares)})" if shares else ""
 

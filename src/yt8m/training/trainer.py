@@ -72,10 +72,10 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
             prepare_train_dir(config, rank, run.newest, run.size)
             if rank == 0:
                 warn_if_disk_short(train_dir, checkpoint_bytes(run.size), config.checkpoints.keep_checkpoints)
-            run.data.open(device, run.memory.reserve(streaming=False))
+            memory = run.data.open(device, run.memory, run.size)
             if rank == 0:
                 # Refused on one process only where there is one: torchrun's others would wait for it.
-                check_run_memory(run.memory, run.data.streaming,
+                check_run_memory(memory, run.data.streaming,
                                  config.runtime.memory_check if world_size == 1 else "warn")
             log.info("training %s (%s) on %s, %d process(es), %d examples per optimizer step",
                      config.model.name, run.size.describe(), device, world_size,

@@ -19,10 +19,9 @@ import yaml
 
 from yt8m.config import config_from_dict, config_values, flag_names, with_values
 from yt8m.data.format.tfrecord import expand_pattern
-from yt8m.data.reading.memory_budget import share_memory_among
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
-from yt8m.runtime import available_cpus, setup_logging
+from yt8m.runtime import available_cpus, setup_logging, share_machine_among
 from yt8m.training.stopping import STOPS, noting_signals
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits
@@ -242,9 +241,10 @@ def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
         watch_over_job(parent_pid, EXIT_INTERRUPTED)
         configure_training_process()  # a spawned process starts afresh (its environment is the parent's)
         setup_logging()
-        # J jobs share the machine's cores instead of each starting one thread per core.
+        # J jobs share the machine's cores instead of each starting one thread per core, and its memory: each
+        # trial's readers and RAM cache get their share.
         torch.set_num_threads(max(1, available_cpus() // spec.settings.study.n_jobs))
-        share_memory_among(spec.settings.study.n_jobs)  # and its memory: each trial's RAM cache gets its share
+        share_machine_among(spec.settings.study.n_jobs)
         run_worker(spec, limits)
 
 

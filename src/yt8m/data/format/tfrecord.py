@@ -11,7 +11,19 @@ import logging
 import os
 import struct
 import zlib
-from typing import BinaryIO, Callable, Generator, Iterator, NamedTuple, Optional, Protocol, Union, cast
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    ContextManager,
+    Generator,
+    Iterator,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Union,
+    cast,
+)
 
 import crc32c
 import fsspec
@@ -100,19 +112,23 @@ def _has_glob(part: str) -> bool:
     return any(ch in part for ch in "*?[")
 
 
-def _expand_one(glob: str) -> list[str]:
+def _expand_one(glob: str) -> dict[str, Optional[int]]:
+    """The files one glob (or path) matches, with their sizes where the listing gives them (object storage's does: a
+    reader then needs no request of its own to size them); a local file's size is left to os.stat when asked."""
     try:
         fs, stripped = fsspec.core.url_to_fs(glob)
     except ImportError as err:  # e.g. gs:// without gcsfs
         raise ValueError(f"cannot read {quoted(glob)}: {err}") from err
     if isinstance(fs, LocalFileSystem):
-        return _expand_local(stripped)
+        return dict.fromkeys(_expand_local(stripped))
     with storage.reaching(glob):
         if _has_glob(stripped):
-            found = [path for path, info in fs.glob(stripped, detail=True).items() if info.get("type") == "file"]
+            found = {path: info.get("size") for path, info in fs.glob(stripped, detail=True).items()
+                     if info.get("type") == "file"}
         else:
-            found = [stripped] if _is_file(fs, stripped) else []
-    return [fs.unstrip_protocol(path) for path in found]
+            info = _file_info(fs, stripped)
+            found = {stripped: info.get("size")} if info is not None else {}
+    return {fs.unstrip_protocol(path): size for path, size in found.items()}
 
 
 def _expand_local(pattern: str) -> list[str]:
@@ -122,11 +138,12 @@ def _expand_local(pattern: str) -> list[str]:
     return [path for path in found if os.path.lexists(path) and not os.path.isdir(path)]
 
 
-def _is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+def _file_info(fs: fsspec.AbstractFileSystem, path: str) -> Optional[dict[str, Any]]:
     try:
-        return fs.info(path).get("type") == "file"
+        info = fs.info(path)
     except FileNotFoundError:
-        return False
+        return None
+    return info if info.get("type") == "file" else None
 
 
 def expand_pattern(pattern: str) -> list[str]:
@@ -134,17 +151,23 @@ def expand_pattern(pattern: str) -> list[str]:
 
     Raises ValueError naming the glob when one of them matches nothing, so a typo never reads less data.
     """
+    return list(list_shards(pattern))
+
+
+def list_shards(pattern: str) -> dict[str, Optional[int]]:
+    """expand_pattern's files, sorted, each with its size where the listing gave it (None: not listed with one,
+    e.g. a local file, whose os.stat costs no request)."""
     globs = [part.strip() for part in pattern.split(",") if part.strip()]
     if not globs:
         raise ValueError(f"empty file pattern {quoted(pattern)}")
-    paths: set[str] = set()
+    listed: dict[str, Optional[int]] = {}
     for glob in globs:
         found = _expand_one(glob)
         if not found:
             where = "" if glob == pattern.strip() else f" (in pattern {quoted(pattern)})"
             raise ValueError(f"no files match {quoted(glob)}{where}")
-        paths.update(found)
-    return sorted(paths)
+        listed.update(found)
+    return dict(sorted(listed.items()))
 
 
 def _is_plain_tfrecord(head: bytes) -> bool:
@@ -353,13 +376,17 @@ class _ChunkReader:
 
 
 def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
-                       on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None
+                       on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None,
+                       source: Optional[ContextManager[Any]] = None, size: Optional[int] = None
                        ) -> Generator[RecordChunk, Optional[int], None]:
     """One file's records as RecordChunks of up to `limit` records each (fewer where the read buffer's bytes end,
     every READ_SIZE bytes of the stream, and at the file's end); `send(n)` asks for up to n in the next chunk
-    instead. A chunk is valid until the next is asked for or the generator is closed. Errors as in read_records."""
+    instead. A chunk is valid until the next is asked for or the generator is closed. Errors as in read_records.
+    `source`: the file opened already (by a reader that fetches ahead); default: opened here, knowing its `size`
+    where a listing gave it (no request to size it)."""
     log_path_once("native TFRecord decoding", native is not None, _native_why)
-    with open_for_reading(path) as raw:  # on object storage, every read with a deadline and retries
+    # on object storage, every read with a deadline and retries
+    with source if source is not None else open_for_reading(path, size) as raw:
         reader = _ChunkReader(_record_stream(cast(SourceFile, raw)), path, limit)
         try:
             yield from reader.chunks()
@@ -374,13 +401,16 @@ def read_record_chunks(path: str, limit: int, skip_corrupt: bool = False,
 
 
 def read_records(path: str, skip_corrupt: bool = False,
-                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None) -> Iterator[tuple[int, bytes]]:
+                 on_corrupt: Optional[Callable[[CorruptRecordError], None]] = None,
+                 source: Optional[ContextManager[Any]] = None, size: Optional[int] = None
+                 ) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the record in the uncompressed stream, payload) for each record of one file.
 
     A CRC mismatch or a truncated record raises CorruptRecordError naming the file and offset; with
-    `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called.
+    `skip_corrupt` the rest of that file is skipped with a warning and `on_corrupt(error)` is called. `source` and
+    `size` as in read_record_chunks.
     """
-    for chunk in read_record_chunks(path, _RECORDS_PER_CHUNK, skip_corrupt, on_corrupt):
+    for chunk in read_record_chunks(path, _RECORDS_PER_CHUNK, skip_corrupt, on_corrupt, source, size):
         view = chunk.data.data  # the buffer's memoryview
         for offset, start, end in zip(chunk.offsets.tolist(), chunk.starts.tolist(), chunk.ends.tolist()):
             yield offset, bytes(view[start:end])

@@ -4,7 +4,7 @@ shard are decoded into a small VideoCache, and its bytes a record scaled by the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from yt8m.data.format.tfrecord import CorruptRecordError, is_compressed, read_records
 from yt8m.data.reading.batch_build import finish_batch
@@ -17,8 +17,11 @@ from yt8m.data.reading.shard_reader import ShardReader
 from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io import storage
 
-# Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second.
-SAMPLE_RECORDS = 256  # from the first shards, in order (an empty first shard is passed over)
+# Records decoded for the sample: enough to average the frame counts of frame-level videos, a fraction of a second;
+# from the first SAMPLE_SHARDS shards at most, in order (an empty first shard is passed over): a release of thousands
+# of small shards on object storage is sized by a few requests, not by 64 of them.
+SAMPLE_RECORDS = 256
+SAMPLE_SHARDS = 4
 
 
 @dataclass(frozen=True)
@@ -65,17 +68,18 @@ def cache_load_batch(spec: FeatureSpec, batch_size: int) -> int:
 
 
 def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool = False, world_size: int = 1,
-                   batch_size: int = 1024, shard_bytes: Optional[int] = None) -> CacheEstimate:
+                   batch_size: int = 1024, shard_bytes: Optional[int] = None,
+                   sizes: Optional[Mapping[str, Optional[int]]] = None) -> CacheEstimate:
     """The estimate for the records of `paths` one of `world_size` ranks caches (filled in batches of `batch_size`
     as YT8MDataset.load_cache does): the sample's cache bytes and record bytes a record, the files' bytes
     (uncompressed shards: a record's bytes are the file's; `shard_bytes` where the caller has them) over the record
-    bytes, and one fill batch's buffers."""
+    bytes, and one fill batch's buffers. `sizes`: the files' sizes from their listing, where known."""
     if not paths:
         return CacheEstimate(0, 0)
     counter = ReadCounter()
     reader = ShardReader(spec, SAMPLE_RECORDS, ReadOptions(skip_corrupt=skip_corrupt, rank=0, world_size=1,
                                                             record_bytes=True), counter, BatchMemory())
-    sample = next(reader.batches(reader_shares(list(paths), 0, 1), None), None)
+    sample = next(reader.batches(reader_shares(list(paths)[:SAMPLE_SHARDS], 0, 1, sizes), None), None)
     record_bytes = counter.take_unsent().record_bytes
     if sample is None or not record_bytes:
         return CacheEstimate(0, 0)
@@ -88,16 +92,18 @@ def estimate_cache(paths: Sequence[str], spec: FeatureSpec, skip_corrupt: bool =
                          + fill_batch_bytes(spec, batch_size, round(records)))
 
 
-def mean_record_bytes(paths: Sequence[str], sample_records: int = SAMPLE_RECORDS) -> float:
-    """The mean size of the first shards' first records as a shuffle buffer holds them (serialized, uncompressed);
-    0 where the files hold none. A damaged record ends the sample: reporting it is the run's reading's job."""
-    sizes: list[int] = []
+def mean_record_bytes(paths: Sequence[str], sample_records: int = SAMPLE_RECORDS,
+                      sizes: Optional[Mapping[str, Optional[int]]] = None) -> float:
+    """The mean size of the first shards' first records (SAMPLE_SHARDS at most) as a shuffle buffer holds them
+    (serialized, uncompressed); 0 where those files hold none. A damaged record ends the sample: reporting it is the
+    run's reading's job. `sizes`: the files' sizes from their listing, where known."""
+    lengths: list[int] = []
     try:
-        for path in paths:
-            for _, record in read_records(path):
-                sizes.append(len(record))
-                if len(sizes) == sample_records:
-                    return sum(sizes) / len(sizes)
+        for path in paths[:SAMPLE_SHARDS]:
+            for _, record in read_records(path, size=(sizes or {}).get(path)):
+                lengths.append(len(record))
+                if len(lengths) == sample_records:
+                    return sum(lengths) / len(lengths)
     except CorruptRecordError:
         pass
-    return sum(sizes) / len(sizes) if sizes else 0.0
+    return sum(lengths) / len(lengths) if lengths else 0.0

@@ -7,16 +7,17 @@ Video-level Examples become [B, D] batches, frame-level SequenceExamples padded 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Sequence
+import functools
+from typing import Iterator, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.format.tfrecord import list_shards
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.batch_build import finish_batch
 from yt8m.data.reading.batch_memory import BatchMemory
 from yt8m.data.reading.cache import CachedDataset, VideoCache
-from yt8m.data.reading.cache_estimate import cache_load_batch
+from yt8m.data.reading.cache_estimate import cache_load_batch, mean_record_bytes
 from yt8m.data.reading.delivery import Delivery, batch_loader, in_process, worker_deliveries
 from yt8m.data.reading.read_plan import ReadOptions, ReadPlan, reader_shares
 from yt8m.data.reading.read_stats import ReadCounter, ReadStats
@@ -42,7 +43,7 @@ class YT8MDataset(IterableDataset):
     counts along with their batches. Shards that mix 2017 and 2018 id keys get one warning.
     """
 
-    def __init__(self, pattern: str | Sequence[str], spec: FeatureSpec, batch_size: int,
+    def __init__(self, pattern: str | Sequence[str] | Mapping[str, Optional[int]], spec: FeatureSpec, batch_size: int,
                  options: ReadOptions = ReadOptions()):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -51,7 +52,7 @@ class YT8MDataset(IterableDataset):
         self.spec = spec.checked()
         self.batch_size = batch_size
         self.options = options
-        self.plan = ReadPlan(expand_pattern(pattern) if isinstance(pattern, str) else pattern, options)
+        self.plan = ReadPlan(list_shards(pattern) if isinstance(pattern, str) else pattern, options)
         self.counter = ReadCounter()
         self.memory = BatchMemory()
         self.cache: Optional[CachedDataset] = None
@@ -72,6 +73,12 @@ class YT8MDataset(IterableDataset):
     @property
     def skipped_records(self) -> int:
         return self.read_stats.skipped_records
+
+    @functools.cached_property
+    def record_bytes(self) -> float:
+        """The mean size of its records as a shuffle buffer holds them, from its first shards' first records (a few
+        requests, once)."""
+        return mean_record_bytes(self.paths, sizes=self.plan.sizes)
 
     def set_epoch(self, epoch: int) -> None:
         self.plan.set_epoch(epoch)
@@ -104,7 +111,7 @@ class YT8MDataset(IterableDataset):
         """Decode the first record of the first file with the spec, so that a mismatch (a wrong feature size, a
         missing feature, another label space) fails before a run starts, with the error reading would give."""
         probe = ShardReader(self.spec, 1, self.options, ReadCounter(), BatchMemory())
-        next(probe.batches(reader_shares(self.paths[:1], 0, 1), None), None)
+        next(probe.batches(reader_shares(self.paths[:1], 0, 1, self.plan.sizes), None), None)
 
     def load_cache(self, num_workers: int = 0) -> None:
         """Decode this rank's records into RAM (with `num_workers` reader processes); later epochs reuse them."""
@@ -118,7 +125,7 @@ class YT8MDataset(IterableDataset):
                                                                                               None))
             videos = VideoCache.from_batches(batches, self.spec)
         else:  # in the main process (make_loader), where the loading dataset absorbed its workers' counts and warned
-            loading = YT8MDataset(self.paths, self.spec, load_batch, streamed)
+            loading = YT8MDataset(self.plan.sizes, self.spec, load_batch, streamed)
             videos = VideoCache.from_batches(make_loader(loading, num_workers), self.spec)
             self.read_stats.add(loading.read_stats)
         self.cache = CachedDataset(videos, self.plan, self.batch_size, self.options.drop_remainder)

@@ -24,6 +24,7 @@ from yt8m.data.reading.batch_memory import BatchMemory, SharedSlots
 from yt8m.data.reading.memory_budget import human_bytes
 from yt8m.data.reading.read_stats import ReadCounter, ReadStats
 from yt8m.data.reading.spec import FeatureSpec
+from yt8m.runtime import processes_sharing_machine
 
 # Shared-memory batch slots per reader process: the batches it has sent ahead (the DataLoader's prefetch_factor) and
 # the one it fills.
@@ -102,7 +103,7 @@ class BatchLoader(DataLoader):
             return
         # DataLoader sets 2 where workers run and none was given
         assert self.prefetch_factor is not None, "a DataLoader with workers has a prefetch_factor"
-        slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, _slot_bytes(dataset),
+        slots = SharedSlots(self.num_workers, self.prefetch_factor + 1, slot_bytes(dataset),
                             self.multiprocessing_context or torch.multiprocessing)
         dataset.memory.slots = slots
         try:
@@ -155,11 +156,11 @@ def workers_fitting_shm(dataset: DeliveringDataset, num_workers: int, depth: int
     """The reader processes whose batch slots (`depth` a worker) fit the free space of /dev/shm: `num_workers`, or
     fewer (0: in-process) with one warning naming the size needed, as a container's small /dev/shm would otherwise
     kill a worker with SIGBUS mid-run."""
-    per_worker = depth * _slot_bytes(dataset)
+    per_worker = depth * slot_bytes(dataset)
     free = memory_budget.shm_free_bytes()
     if num_workers == 0 or per_worker == 0 or free is None:
         return num_workers
-    room = int(free * SHM_SHARE)
+    room = int(free * SHM_SHARE) // processes_sharing_machine()  # every process of the machine takes its slots
     if num_workers * per_worker <= room:
         return num_workers
     fitting = room // per_worker
@@ -171,7 +172,7 @@ def workers_fitting_shm(dataset: DeliveringDataset, num_workers: int, depth: int
     return fitting
 
 
-def _slot_bytes(dataset: DeliveringDataset) -> int:
+def slot_bytes(dataset: DeliveringDataset) -> int:
     """The bytes of a worker's batch tensor: float32 [B, D] video level, uint8 [B, max_frames, D] frame level (rated
     segments are sent as torch sends tensors: they take no slot)."""
     spec = dataset.spec

@@ -8,11 +8,12 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from yt8m.runtime import processes_sharing_machine
+
 GiB = 1 << 30
 MiB = 1 << 20
 MACHINE_MEMORY = "the machine's memory"  # MemoryUse.what of /proc/meminfo's
 _UNLIMITED = 1 << 60  # cgroup v1 writes a huge number (page-rounded 2**63) for "no limit"
-_jobs_sharing = 1  # concurrent jobs (yt8m tune --n_jobs) whose caches share the machine's memory
 
 
 def _read_int(path: str) -> Optional[int]:
@@ -118,22 +119,6 @@ def available_memory() -> Optional[int]:
     return None if use is None else use.room
 
 
-def share_memory_among(jobs: int) -> None:
-    """Set in each of `jobs` concurrent jobs (tune --n_jobs): each may take only its share of the memory."""
-    global _jobs_sharing
-    _jobs_sharing = max(1, jobs)
-
-
-def jobs_sharing() -> int:
-    return _jobs_sharing
-
-
-def processes_on_this_machine() -> int:
-    """This machine's processes of a torchrun run (LOCAL_WORLD_SIZE), each caching its share of the records."""
-    value = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    return max(1, int(value)) if value.isdigit() else 1
-
-
 def memory_budget(reserve: int, probe: Optional[Callable[[], Optional[int]]] = None) -> Optional[int]:
     """Bytes a RAM cache of this process may take: the available memory (`probe`, default available_memory, looked
     up when called so that tests can replace it) divided among the jobs and torchrun processes sharing the machine,
@@ -141,7 +126,7 @@ def memory_budget(reserve: int, probe: Optional[Callable[[], Optional[int]]] = N
     room = (probe or available_memory)()
     if room is None:
         return None
-    return max(0, room // (_jobs_sharing * processes_on_this_machine()) - reserve)
+    return max(0, room // processes_sharing_machine() - reserve)
 
 
 def shm_free_bytes(path: str = "/dev/shm") -> Optional[int]:

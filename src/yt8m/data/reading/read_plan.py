@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch.distributed as dist
@@ -39,24 +39,29 @@ class ReadOptions:
 
 
 class ReaderShare(NamedTuple):
-    """A reader's share of one file: record i of `path` if i % stride == phase."""
+    """A reader's share of one file: record i of `path` if i % stride == phase; `size`: the file's bytes where its
+    listing gave them (opening it then asks the store nothing more)."""
 
     path: str
     stride: int
     phase: int
+    size: Optional[int] = None
 
 
-def reader_shares(paths: list[str], reader: int, readers: int) -> list[ReaderShare]:
-    """The shares reader `reader` of `readers` reads.
+def reader_shares(paths: Sequence[str], reader: int, readers: int,
+                  sizes: Optional[Mapping[str, Optional[int]]] = None) -> list[ReaderShare]:
+    """The shares reader `reader` of `readers` reads (each with its file's size from `sizes`, where known).
 
     With at least as many files as readers, whole files are dealt out; otherwise the readers sharing a file
     take its records in turn. Either way every record of every file lands with exactly one reader.
     """
+    known = sizes or {}
     if len(paths) >= readers:
-        return [ReaderShare(path, 1, 0) for path in paths[reader::readers]]
+        return [ReaderShare(path, 1, 0, known.get(path)) for path in paths[reader::readers]]
     file_index = reader % len(paths)
     sharers = len(range(file_index, readers, len(paths)))
-    return [ReaderShare(paths[file_index], sharers, reader // len(paths))]
+    path = paths[file_index]
+    return [ReaderShare(path, sharers, reader // len(paths), known.get(path))]
 
 
 def _resolved_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
@@ -81,8 +86,10 @@ class ReadPlan:
     `shuffle` the file order and every reader's shuffle stream change with the epoch; without it the order is fixed.
     """
 
-    def __init__(self, paths: Sequence[str], options: ReadOptions):
+    def __init__(self, paths: Sequence[str] | Mapping[str, Optional[int]], options: ReadOptions):
+        """`paths`, or the files with the sizes their listing gave (yt8m.data.format.tfrecord.list_shards)."""
         self.paths = list(paths)
+        self.sizes: dict[str, Optional[int]] = dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths)
         self.shuffle, self.seed = options.shuffle, options.seed
         self.rank, self.world_size = _resolved_rank(options.rank, options.world_size)
         self.epoch = 0
@@ -92,9 +99,10 @@ class ReadPlan:
 
     @functools.cached_property
     def shard_bytes(self) -> int:
-        """The files' bytes, stat'ed once (a request a shard on object storage): the shuffle buffers' cap, the RAM
-        cache's estimate, the ETA's share of the epoch and the sources' sampling weights read it."""
-        return sum(storage.size(path) for path in self.paths)
+        """The files' bytes, as their listing gave them (a file listed without its size, a local one, stat'ed once):
+        the shuffle buffers' cap, the RAM cache's estimate, the ETA's share of the epoch and the sources' sampling
+        weights read it."""
+        return sum(size if size is not None else storage.size(path) for path, size in self.sizes.items())
 
     def reader(self) -> tuple[int, int]:
         """(the reader calling, readers): this rank's DataLoader workers come one after another."""
@@ -103,11 +111,11 @@ class ReadPlan:
 
     def shares(self, reader: int, readers: int) -> list[ReaderShare]:
         """What `reader` reads this epoch, in this epoch's file order."""
-        return reader_shares(self._file_order(), reader, readers)
+        return reader_shares(self._file_order(), reader, readers, self.sizes)
 
     def rank_shares(self) -> list[ReaderShare]:
         """Every record of this rank, in file order, for one reader (a RAM cache's filling)."""
-        return reader_shares(self.paths, self.rank, self.world_size)
+        return reader_shares(self.paths, self.rank, self.world_size, self.sizes)
 
     def shuffle_stream(self, reader: int, readers: int) -> Optional[np.random.Generator]:
         """The random stream of `reader`'s shuffle buffer this epoch; None where records keep their order."""

@@ -25,16 +25,19 @@ class ReadStats:
     skipped_records: int = 0
     id_key_files: dict[str, str] = field(default_factory=dict)
     record_bytes: int = 0  # the TFRecord bytes of the records read (framing included), where the dataset counts them
+    files_opened: int = 0  # the shards opened (a resume's: those its shuffle buffer's records come from, and on)
 
     def add(self, other: "ReadStats") -> None:
         self.skipped_files += other.skipped_files
         self.skipped_records += other.skipped_records
         self.record_bytes += other.record_bytes
+        self.files_opened += other.files_opened
         for key, path in other.id_key_files.items():
             self.id_key_files.setdefault(key, path)
 
     def __bool__(self) -> bool:
-        return bool(self.skipped_files or self.skipped_records or self.id_key_files or self.record_bytes)
+        return bool(self.skipped_files or self.skipped_records or self.id_key_files or self.record_bytes or
+                    self.files_opened)
 
 
 class ReadCounter:

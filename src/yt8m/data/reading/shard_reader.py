@@ -24,12 +24,17 @@ from yt8m.data.reading.batch_build import (
     segment_examples,
 )
 from yt8m.data.reading.batch_memory import BatchMemory
+from yt8m.data.reading.fetch_ahead import ShardFetcher
 from yt8m.data.reading.read_plan import ReaderShare, ReadOptions
 from yt8m.data.reading.read_stats import ReadCounter
 from yt8m.data.reading.spec import FeatureSpec
 
-# A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too.
+# A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too, and the
+# block of records read ahead of their random draws is inside the cap: the buffer fills to at most the cap less a
+# block's room (a tenth), a block holds _RANDOM_BLOCK records or that room's bytes, whichever comes first. Video-level
+# buffers (10k records, ~50 MB) never reach either limit: their order is that of a buffer without one.
 SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
+BLOCK_SHARE = 10
 _RANDOM_BLOCK = 4096
 
 
@@ -46,22 +51,37 @@ class Record(NamedTuple):
 
 
 def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator) -> Iterator[Record]:
-    """A bounded shuffle buffer (TensorFlow's `shuffle`): each record leaves for a random one held back."""
+    """A bounded shuffle buffer (TensorFlow's `shuffle`): each record leaves for a random one held back; the buffer
+    and the block read ahead of its draws hold SHUFFLE_BUFFER_MAX_BYTES at most."""
+    block_room = SHUFFLE_BUFFER_MAX_BYTES // BLOCK_SHARE
     buffer: list[Record] = []
     held_bytes = 0
     for record in records:
         buffer.append(record)
         _, _, payload = record
         held_bytes += len(payload)
-        if len(buffer) >= capacity or held_bytes >= SHUFFLE_BUFFER_MAX_BYTES:
+        if len(buffer) >= capacity or held_bytes >= SHUFFLE_BUFFER_MAX_BYTES - block_room:
             break
     size = len(buffer)
-    for block in iter(lambda: list(itertools.islice(records, _RANDOM_BLOCK)), []):
+    for block in iter(lambda: _block(records, block_room), []):
         for record, slot in zip(block, rng.integers(0, size, len(block)).tolist()):
             yield buffer[slot]
             buffer[slot] = record
     for slot in rng.permutation(size).tolist():
         yield buffer[slot]
+
+
+def _block(records: Iterator[Record], room: int) -> list[Record]:
+    """The next records to draw slots for: _RANDOM_BLOCK of them, or fewer where their payloads pass `room` bytes
+    (one at least)."""
+    block: list[Record] = []
+    held = 0
+    for record in itertools.islice(records, _RANDOM_BLOCK):
+        block.append(record)
+        held += len(record[2])
+        if held >= room:
+            break
+    return block
 
 
 def _record_pieces(records: Iterator[Record]) -> Iterator[tuple[PackedRecords, list]]:
@@ -120,11 +140,20 @@ class ShardReader:
         self.counter, self.memory = counter, memory
 
     def batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator]) -> Iterator[Batch]:
-        """The shares' batches: in file order, or shuffled with the random stream `shuffle`."""
+        """The shares' batches: in file order, or shuffled with the random stream `shuffle`; the files on object
+        storage fetched ahead of their turn (ShardFetcher)."""
+        fetcher = ShardFetcher(shares, self.counter)
+        try:
+            yield from self._batches(shares, shuffle, fetcher)
+        finally:
+            fetcher.close()
+
+    def _batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator],
+                 fetcher: ShardFetcher) -> Iterator[Batch]:
         if shuffle is None and not self.spec.segment_labels:
-            batches = self._in_order_batches(shares)
+            batches = self._in_order_batches(shares, fetcher)
         else:
-            records = self._records(shares)
+            records = self._records(shares, fetcher)
             if shuffle is not None:
                 records = _shuffled(records, self.options.shuffle_buffer, shuffle)
             if self.spec.segment_labels:
@@ -142,12 +171,14 @@ class ShardReader:
         skip = self.counter.skip_record if self.options.skip_corrupt else None
         return batch_builder(self.batch_size, self.spec, skip, self.memory)
 
-    def _in_order_batches(self, shares: list[ReaderShare]) -> Iterator[tuple[Batch, int]]:
+    def _in_order_batches(self, shares: list[ReaderShare], fetcher: ShardFetcher) -> Iterator[tuple[Batch, int]]:
         """Batches in file order, each decoded chunk by chunk of the readers' buffers."""
         batch = self._new_builder()
-        for path, stride, phase in shares:
+        for share in shares:
+            path, stride, phase = share.path, share.stride, share.phase
             limit = batch.room * stride
-            chunks = read_record_chunks(path, limit, self.options.skip_corrupt, self.counter.count_corrupt)
+            chunks = read_record_chunks(path, limit, self.options.skip_corrupt, self.counter.count_corrupt,
+                                        fetcher.open(share))
             first = 0  # the file index of the chunk's first record
             while (chunk := _next_chunk(chunks, limit)) is not None:
                 if not first:
@@ -183,18 +214,21 @@ class ShardReader:
         for chunk in iter(lambda: list(itertools.islice(segments, self.batch_size)), []):
             yield segment_batch(chunk, self.spec), sum(segment.record_bytes for segment in chunk)
 
-    def _records(self, shares: list[ReaderShare]) -> Iterator[Record]:
+    def _records(self, shares: list[ReaderShare], fetcher: ShardFetcher) -> Iterator[Record]:
         """The shares' records, each (offset, payload) joined to its file's path in a tuple of Record's layout; built
         at C speed (chain, map, islice: no Python frame per record)."""
-        per_file = (map(tuple.__add__, itertools.repeat((path,)),
-                        itertools.islice(self._read(path), phase, None, stride)) for path, stride, phase in shares)
+        per_file = (map(tuple.__add__, itertools.repeat((share.path,)),
+                        itertools.islice(self._read(share, fetcher), share.phase, None, share.stride))
+                    for share in shares)
         # (path,) + (offset, payload): Record's layout, which the consumers unpack
         return cast(Iterator[Record], itertools.chain.from_iterable(per_file))
 
-    def _read(self, path: str) -> Iterator[tuple[int, bytes]]:
+    def _read(self, share: ReaderShare, fetcher: ShardFetcher) -> Iterator[tuple[int, bytes]]:
         """The file's (offset, payload) pairs; opened (and its id key noted) when called, as _records reaches the
         file."""
-        records = read_records(path, skip_corrupt=self.options.skip_corrupt, on_corrupt=self.counter.count_corrupt)
+        path = share.path
+        records = read_records(path, skip_corrupt=self.options.skip_corrupt, on_corrupt=self.counter.count_corrupt,
+                               source=fetcher.open(share))
         first = next(records, None)
         if first is None:
             return iter(())
