@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import traceback
 from typing import Optional, Sequence
 
@@ -53,6 +54,7 @@ STORAGE_CLIENTS = ("botocore", "aiobotocore", "s3fs", "gcsfs", "google.auth", "g
 EXIT_STATUS = "exit_status"
 # An error every process of a torchrun job raises alike (their listings differ) is printed by rank 0 only.
 RANK0_REPORTS = "rank0_reports"
+RANK0_GRACE_SECONDS = 2.0
 # An error line longer than this is cut in the middle: messages quote input in part (yt8m.fields.quoted), and
 # this keeps one that does not, or that lists thousands of failures, a line a terminal can show.
 MESSAGE_LIMIT = 2000
@@ -103,7 +105,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             traceback.print_exc()
         status = getattr(err, EXIT_STATUS, 1)
         if getattr(err, RANK0_REPORTS, False) and os.environ.get("RANK", "0") != "0":
-            return int(status)  # every torchrun process raised it; rank 0 says it
+            # every torchrun process raised it and rank 0 says it: torchrun stops the job as soon as one process
+            # exits, so the others leave a moment later, after rank 0 has printed its line
+            time.sleep(RANK0_GRACE_SECONDS)
+            return int(status)
         kind = "error: " if status == 1 else ""  # an outcome of its own (a run interrupted) is not an error
         print(f"yt8m {name}: {kind}{shortened(str(err) or type(err).__name__)}", file=sys.stderr)
         return int(status)

@@ -9,7 +9,7 @@ import logging
 from yt8m import runtime
 from yt8m.data.reading.memory_budget import GiB, MiB
 from yt8m.data.reading.node_plan import MIN_SHUFFLE_BUFFER, ReadingNeeds, plan_node
-from yt8m.data.reading.shard_reader import SHUFFLE_BUFFER_MAX_BYTES
+from yt8m.data.reading.shuffle_stream import SHUFFLE_BUFFER_MAX_BYTES
 from yt8m.runtime import reader_workers
 
 FRAMES, FEATURES, BATCH = 300, 1152, 256

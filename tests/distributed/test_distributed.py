@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,7 +105,8 @@ def test_two_processes_split_every_epoch_and_resume_in_one(uneven_data, tmp_path
     assert not thread.is_alive(), "the watching evaluator did not exit after the final checkpoint"
     assert watched and watched[-1] == stop_at and watched == sorted(set(watched))
 
-    summary, _ = finish(start_torchrun(config_values(uneven_data, train_dir), ids_dir=ids_dir))
+    summary, err = finish(start_torchrun(config_values(uneven_data, train_dir), ids_dir=ids_dir))
+    assert "where its readers stood" in err  # each process goes on from its positions (rank 1 with its stand-in)
     assert summary["global_step"] == 2 * steps_per_epoch
     assert summary["examples"] == 2 * TRAIN_VIDEOS  # global: the learning-rate decay counts these
     epochs = trained_ids(ids_dir)
@@ -171,6 +173,33 @@ def test_elastic_restart_resumes_from_the_last_checkpoint(uneven_data, tmp_path)
     assert final_checkpoint(str(train_dir)).endswith(f"ckpt-{summary['global_step']:08d}.pt")
     assert [step for step, _ in list_checkpoints(str(train_dir))][-1] == summary["global_step"]
     assert (train_dir / "export" / "final" / "metrics.json").exists()
+
+
+RANK_1_SEES_FEWER = """\
+import os, sys
+from yt8m.cli import main
+if os.environ["RANK"] == "1":  # as if this process's view of the shared folder missed a file
+    at = sys.argv.index("--train_data_pattern") + 1
+    sys.argv[at] = sys.argv[at].replace("train-*", "train-0000[01]-*")
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_processes_that_list_different_files_stop_in_one_line_before_reading(uneven_data, tmp_path):
+    script = tmp_path / "rank_view.py"
+    script.write_text(RANK_1_SEES_FEWER)
+    train_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+               "train", *as_flags(config_values(uneven_data, train_dir))]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("yt8m")]
+    assert errors == [f"yt8m train: error: the processes listed different training shards ({uneven_data['train']}) "
+                      "(process 0: 3 files, process 1: 2 files): every process must read the same files (one shared "
+                      "folder or bucket); nothing was read"], done.stderr[-3000:]
+    assert not re.search(r'File ".*/yt8m/', done.stderr)  # no traceback of ours (torchrun prints its own)
+    assert not train_dir.exists()  # nothing written
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 GPUs, --num_gpu 2 relaunches for real")

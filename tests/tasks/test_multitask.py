@@ -22,7 +22,7 @@ from yt8m.tasks.spec import TaskSpec, resolve_tasks
 from yt8m.tasks.taskset import plan_tasks
 from yt8m.training import TrainConfig, train
 from yt8m.training.checks import train_config_problems
-from yt8m.training.data import interleave
+from yt8m.training.data import Interleaving
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +97,11 @@ def test_task_sampling_is_deterministic_under_the_seed_and_reads_every_batch():
     def streams():
         return [iter([("a", i) for i in range(6)]), iter([("b", i) for i in range(2)])]
 
-    orders = [list(interleave(streams(), "proportional", [3.0, 1.0], np.random.default_rng([7, 0])))
+    orders = [list(Interleaving(streams(), "proportional", [3.0, 1.0], np.random.default_rng([7, 0])).batches())
               for _ in range(2)]
     assert orders[0] == orders[1]
     assert sorted(orders[0]) == sorted(item for stream in streams() for item in stream)
-    assert list(interleave(streams(), "round_robin", [1, 1], np.random.default_rng(0)))[:4] == [
+    assert list(Interleaving(streams(), "round_robin", [1, 1], np.random.default_rng(0)).batches())[:4] == [
         ("a", 0), ("b", 0), ("a", 1), ("b", 1)]
 
 

@@ -38,7 +38,8 @@ class Checkpoint:
     """What a checkpoint holds, written and read by this one record: the model's weights (the moving average of
     the weights where the run keeps one, and then the trained weights beside it), the optimizer's and the loss
     scaler's state, the run's config (by section; flat in runs written before sections), training's progress and
-    random state, the evaluator's state, and a multi-task run's tasks (what each head was built for)."""
+    random state, the evaluator's state, a multi-task run's tasks (what each head was built for), and where each
+    process's reading stood (its readers' positions, so that a resume reads none of the epoch again)."""
 
     model: dict[str, Any]
     optimizer: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +50,7 @@ class Checkpoint:
     trained_weights: Optional[dict[str, Any]] = None
     validation: Optional[dict[str, Any]] = None
     tasks: list[dict[str, Any]] = field(default_factory=list)
+    reading: Optional[list[dict[str, Any]]] = None  # each process's readers' positions: a resume starts there
 
     @property
     def step(self) -> int:

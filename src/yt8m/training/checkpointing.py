@@ -52,11 +52,11 @@ class Checkpointer:
         return latest_checkpoint(self.config.train_dir)
 
     def save(self, progress: Progress, validation: Optional[dict[str, Any]], final: bool = False,
-             unscheduled: bool = False) -> str:
+             unscheduled: bool = False, reading: Optional[list[dict[str, Any]]] = None) -> str:
         self._refuse_non_finite_weights(progress.step)
         saved = {**dataclasses.asdict(progress), **({UNSCHEDULED: True} if unscheduled else {})}
         checkpoint = Checkpoint(config=self.document, progress=saved, rng=capture_rng_state(), validation=validation,
-                                tasks=self.tasks.checkpoint_state(), **self.stepper.state())
+                                tasks=self.tasks.checkpoint_state(), reading=reading, **self.stepper.state())
         return save_checkpoint(self.config.train_dir, checkpoint, self.config.keep_checkpoints, final=final)
 
     def restore(self, checkpoint: Checkpoint, world_size: int) -> Progress:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import logging
-from typing import Iterable, Iterator, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 
 from yt8m.data.format.tfrecord import read_records
 from yt8m.data.reading.batch import Batch
+from yt8m.data.reading.cache import CachePosition
 from yt8m.data.reading.dataset import YT8MDataset, make_loader
 from yt8m.data.reading.memory_budget import available_memory
 from yt8m.data.reading.node_plan import plan_node
 from yt8m.data.reading.read_plan import ReadOptions
+from yt8m.data.reading.shuffle_stream import StreamPosition
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.distributed.across_ranks import agreed_listing
 from yt8m.models.model_size import ModelSize
@@ -42,6 +44,9 @@ class TrainingData:
         for source, dataset in zip(tasks.sources, self.datasets):
             agreed_listing(dataset.plan.sizes, f"training shards ({source.pattern})")
         self.loaders: list[Iterable[Batch]] = []
+        self._epoch = 0  # the epoch read last
+        self._trained: list[dict[str, Any]] = []  # each source's readers' positions after the batches trained on
+        self._interleaving: Optional[dict[str, Any]] = None
         self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began
         self._examples: list[int] = []  # this epoch's examples of each source
 
@@ -90,22 +95,72 @@ class TrainingData:
         """Whether any source is read from its shards each epoch (not a RAM cache)."""
         return any(not dataset.options.cache_in_memory for dataset in self.datasets)
 
-    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        for dataset in self.datasets:
+    def epoch_batches(self, epoch: int, resume: Optional[dict[str, Any]] = None) -> Iterator[Batch]:
+        """The epoch's batches, each with where the run's reading stood after it (an EpochPosition); from `resume`
+        (a `state()` of this epoch, which `resumes` accepts) on: the batches that followed it, in the same order,
+        reading only the shards its readers' buffers held records of (yt8m.data.reading.shuffle_stream)."""
+        self._epoch = epoch
+        self._trained = [{"positions": {}, "last": None} for _ in self.datasets]
+        for index, dataset in enumerate(self.datasets):
             dataset.set_epoch(epoch)
+            if resume is not None:
+                positions, rotation = resumed_positions(resume["sources"][index], self.loaders[index])
+                dataset.resume_at(epoch, positions, rotation)
+                self._trained[index] = {"positions": positions, "last": resume["sources"][index]["last"]}
         self._epoch_start = [dataset.read_stats.record_bytes for dataset in self.datasets]
         self._examples = [0] * len(self.datasets)
+        self._interleaving = resume["interleave"] if resume is not None else None
         streams = [self._counted(tagged(loader, index, source), index) for index, (loader, source)
                    in enumerate(zip(self.loaders, self.tasks.sources))]
         if len(streams) == 1:
             return streams[0]
         rng = np.random.default_rng([self.seed, epoch, len(self.datasets)])
-        return interleave(streams, self.task_sampling, self.source_weights(), rng)
+        return Interleaving(streams, self.task_sampling, self.source_weights(), rng, self._interleaving).batches()
 
     def _counted(self, batches: Iterable[Batch], index: int) -> Iterator[Batch]:
         for batch in batches:
             self._examples[index] += len(batch)
+            batch.position = EpochPosition(index, batch.position)
             yield batch
+
+    def trained(self, batch: Batch) -> None:
+        """Note that the run trained on `batch`: where its reading stood after it is what a checkpoint keeps."""
+        position = batch.position
+        if not isinstance(position, EpochPosition) or position.reader is None:
+            return
+        source = self._trained[position.source]
+        source["positions"][position.reader.reader] = position.reader
+        source["last"] = position.reader.reader
+        self._interleaving = position.interleave
+
+    def state(self) -> dict[str, Any]:
+        """Where this process's reading stands, as a checkpoint keeps it (plain values): each source's readers'
+        positions after the batches trained on, the reader of the last one, the interleaving of the sources, and what
+        a resume must agree with (the processes, workers, batches and buffers)."""
+        return {"epoch": self._epoch, "world_size": self.datasets[0].plan.world_size,
+                "batch_size": self.datasets[0].batch_size,
+                "workers": [getattr(loader, "num_workers", 0) for loader in self.loaders],
+                "shuffle_buffers": [dataset.options.shuffle_buffer for dataset in self.datasets],
+                "segments": any(dataset.spec.segment_labels for dataset in self.datasets),
+                "sources": [{"positions": {reader: dataclasses.asdict(position)
+                                           for reader, position in source["positions"].items()},
+                             "last": source["last"]} for source in self._trained],
+                "interleave": self._interleaving}
+
+    def resumes(self, state: Optional[dict[str, Any]]) -> bool:
+        """Whether a checkpoint's `state` lets this run go on from its readers' positions (the same processes,
+        workers, batch size and shuffle buffers; no 2019 segments); else it reads the epoch up to the checkpoint
+        again, as a checkpoint written before positions were kept is resumed (saying why)."""
+        mine = self.state()
+        keys = ("world_size", "batch_size", "workers", "shuffle_buffers")
+        if state is None or state.get("segments") or mine["segments"] or any(state.get(key) != mine[key]
+                                                                              for key in keys):
+            log.info("resuming by reading the epoch up to the checkpoint again: %s",
+                     "its readers' positions were not kept" if state is None else
+                     "2019 segments are resumed so" if mine["segments"] or state.get("segments") else
+                     "it was read with other processes, workers, batches or buffers")
+            return False
+        return True
 
     def epoch_fraction(self) -> Optional[float]:
         """The share of this epoch's data this process has read (for the total steps and the ETA): the record bytes
@@ -146,21 +201,58 @@ def tagged(batches: Iterable[Batch], index: int, source: TaskSource) -> Iterator
             yield batch
 
 
-def interleave(streams: list[Iterator[Batch]], sampling: str, weights: list[float],
-               rng: np.random.Generator) -> Iterator[Batch]:
-    """The streams' batches in one sequence: 'round_robin' takes them in turn, otherwise each next batch comes from
-    a stream drawn with probability proportional to its weight; a stream that runs out drops out."""
-    active = list(range(len(streams)))
-    turn = itertools.count()
-    while active:
-        if sampling == "round_robin":
-            index = active[next(turn) % len(active)]
-        else:
-            chances = np.array([weights[i] for i in active], dtype=np.float64)
-            chances = chances / chances.sum() if chances.sum() > 0 else np.full(len(active), 1 / len(active))
-            index = active[int(rng.choice(len(active), p=chances))]
-        batch = next(streams[index], None)
-        if batch is None:
-            active.remove(index)
-            continue
-        yield batch
+@dataclass
+class EpochPosition:
+    """Where a run's reading stood after a batch: the batch's source, its reader's position (a StreamPosition or
+    CachePosition; None where it keeps none: 2019 segments), and the sources' interleaving (Interleaving.state)."""
+
+    source: int
+    reader: Any
+    interleave: Optional[dict[str, Any]] = None
+
+
+def resumed_positions(source: dict[str, Any], loader: Any) -> tuple[dict[int, Any], int]:
+    """A source's readers' positions as the dataset resumes them, and the rotation of its workers: the worker after
+    the one whose batch was trained on last reads first, as in the uninterrupted epoch."""
+    positions = {reader: (StreamPosition(**{**value, "blocks": tuple(value["blocks"]),
+                                           "share_records": tuple(value["share_records"])})
+                          if "fill" in value else CachePosition(**value))
+                 for reader, value in source["positions"].items()}
+    workers = getattr(loader, "num_workers", 0)
+    rotation = (source["last"] + 1) % workers if workers and source["last"] is not None else 0
+    return positions, rotation
+
+
+class Interleaving:
+    """The sources' batches in one sequence: 'round_robin' takes them in turn, otherwise each next batch comes from
+    a source drawn with probability proportional to its weight; a source that runs out drops out. Each batch carries
+    the interleaving's state after it (the random stream's, the sources left, the turn), from which `state` resumes."""
+
+    def __init__(self, streams: list[Iterator[Batch]], sampling: str, weights: list[float],
+                 rng: np.random.Generator, state: Optional[dict[str, Any]] = None):
+        self.streams, self.sampling, self.weights, self.rng = streams, sampling, weights, rng
+        self.active, self.turn = list(range(len(streams))), 0
+        if state is not None:
+            self.rng.bit_generator.state = state["rng"]
+            self.active, self.turn = list(state["active"]), state["turn"]
+
+    def batches(self) -> Iterator[Batch]:
+        while self.active:
+            index = self._next_source()
+            batch = next(self.streams[index], None)
+            if batch is None:
+                self.active.remove(index)
+                continue
+            position = getattr(batch, "position", None)
+            if isinstance(position, EpochPosition):
+                position.interleave = {"rng": self.rng.bit_generator.state, "active": list(self.active),
+                                             "turn": self.turn}
+            yield batch
+
+    def _next_source(self) -> int:
+        if self.sampling == "round_robin":
+            self.turn += 1
+            return self.active[(self.turn - 1) % len(self.active)]
+        chances = np.array([self.weights[i] for i in self.active], dtype=np.float64)
+        chances = chances / chances.sum() if chances.sum() > 0 else np.full(len(self.active), 1 / len(self.active))
+        return self.active[int(self.rng.choice(len(self.active), p=chances))]

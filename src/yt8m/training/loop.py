@@ -4,12 +4,13 @@ checkpoints, in-training evaluation and hooks; what it keeps in checkpoints resu
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -19,7 +20,7 @@ from yt8m.config import config_document
 from yt8m.data.reading.batch import Batch
 from yt8m.data.reading.delivery import reader_worker_death, worker_deaths_deferred
 from yt8m.data.reading.device_prefetch import to_device_ahead
-from yt8m.distributed.ranks import all_reduce_sums, barrier, broadcast_from_rank0, rank_and_world_size
+from yt8m.distributed.ranks import all_gathered, all_reduce_sums, barrier, broadcast_from_rank0, rank_and_world_size
 from yt8m.io.checkpoints import Checkpoint, checkpoint_path
 from yt8m.tasks.taskset import TaskSet
 from yt8m.training.augment import Augmenter
@@ -65,10 +66,24 @@ class TrainEvent:
 TrainHook = Callable[[TrainEvent], Optional[bool]]
 
 
+class ResumableReading(Protocol):
+    """A run's data that can say where it stands and go on from there (yt8m.training.data.TrainingData): a resume
+    then reads none of the epoch again."""
+
+    def epoch_batches(self, epoch: int, resume: Optional[dict[str, Any]] = None) -> Iterable[Batch]: ...
+
+    def trained(self, batch: Batch) -> None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def resumes(self, state: Optional[dict[str, Any]]) -> bool: ...
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, tasks: TaskSet, epoch_batches: EpochBatches,
         config: TrainConfig, *, hooks: Sequence[TrainHook] = (), resume: Optional[Checkpoint] = None,
         device: torch.device = torch.device("cpu"), evaluator: Optional[TrainEvaluator] = None,
-        epoch_fraction: Callable[[], Optional[float]] = lambda: None) -> dict[str, Any]:
+        epoch_fraction: Callable[[], Optional[float]] = lambda: None,
+        reading: Optional[ResumableReading] = None) -> dict[str, Any]:
     """The training loop over `epoch_batches(epoch)` (any iterable of Batch), with checkpoints.
 
     The task set (yt8m.tasks.taskset; `one_task_set` for a model and a loss of one's own) says which labels the
@@ -76,7 +91,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, tasks: TaskSet, epoc
     it, skips the batches of the current epoch it already saw, and then restores the RNG state, so that the rest
     matches an uninterrupted run. `evaluator` (rank 0's; None elsewhere) evaluates and exports checkpoints and may
     halve the learning rate, revert to the best weights or stop. `epoch_fraction()` says what share of the epoch's
-    data this process has read (None: unknown), for the log's total steps and ETA within the first epoch.
+    data this process has read (None: unknown), for the log's total steps and ETA within the first epoch. `reading`
+    (whose epoch_batches are then the batches): data that keeps its readers' positions in each checkpoint, so that a
+    resume goes on from there instead of reading the epoch up to the checkpoint again.
     """
     runtime, schedule = config.runtime, config.schedule
     augment = Augmenter(config.augment, schedule.seed, rank_and_world_size()[0]) if config.augment.active else None
@@ -87,7 +104,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, tasks: TaskSet, epoc
     steps_log = StepLog(runtime.log_every_steps, runtime.metrics_every_steps,
                         RunEstimate(schedule.num_epochs, schedule.max_steps),
                         config.checkpoints.train_dir if chief else None, epoch_fraction)
-    return TrainingLoop(config, stepper, checkpointer, steps_log, epoch_batches, hooks, evaluator, resume).run()
+    loop = TrainingLoop(config, stepper, checkpointer, steps_log, epoch_batches, hooks, evaluator, resume)
+    loop.positions = ReadingPositions(reading)
+    return loop.run()
 
 
 class TrainingLoop:
@@ -115,6 +134,7 @@ class TrainingLoop:
         self.stopped: Optional[StopReason] = None  # a signal or a limit: training ends where it stands
         self.hooked_step = self.saved_step = self.progress.step
         self.pending_revert: Optional[int] = None
+        self.positions = ReadingPositions(None)  # where the data's readers stand, for the checkpoints
 
     def run(self) -> dict[str, Any]:
         """Set up, train epoch after epoch (steps, checkpoints, evaluations), clean up; the summary."""
@@ -151,8 +171,10 @@ class TrainingLoop:
 
     def _train_epoch(self) -> None:
         progress, per_step = self.progress, self.schedule.numbatches_to_aggregate
-        batches = iter(to_device_ahead(self.epoch_batches(progress.epoch), self.stepper.device))
-        self._fast_forward(batches)
+        resumed = self.positions.resumed_batches(self.resume, progress, self.rank, self.world_size, self.stepper)
+        batches = iter(to_device_ahead(resumed if resumed is not None else self.epoch_batches(progress.epoch),
+                                       self.stepper.device))
+        self._fast_forward(batches if resumed is None else None)
         while True:
             self.log.meter.start_wait()
             # A stop asked for (a signal, a limit) is taken here, between steps and after the validations a step's
@@ -190,11 +212,12 @@ class TrainingLoop:
         if self.config.checkpoints.checkpoint_every_epoch and self.hooked_step != progress.step:
             self._checkpoint()
 
-    def _fast_forward(self, batches: Iterator[Batch]) -> None:
-        """After a resume: skip the batches the checkpoint had taken, then continue its random streams."""
+    def _fast_forward(self, batches: Optional[Iterator[Batch]]) -> None:
+        """After a resume: skip the batches the checkpoint had taken (`batches`, where the data did not go on from
+        its readers' positions), then continue its random streams."""
         if self.resume is None:
             return
-        skipped = collections.deque(itertools.islice(batches, self.progress.batches_in_epoch), maxlen=1)
+        skipped = collections.deque(itertools.islice(batches or iter(()), self.progress.batches_in_epoch), maxlen=1)
         if skipped:  # a process whose share ran out before the checkpoint needs a stand-in batch at once
             self.stepper.last_batch = skipped[0].to(self.stepper.device)
         if self.chief:
@@ -231,6 +254,7 @@ class TrainingLoop:
                 raise non_finite_loss_error(progress.step + 1, self.loss_value, result.non_finite_processes, group,
                                             self.checkpointer.last())
             record_trained_ids(self.rank, progress.epoch, group)
+            self.positions.trained(group)
             progress.batches_in_epoch += self.schedule.numbatches_to_aggregate
             progress.step += 1
             progress.examples += examples
@@ -252,8 +276,9 @@ class TrainingLoop:
     def _checkpoint(self) -> None:
         """Rank 0 saves, evaluates and calls the hooks; every process then applies the verdict."""
         verdict = Verdict()
+        reading = self.positions.gathered(self.stepper)  # every process's, at rank 0
         if self.chief:
-            path = self._save()
+            path = self._save(reading=reading)
             self.hooked_step = self.progress.step
             metrics = None
             if self.evaluator is not None:
@@ -261,10 +286,11 @@ class TrainingLoop:
             verdict.stop = self._notify("checkpoint", path, metrics=metrics) or verdict.stop
         self._settle(verdict)
 
-    def _save(self, final: bool = False, unscheduled: bool = False) -> str:
+    def _save(self, final: bool = False, unscheduled: bool = False,
+              reading: Optional[list[dict[str, Any]]] = None) -> str:
         validation = self.evaluator.state_dict() if self.evaluator is not None else None
         with worker_deaths_deferred():
-            path = self.checkpointer.save(self.progress, validation, final, unscheduled)
+            path = self.checkpointer.save(self.progress, validation, final, unscheduled, reading)
         self.saved_step = self.progress.step
         return path
 
@@ -293,12 +319,13 @@ class TrainingLoop:
         """The final checkpoint and its evaluation (rank 0), or for a stop (a signal, a limit) what was trained since
         the last checkpoint saved as one, not evaluated nor final (the same command resumes it exactly); then every
         process leaves together."""
+        reading = self.positions.gathered(self.stepper)
         if self.chief and self.stopped is not None:
-            saved = self._save(unscheduled=True) if self.progress.step != self.saved_step else None
+            saved = self._save(unscheduled=True, reading=reading) if self.progress.step != self.saved_step else None
             log.info("step %d: %s; training stopped there (%s)", self.progress.step, self.stopped.message,
                      saved or self.checkpointer.last() or "no checkpoint yet")
         elif self.chief:
-            final_path = self._save(final=True)
+            final_path = self._save(final=True, reading=reading)
             metrics = None
             if self.evaluator is not None:
                 metrics = self.evaluator.after_final(self.stepper.evaluated, final_path, self.progress.step)
@@ -322,6 +349,54 @@ class TrainingLoop:
                            limit=self.stopped.limit, checkpoint=self.checkpointer.last() if self.chief else None)
         log.info("done: %s", summary)
         return summary
+
+
+class ReadingPositions:
+    """The loop's side of data that keeps its readers' positions (a ResumableReading; None: data that keeps none):
+    the batches trained on noted, every process's state gathered for each checkpoint, and a resume's batches."""
+
+    def __init__(self, reading: Optional[ResumableReading]):
+        self.reading = reading
+        self.exhausted = False  # this process's last step had no batch of its own (its share of the epoch ran out)
+
+    def trained(self, group: list[Batch]) -> None:
+        if self.reading is not None:
+            for batch in group:
+                self.reading.trained(batch)
+        self.exhausted = not group
+
+    def gathered(self, stepper: Stepper) -> Optional[list[dict[str, Any]]]:
+        """Every process's state (collected at rank 0: each process calls it at the same step), with the stand-in
+        batch of a process whose share of the epoch ran out."""
+        if self.reading is None:
+            return None
+        state = self.reading.state()
+        stand_in = stepper.last_batch if self.exhausted else None
+        state["stand_in"] = None if stand_in is None else batch_record(stand_in)
+        return all_gathered(state)
+
+    def resumed_batches(self, resume: Optional[Checkpoint], progress: Progress, rank: int, world_size: int,
+                        stepper: Stepper) -> Optional[Iterable[Batch]]:
+        """After a mid-epoch resume from a checkpoint that kept this process's positions: the batches from there on
+        (a process whose share had run out gets its stand-in batch back); None where the epoch is read up to the
+        checkpoint again."""
+        if resume is None or self.reading is None or not progress.batches_in_epoch:
+            return None
+        states = resume.reading or []
+        state = states[rank] if len(states) == world_size else None
+        if state is None or state.get("epoch") != progress.epoch or not self.reading.resumes(state):
+            return None
+        if state.get("stand_in") is not None:
+            stepper.last_batch = Batch(**state["stand_in"]).to(stepper.device)
+        log.info("resuming epoch %d where its readers stood after batch %d: the records their shuffle buffers held are "
+                 "read again from their shards, and the epoch goes on", progress.epoch + 1, progress.batches_in_epoch)
+        return self.reading.epoch_batches(progress.epoch, state)
+
+
+def batch_record(batch: Batch) -> dict[str, Any]:
+    """A batch as a checkpoint keeps it (plain values and CPU tensors: torch.load(weights_only=True) reads them)."""
+    on_cpu = batch.to(torch.device("cpu"))
+    return {field.name: getattr(on_cpu, field.name) for field in dataclasses.fields(on_cpu) if field.name != "position"}
 
 
 def non_finite_loss_error(step: int, loss: float, processes: int, group: list[Batch],

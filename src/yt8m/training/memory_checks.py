@@ -16,7 +16,7 @@ from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.data.reading.delivery import SLOTS_PER_WORKER, slot_bytes
 from yt8m.data.reading.memory_budget import MiB, human_bytes, memory_budget
 from yt8m.data.reading.node_plan import ReadingNeeds
-from yt8m.data.reading.shard_reader import SHUFFLE_BUFFER_MAX_BYTES
+from yt8m.data.reading.shuffle_stream import SHUFFLE_BUFFER_MAX_BYTES
 from yt8m.io import storage
 from yt8m.io.checkpoints import list_checkpoints
 from yt8m.models.model_size import BYTES_PER_VALUE, ModelSize

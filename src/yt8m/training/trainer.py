@@ -84,7 +84,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
             with memory_watch(stops=world_size == 1):
                 summary = fit(run.model, run.optimizer, run.tasks, run.data.epoch_batches, config, hooks=hooks,
                               resume=run.resume, device=device, evaluator=run.evaluator,
-                              epoch_fraction=run.data.epoch_fraction)
+                              epoch_fraction=run.data.epoch_fraction, reading=run.data)
             if config.data.skip_corrupt:
                 summary.update(skipped_files=all_reduce_sum(run.data.skipped_files, device),
                                skipped_records=all_reduce_sum(run.data.skipped_records, device))

@@ -18,7 +18,8 @@ class Batch:
     level and segments; dequantized by the model on its device; a worker's slot while inside the loader). `labels` is
     the bool multi-hot [B, classes] of the classes present (LabelIds while still inside the loader, a few KB to send
     instead of the tensor); segments add `label_weights`, every class rated there. `source` is the index of the
-    training data set the batch came from (a multi-task run reads several; 0 otherwise).
+    training data set the batch came from (a multi-task run reads several; 0 otherwise). `position`: where its reader
+    stood after it (a shuffling reader's StreamPosition; a resume starts from the last one trained on).
     """
 
     video_ids: list[str]
@@ -27,6 +28,7 @@ class Batch:
     num_frames: Optional[torch.Tensor] = None
     label_weights: Any = None
     source: int = 0
+    position: Any = None
 
     def __len__(self) -> int:
         return self.features.shape[0]

@@ -3,6 +3,7 @@ padding), served as a dataset of their own in each epoch's order, split over Dat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 import numpy as np
@@ -132,7 +133,23 @@ class CachedDataset(IterableDataset):
         return len(self.videos)
 
     def __iter__(self) -> Iterator[Batch]:
-        for indices in self.plan.cached_batches(len(self.videos), self.batch_size):
+        return self.batches()
+
+    def batches(self, resume: Optional[CachePosition] = None) -> Iterator[Batch]:
+        """The epoch's batches, each with its CachePosition; from `resume` on (its batches skipped unread)."""
+        skip = resume.batches if resume is not None else 0
+        for number, indices in enumerate(self.plan.cached_batches(len(self.videos), self.batch_size), start=1):
             if len(indices) < self.batch_size and self.drop_remainder:
                 return
-            yield self.videos.batch(indices)
+            if number > skip:
+                batch = self.videos.batch(indices)
+                batch.position = CachePosition(0, number)
+                yield batch
+
+
+@dataclass(frozen=True)
+class CachePosition:
+    """Where a RAM cache's reader stood after one of its batches: the batches it served this epoch."""
+
+    reader: int
+    batches: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -57,6 +57,7 @@ class YT8MDataset(IterableDataset):
         self.memory = BatchMemory()
         self.cache: Optional[CachedDataset] = None
         self.batch_loader_worker = False  # set in make_loader's workers: they send Delivery items to BatchLoader
+        self.resuming: Optional[tuple[int, dict[int, Any], int]] = None  # resume_at's epoch, positions, rotation
 
     @property
     def paths(self) -> list[str]:
@@ -83,6 +84,13 @@ class YT8MDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self.plan.set_epoch(epoch)
 
+    def resume_at(self, epoch: int, positions: Mapping[int, Any], rotation: int) -> None:
+        """Read epoch `epoch` on from `positions` (each reader's, by index: where it stood after the last batch a run
+        trained on; a reader without one starts at the epoch's start), its DataLoader workers `rotation` places on (so
+        that worker 0 reads the shares of the worker whose batch came next): the batches that follow are those the
+        uninterrupted epoch gives after them, in the same order."""
+        self.resuming = (epoch, dict(positions), rotation)
+
     def __iter__(self) -> Iterator[Batch | Delivery]:
         """Batches; in a worker of make_loader's BatchLoader, Delivery items (a batch, or read counts or an error)
         that BatchLoader turns back into batches."""
@@ -93,15 +101,19 @@ class YT8MDataset(IterableDataset):
     def _batches(self) -> Iterator[Batch]:
         """This reader's batches, labels as LabelIds; a generator, so that a RAM cache is filled (and its errors
         raised) where the first batch is asked for."""
+        epoch, positions, rotation = self.resuming if self.resuming is not None else (-1, {}, 0)
+        if epoch != self.plan.epoch:
+            positions, rotation = {}, 0
         if self.options.cache_in_memory:
             if self.cache is None:
                 self.load_cache()
             assert self.cache is not None  # load_cache sets it (or raises)
-            yield from self.cache
+            yield from self.cache.batches(positions.get(0))
             return
-        reader, readers = self.plan.reader()
+        reader, readers = self.plan.reader(rotation)
         shard_reader = ShardReader(self.spec, self.batch_size, self.options, self.counter, self.memory)
-        yield from shard_reader.batches(self.plan.shares(reader, readers), self.plan.shuffle_stream(reader, readers))
+        yield from shard_reader.batches(self.plan.shares(reader, readers), self.plan.shuffle_stream(reader, readers),
+                                        reader, positions.get(reader))
 
     def stream_instead_of_caching(self) -> None:
         """Read the shards every epoch after all (a RAM cache that would not fit the memory)."""

@@ -9,7 +9,7 @@ from typing import Optional
 
 from yt8m.data.reading.delivery import SLOTS_PER_WORKER
 from yt8m.data.reading.memory_budget import human_bytes
-from yt8m.data.reading.shard_reader import SHUFFLE_BUFFER_MAX_BYTES
+from yt8m.data.reading.shuffle_stream import SHUFFLE_BUFFER_MAX_BYTES
 
 # The fewest records a lowered shuffle buffer keeps: below it, shuffling is not worth the name.
 MIN_SHUFFLE_BUFFER = 256

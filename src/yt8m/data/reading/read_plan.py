@@ -104,10 +104,11 @@ class ReadPlan:
         weights read it."""
         return sum(size if size is not None else storage.size(path) for path, size in self.sizes.items())
 
-    def reader(self) -> tuple[int, int]:
-        """(the reader calling, readers): this rank's DataLoader workers come one after another."""
+    def reader(self, rotation: int = 0) -> tuple[int, int]:
+        """(the reader calling, readers): this rank's DataLoader workers come one after another; `rotation` places on
+        (a resumed epoch's worker 0 reads as the worker whose batch came next)."""
         worker, workers = _worker_slot()
-        return self.rank * workers + worker, self.world_size * workers
+        return self.rank * workers + (worker + rotation) % workers, self.world_size * workers
 
     def shares(self, reader: int, readers: int) -> list[ReaderShare]:
         """What `reader` reads this epoch, in this epoch's file order."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-from typing import Callable, Generator, Iterator, NamedTuple, Optional, cast
+from typing import Callable, Generator, Iterator, Optional, cast
 
 import numpy as np
 
@@ -27,61 +27,8 @@ from yt8m.data.reading.batch_memory import BatchMemory
 from yt8m.data.reading.fetch_ahead import ShardFetcher
 from yt8m.data.reading.read_plan import ReaderShare, ReadOptions
 from yt8m.data.reading.read_stats import ReadCounter
+from yt8m.data.reading.shuffle_stream import Record, ShuffleBuffer, ShuffledStream, StreamPosition
 from yt8m.data.reading.spec import FeatureSpec
-
-# A shuffle buffer of 10k frame-level records would hold gigabytes per reader; payload bytes cap it too, and the
-# block of records read ahead of their random draws is inside the cap: the buffer fills to at most the cap less a
-# block's room (a tenth), a block holds _RANDOM_BLOCK records or that room's bytes, whichever comes first. Video-level
-# buffers (10k records, ~50 MB) never reach either limit: their order is that of a buffer without one.
-SHUFFLE_BUFFER_MAX_BYTES = 512 << 20
-BLOCK_SHARE = 10
-_RANDOM_BLOCK = 4096
-
-
-class Record(NamedTuple):
-    """A record read one at a time (shuffled, or a 2019 segment record): its file, byte offset and payload.
-
-    The layout of the plain tuples _records builds, read by unpacking: a Record made per record costs a Python frame,
-    0.35-0.40 us against 0.12 us for the tuple (0.05 us for the (path, (offset, payload)) pair of before), about 4% of
-    shuffled video-level reading's 8.3 us a record (2-vCPU AMD EPYC)."""
-
-    path: str
-    offset: int
-    payload: bytes
-
-
-def _shuffled(records: Iterator[Record], capacity: int, rng: np.random.Generator) -> Iterator[Record]:
-    """A bounded shuffle buffer (TensorFlow's `shuffle`): each record leaves for a random one held back; the buffer
-    and the block read ahead of its draws hold SHUFFLE_BUFFER_MAX_BYTES at most."""
-    block_room = SHUFFLE_BUFFER_MAX_BYTES // BLOCK_SHARE
-    buffer: list[Record] = []
-    held_bytes = 0
-    for record in records:
-        buffer.append(record)
-        _, _, payload = record
-        held_bytes += len(payload)
-        if len(buffer) >= capacity or held_bytes >= SHUFFLE_BUFFER_MAX_BYTES - block_room:
-            break
-    size = len(buffer)
-    for block in iter(lambda: _block(records, block_room), []):
-        for record, slot in zip(block, rng.integers(0, size, len(block)).tolist()):
-            yield buffer[slot]
-            buffer[slot] = record
-    for slot in rng.permutation(size).tolist():
-        yield buffer[slot]
-
-
-def _block(records: Iterator[Record], room: int) -> list[Record]:
-    """The next records to draw slots for: _RANDOM_BLOCK of them, or fewer where their payloads pass `room` bytes
-    (one at least)."""
-    block: list[Record] = []
-    held = 0
-    for record in itertools.islice(records, _RANDOM_BLOCK):
-        block.append(record)
-        held += len(record[2])
-        if held >= room:
-            break
-    return block
 
 
 def _record_pieces(records: Iterator[Record]) -> Iterator[tuple[PackedRecords, list]]:
@@ -139,33 +86,42 @@ class ShardReader:
         self.spec, self.batch_size, self.options = spec, batch_size, options
         self.counter, self.memory = counter, memory
 
-    def batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator]) -> Iterator[Batch]:
+    def batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator], reader: int = 0,
+                resume: Optional[StreamPosition] = None) -> Iterator[Batch]:
         """The shares' batches: in file order, or shuffled with the random stream `shuffle`; the files on object
-        storage fetched ahead of their turn (ShardFetcher)."""
+        storage fetched ahead of their turn (ShardFetcher). Shuffled video and frame batches carry where this reader
+        (`reader`) stood after them (Batch.position), and `resume`, one of those, goes on from there."""
         fetcher = ShardFetcher(shares, self.counter)
         try:
-            yield from self._batches(shares, shuffle, fetcher)
+            for batch, record_bytes in self._batches(shares, shuffle, fetcher, reader, resume):
+                if len(batch) < self.batch_size and self.options.drop_remainder:
+                    return
+                if self.options.record_bytes:
+                    self.counter.unsent.record_bytes += record_bytes
+                yield batch
         finally:
             fetcher.close()
 
-    def _batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator],
-                 fetcher: ShardFetcher) -> Iterator[Batch]:
+    def _batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator], fetcher: ShardFetcher,
+                 reader: int, resume: Optional[StreamPosition]) -> Iterator[tuple[Batch, int]]:
         if shuffle is None and not self.spec.segment_labels:
-            batches = self._in_order_batches(shares, fetcher)
-        else:
+            return self._in_order_batches(shares, fetcher)
+        if self.spec.segment_labels:  # a record gives several segments: resumed by reading the epoch again
             records = self._records(shares, fetcher)
             if shuffle is not None:
-                records = _shuffled(records, self.options.shuffle_buffer, shuffle)
-            if self.spec.segment_labels:
-                batches = self._segment_batches(records)
-            else:
-                batches = self._shuffled_batches(records)
+                records = ShuffleBuffer(self.options.shuffle_buffer, shuffle).shuffled(records)
+            return self._segment_batches(records)
+        assert shuffle is not None  # shuffled video and frame records
+        stream = ShuffledStream(len(shares), lambda index: self._share_records(shares[index], fetcher),
+                                ShuffleBuffer(self.options.shuffle_buffer, shuffle))
+        return self._positioned(self._shuffled_batches(stream.records(resume)), stream, reader)
+
+    @staticmethod
+    def _positioned(batches: Iterator[tuple[Batch, int]], stream: ShuffledStream, reader: int
+                    ) -> Iterator[tuple[Batch, int]]:
         for batch, record_bytes in batches:
-            if len(batch) < self.batch_size and self.options.drop_remainder:
-                return
-            if self.options.record_bytes:
-                self.counter.unsent.record_bytes += record_bytes
-            yield batch
+            batch.position = stream.position(reader)
+            yield batch, record_bytes
 
     def _new_builder(self) -> BatchBuilder:
         skip = self.counter.skip_record if self.options.skip_corrupt else None
@@ -215,13 +171,15 @@ class ShardReader:
             yield segment_batch(chunk, self.spec), sum(segment.record_bytes for segment in chunk)
 
     def _records(self, shares: list[ReaderShare], fetcher: ShardFetcher) -> Iterator[Record]:
-        """The shares' records, each (offset, payload) joined to its file's path in a tuple of Record's layout; built
-        at C speed (chain, map, islice: no Python frame per record)."""
-        per_file = (map(tuple.__add__, itertools.repeat((share.path,)),
-                        itertools.islice(self._read(share, fetcher), share.phase, None, share.stride))
-                    for share in shares)
+        """The shares' records in order (see _share_records)."""
+        return itertools.chain.from_iterable(self._share_records(share, fetcher) for share in shares)
+
+    def _share_records(self, share: ReaderShare, fetcher: ShardFetcher) -> Iterator[Record]:
+        """The share's records, each (offset, payload) joined to its file's path in a tuple of Record's layout; built
+        at C speed (map, islice: no Python frame per record)."""
+        records = itertools.islice(self._read(share, fetcher), share.phase, None, share.stride)
         # (path,) + (offset, payload): Record's layout, which the consumers unpack
-        return cast(Iterator[Record], itertools.chain.from_iterable(per_file))
+        return cast(Iterator[Record], map(tuple.__add__, itertools.repeat((share.path,)), records))
 
     def _read(self, share: ReaderShare, fetcher: ShardFetcher) -> Iterator[tuple[int, bytes]]:
         """The file's (offset, payload) pairs; opened (and its id key noted) when called, as _records reaches the
