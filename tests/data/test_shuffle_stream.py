@@ -17,11 +17,22 @@ def shares_of(sizes: list[int], payload: int = 8) -> list[list[tuple]]:
     return [[(f"share{index}", offset, bytes(payload)) for offset in range(size)] for index, size in enumerate(sizes)]
 
 
-def stream(shares: list[list[tuple]], capacity: int, seed: int, opened: list[int]) -> ShuffledStream:
-    def read(index: int):
-        opened.append(index)
-        return iter(shares[index])
-    return ShuffledStream(len(shares), read, ShuffleBuffer(capacity, np.random.default_rng(seed)))
+class Stream:
+    """A ShuffledStream over in-test shares, noting the shares it opens."""
+
+    def __init__(self, shares: list[list[tuple]], capacity: int, seed: int, resume=None):
+        self.shares, self.opened = shares, []
+        self.stream = ShuffledStream(len(shares), ShuffleBuffer(capacity, np.random.default_rng(seed)), resume)
+
+    def records(self):
+        return self.stream.records(self.read)
+
+    def read(self, index: int):
+        self.opened.append(index)
+        return iter(self.shares[index])
+
+    def position(self, reader: int):
+        return self.stream.position(reader)
 
 
 @pytest.mark.parametrize("sizes, capacity", [([5, 0, 9, 3, 12, 1, 7], 6), ([40], 100), ([3] * 30, 25),
@@ -29,29 +40,29 @@ def stream(shares: list[list[tuple]], capacity: int, seed: int, opened: list[int
 def test_a_stream_resumed_at_any_position_goes_on_as_the_uninterrupted_one(sizes, capacity, monkeypatch):
     monkeypatch.setattr(shuffle_stream, "RANDOM_BLOCK", 4)  # several blocks, one cut short by the stream's end
     shares = shares_of(sizes)
-    whole = stream(shares, capacity, 7, [])
+    whole = Stream(shares, capacity, 7)
     records, positions = [], []
     for record in whole.records():
         records.append(record)
         positions.append(whole.position(reader=0))
     assert sorted(records) == sorted(itertools.chain.from_iterable(shares))  # each record once
     for position in positions[:-1]:
-        opened: list[int] = []
-        resumed = list(stream(shares, capacity, 7, opened).records(position))
-        assert resumed == records[position.emitted:], position
-        # the shares the buffer's records lie in, and the one the stream goes on in, each once before it goes on
-        assert len(opened) == len(set(opened))
+        resumed = Stream(shares, capacity, 7, position)
+        assert list(resumed.records()) == records[position.emitted:], position
+        # the shares the buffer's records lie in, and the one the stream goes on in, each once, in its read order
+        assert resumed.opened == resumed.stream.read_order()
 
 
 def test_a_resume_late_in_a_long_stream_reads_the_buffers_shares_not_the_epoch():
     shares = shares_of([100] * 200)  # 20,000 records; a buffer of 500
-    whole = stream(shares, 500, 3, [])
+    whole = Stream(shares, 500, 3)
     iterator = whole.records()
     done = list(itertools.islice(iterator, 18_000))  # 90% of the epoch
     position = whole.position(reader=0)
-    opened: list[int] = []
-    resumed = stream(shares, 500, 3, opened).records(position)
+    stream = Stream(shares, 500, 3, position)
+    resumed = stream.records()
     first = next(resumed)
+    opened = stream.opened
     assert first == next(iterator) and len(done) == position.emitted
     # the shares the buffer's records came from (its window: a record lingers about buffer x ln(buffer) records,
     # ~31 shares here) and the one it goes on in, of the 181 read so far

@@ -4,6 +4,7 @@ every result equal to the local-disk run's; uploads that appear only whole; opti
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -78,6 +79,36 @@ def final_weights(train_dir: str) -> dict[str, torch.Tensor]:
     from yt8m.io.checkpoints import final_checkpoint, load_checkpoint
 
     return load_checkpoint(final_checkpoint(train_dir)).model
+
+
+@pytest.fixture
+def store_calls(monkeypatch) -> collections.Counter:
+    """Every request s3fs sends the store in this process, by its API name (head_object, get_object, ...)."""
+    import s3fs.core
+
+    calls: collections.Counter = collections.Counter()
+    call_s3 = s3fs.core.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls[getattr(method, "__name__", method)] += 1
+        return await call_s3(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", counted)
+    return calls
+
+
+def test_reading_shards_from_their_listing_never_asks_the_store_their_size(s3, s3_data, tmp_path, capsys,
+                                                                           store_calls):
+    """The listing gives every shard's size: the read plan, the memory estimates and each open use it (no HEAD)."""
+    run_cli(capsys, "train", *as_flags(dict(train_data_pattern=s3_data["train"], train_dir=str(tmp_path / "run"),
+                                            batch_size=64, num_epochs=1, num_readers=0, seed=7, **MODEL_FLAGS)))
+    shards = len(expand_pattern(s3_data["train"]))
+    assert store_calls["head_object"] == 0, store_calls
+    assert store_calls["list_objects_v2"] <= 2 and shards <= store_calls["get_object"] <= shards + 4, store_calls
+    store_calls.clear()
+    run_cli(capsys, "eval", "--train_dir", str(tmp_path / "run"), "--eval_data_pattern", s3_data["validate"],
+            "--run_once", "--num_readers", "0")
+    assert store_calls["head_object"] == 0 and store_calls["get_object"] == len(expand_pattern(s3_data["validate"]))
 
 
 @pytest.mark.integration

@@ -6,6 +6,7 @@ shuffle buffer's records lie in, not the epoch's."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,12 @@ def test_a_mid_epoch_resume_goes_on_from_the_readers_positions_exactly(tiny_data
     with caplog.at_level(logging.INFO, logger="yt8m.train"):
         resumed = run(config, tmp_path / "ids-b", monkeypatch)
     assert POSITIONS_USED in caplog.text and READ_AGAIN not in caplog.text
+    opened = re.search(r"resumed epoch 2: its readers opened (\d+) shards for their first batches, of the (\d+)",
+                       caplog.text)
+    if "cache_in_memory" in reading:
+        assert opened is None  # a RAM cache, filled again, serves the rest of the epoch from its batch on
+    else:
+        assert opened and int(opened[1]) <= int(opened[2]) == 2
     assert resumed["global_step"] == reference["global_step"] == 24
     assert trained_ids(tmp_path / "ids-b") == trained_ids(tmp_path / "ids-a")  # the same examples, in the same order
     expected = final_weights(tmp_path / "a")

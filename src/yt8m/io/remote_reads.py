@@ -108,6 +108,10 @@ class DeadlineFile:
         fs, inner = filesystem(self.path)
         with reaching(self.path):
             file = fs.open(inner, "rb", **({"size": self.size} if self.size is not None else {}))
+            if self.size is not None and getattr(file, "_details", False) is None:
+                # fsspec's buffered files ask the store for their details (a HEAD) at the first read, for the
+                # size the listing gave already: what they know is enough.
+                file.details = {"name": inner, "size": self.size, "type": "file"}
             file.seek(self.offset)
         return file
 

@@ -49,6 +49,7 @@ class TrainingData:
         self._interleaving: Optional[dict[str, Any]] = None
         self._epoch_start: list[int] = []  # each dataset's count (record bytes, or cached examples) as the epoch began
         self._examples: list[int] = []  # this epoch's examples of each source
+        self._resumed_opens: Optional[tuple[int, int]] = None  # a resume's files opened before it, shards read
 
     def check_first_records(self) -> None:
         """Decode each source's first record, so that a mismatch fails before the run starts; a source without a
@@ -108,6 +109,8 @@ class TrainingData:
                 dataset.resume_at(epoch, positions, rotation)
                 self._trained[index] = {"positions": positions, "last": resume["sources"][index]["last"]}
         self._epoch_start = [dataset.read_stats.record_bytes for dataset in self.datasets]
+        self._resumed_opens = None if resume is None or not self.streaming else (self._streamed_opens(),
+                                                                                   shards_read(resume))
         self._examples = [0] * len(self.datasets)
         self._interleaving = resume["interleave"] if resume is not None else None
         streams = [self._counted(tagged(loader, index, source), index) for index, (loader, source)
@@ -126,12 +129,24 @@ class TrainingData:
     def trained(self, batch: Batch) -> None:
         """Note that the run trained on `batch`: where its reading stood after it is what a checkpoint keeps."""
         position = batch.position
+        if self._resumed_opens is not None:
+            self._log_resumed_opens(*self._resumed_opens)
+            self._resumed_opens = None
         if not isinstance(position, EpochPosition) or position.reader is None:
             return
         source = self._trained[position.source]
         source["positions"][position.reader.reader] = position.reader
         source["last"] = position.reader.reader
         self._interleaving = position.interleave
+
+    def _streamed_opens(self) -> int:
+        """The shards the streamed sources' readers opened (a RAM cache's filling aside)."""
+        return sum(dataset.read_stats.files_opened for dataset in self.datasets if not dataset.options.cache_in_memory)
+
+    def _log_resumed_opens(self, opened_before: int, read_before: int) -> None:
+        opened = self._streamed_opens() - opened_before
+        log.info("resumed epoch %d: its readers opened %d shards for their first batches, of the %d they had read "
+                 "when the checkpoint was written", self._epoch + 1, opened, read_before)
 
     def state(self) -> dict[str, Any]:
         """Where this process's reading stands, as a checkpoint keeps it (plain values): each source's readers'
@@ -209,6 +224,12 @@ class EpochPosition:
     source: int
     reader: Any
     interleave: Optional[dict[str, Any]] = None
+
+
+def shards_read(state: dict[str, Any]) -> int:
+    """The shares a state's readers had read some of (their stream positions' share counts)."""
+    return sum(len(position.get("share_records", ())) for source in state["sources"]
+               for position in source["positions"].values())
 
 
 def resumed_positions(source: dict[str, Any], loader: Any) -> tuple[dict[int, Any], int]:

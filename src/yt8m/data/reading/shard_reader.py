@@ -91,9 +91,12 @@ class ShardReader:
         """The shares' batches: in file order, or shuffled with the random stream `shuffle`; the files on object
         storage fetched ahead of their turn (ShardFetcher). Shuffled video and frame batches carry where this reader
         (`reader`) stood after them (Batch.position), and `resume`, one of those, goes on from there."""
-        fetcher = ShardFetcher(shares, self.counter)
+        stream = None
+        if shuffle is not None and not self.spec.segment_labels:
+            stream = ShuffledStream(len(shares), ShuffleBuffer(self.options.shuffle_buffer, shuffle), resume)
+        fetcher = ShardFetcher([shares[index] for index in stream.read_order()] if stream else shares, self.counter)
         try:
-            for batch, record_bytes in self._batches(shares, shuffle, fetcher, reader, resume):
+            for batch, record_bytes in self._batches(shares, shuffle, fetcher, reader, stream):
                 if len(batch) < self.batch_size and self.options.drop_remainder:
                     return
                 if self.options.record_bytes:
@@ -103,18 +106,16 @@ class ShardReader:
             fetcher.close()
 
     def _batches(self, shares: list[ReaderShare], shuffle: Optional[np.random.Generator], fetcher: ShardFetcher,
-                 reader: int, resume: Optional[StreamPosition]) -> Iterator[tuple[Batch, int]]:
-        if shuffle is None and not self.spec.segment_labels:
+                 reader: int, stream: Optional[ShuffledStream]) -> Iterator[tuple[Batch, int]]:
+        if stream is not None:  # shuffled video and frame records
+            records = stream.records(lambda index: self._share_records(shares[index], fetcher))
+            return self._positioned(self._shuffled_batches(records), stream, reader)
+        if not self.spec.segment_labels:
             return self._in_order_batches(shares, fetcher)
-        if self.spec.segment_labels:  # a record gives several segments: resumed by reading the epoch again
-            records = self._records(shares, fetcher)
-            if shuffle is not None:
-                records = ShuffleBuffer(self.options.shuffle_buffer, shuffle).shuffled(records)
-            return self._segment_batches(records)
-        assert shuffle is not None  # shuffled video and frame records
-        stream = ShuffledStream(len(shares), lambda index: self._share_records(shares[index], fetcher),
-                                ShuffleBuffer(self.options.shuffle_buffer, shuffle))
-        return self._positioned(self._shuffled_batches(stream.records(resume)), stream, reader)
+        records = self._records(shares, fetcher)  # a record gives several segments: resumed by reading the epoch again
+        if shuffle is not None:
+            records = ShuffleBuffer(self.options.shuffle_buffer, shuffle).shuffled(records)
+        return self._segment_batches(records)
 
     @staticmethod
     def _positioned(batches: Iterator[tuple[Batch, int]], stream: ShuffledStream, reader: int

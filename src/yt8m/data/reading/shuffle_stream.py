@@ -159,50 +159,63 @@ ShareRecords = Callable[[int], Iterator[Record]]  # a share's records, by its in
 
 
 class ShuffledStream:
-    """The records of a reader's shares (`read(index)` gives a share's) through a ShuffleBuffer, counting the records
-    each share gave: from the start of the epoch, or from a StreamPosition in it, where the records the buffer held
-    and those of the block it was drawing for are read from the shards they lie in, and the stream goes on from its
-    next record."""
+    """The records of a reader's shares through a ShuffleBuffer, counting the records each share gave: from the start
+    of the epoch, or from `resume` (a StreamPosition in it), where the records the buffer held and those of the block
+    it was drawing for are read from the shares they lie in, and the stream goes on from its next record.
+    `read_order` says which shares it reads, in turn (what a reader fetches ahead)."""
 
-    def __init__(self, shares: int, read: ShareRecords, buffer: ShuffleBuffer):
-        self.read, self.buffer = read, buffer
+    def __init__(self, shares: int, buffer: ShuffleBuffer, resume: Optional[StreamPosition] = None):
+        self.buffer, self.shares = buffer, shares
         self.share_records = [0] * shares
+        self.resume = resume if resume is not None and resume.share_records else None
+        self.point = replayed(self.resume, buffer.rng) if self.resume is not None else None
+        self.wanted: dict[int, list[int]] = {}  # share -> its records (within it) the resumed buffer holds
+        if self.resume is not None and self.point is not None:
+            starts = share_starts(self.resume.share_records)
+            for record in set(self.point.buffer) | set(self.point.pending):
+                share, index = share_of(record, starts)
+                self.wanted.setdefault(share, []).append(index)
+
+    def read_order(self) -> list[int]:
+        """The shares' indexes in the order the stream reads them: every one from the start, or a resume's (those its
+        buffer's records lie in, then the one it goes on in and the rest)."""
+        if self.resume is None:
+            return list(range(self.shares))
+        last = len(self.resume.share_records) - 1
+        return sorted(set(self.wanted) - {last}) + list(range(last, self.shares))
 
     def position(self, reader: int) -> StreamPosition:
         touched = max((index + 1 for index, count in enumerate(self.share_records) if count), default=0)
         return StreamPosition(reader, self.buffer.emitted, self.buffer.fill, tuple(self.buffer.blocks),
                               tuple(self.share_records[:touched]))
 
-    def records(self, resume: Optional[StreamPosition] = None) -> Iterator[Record]:
-        if resume is None or not resume.share_records:
-            return self.buffer.shuffled(self._from_share(0))
-        return self._resumed(resume)
+    def records(self, read: ShareRecords) -> Iterator[Record]:
+        """The stream's records, `read(index)` giving a share's."""
+        if self.resume is None:
+            return self.buffer.shuffled(self._from_share(read, 0))
+        return self._resumed(read, self.resume)
 
-    def _from_share(self, first: int) -> Iterator[Record]:
-        return itertools.chain.from_iterable(self._counting(index, self.read(index))
-                                             for index in range(first, len(self.share_records)))
+    def _from_share(self, read: ShareRecords, first: int) -> Iterator[Record]:
+        return itertools.chain.from_iterable(self._counting(index, read(index))
+                                             for index in range(first, self.shares))
 
     def _counting(self, index: int, records: Iterator[Record]) -> Iterator[Record]:
         for record in records:
             self.share_records[index] += 1
             yield record
 
-    def _resumed(self, position: StreamPosition) -> Iterator[Record]:
-        point = replayed(position, self.buffer.rng)
-        counts = position.share_records
+    def _resumed(self, read: ShareRecords, position: StreamPosition) -> Iterator[Record]:
+        assert self.point is not None  # replayed with the resume
+        point, counts = self.point, position.share_records
         starts, last = share_starts(counts), len(counts) - 1
-        wanted: dict[int, list[int]] = {}
-        for record in set(point.buffer) | set(point.pending):
-            share, index = share_of(record, starts)
-            wanted.setdefault(share, []).append(index)
         found: dict[int, Record] = {}
-        for share in sorted(set(wanted) - {last}):
-            found.update(_taken(starts[share], wanted[share], self.read(share)))
-        rest = self.read(last)  # the share the stream goes on in, read up to where it stood
-        found.update(_taken(starts[last], wanted.get(last, []), rest, counts[last]))
+        for share in sorted(set(self.wanted) - {last}):
+            found.update(_taken(starts[share], self.wanted[share], read(share)))
+        rest = read(last)  # the share the stream goes on in, read up to where it stood
+        found.update(_taken(starts[last], self.wanted.get(last, []), rest, counts[last]))
         self.share_records[:last + 1] = counts
         self.buffer.restore(position)
-        tail = itertools.chain(self._counting(last, rest), self._from_share(last + 1))
+        tail = itertools.chain(self._counting(last, rest), self._from_share(read, last + 1))
         return self.buffer.resumed([found[record] for record in point.buffer],
                                    [found[record] for record in point.pending], point.slots, tail, point.drain)
 
