@@ -96,7 +96,7 @@ def _answer(spec: TuneSpec, study: optuna.Study) -> str:
                           f"yt8m tune-report {study_dir} --retrain_best    # the same, checked on validation",
                           f"yt8m tune --config {os.path.join(study_dir, STUDY_FILE)} --n_trials "
                           f"{len(study.trials) + 10}    # more trials"])
-    return "\n".join(lines + [f'<p class="verdict" id="verdict" data-trial="{best.number}" data-value='
+    return "\n".join(lines + [f'<p class="verdict" id="answer" data-trial="{best.number}" data-value='
                               f'"{best.value!r}">{escaped(verdict)}</p>',
                               f"<p>From here (with the venv's yt8m):</p>\n<pre>{escaped(commands)}</pre>"])
 
