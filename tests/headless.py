@@ -39,9 +39,10 @@ class Browser:
         self.log_path = os.path.join(self.profile, "stderr.log")  # a file: an undrained pipe would block the browser
         commands_read, self._commands = os.pipe()  # we write commands; the browser reads them on its fd 3
         self._replies, replies_written = os.pipe()  # the browser writes on its fd 4; we read
-        # The shell puts the pipe's ends at the browser's fds 3 and 4, then becomes the browser.
+        # bash (dash takes one-digit fds only) puts the pipe's ends at the browser's fds 3 and 4, then becomes it.
         self.process = subprocess.Popen(
-            ["sh", "-c", f'exec "$0" "$@" 3<&{commands_read} 4>&{replies_written}', binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            ["bash", "-c", f'exec "$0" "$@" 3<&{commands_read} 4>&{replies_written}', binary, "--headless",
+             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
              "--disable-default-apps", "--mute-audio", "--hide-scrollbars", f"--user-data-dir={self.profile}",
              "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--remote-debugging-pipe", "about:blank"],

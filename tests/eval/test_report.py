@@ -1,7 +1,7 @@
 """`yt8m eval --report FILE.html` and `yt8m tune-report STUDY --report FILE.html`: one self-contained HTML page whose
 numbers are eval's JSON line's; the streamed confusions and calibration against brute force; the TensorBoard event
-reader against tensorboard's own; the one-line error without matplotlib; the page in a headless browser where one is
-installed."""
+reader against tensorboard's own; the one-line error without matplotlib. tests/test_browser.py loads the pages in a
+browser."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import json
 import math
 import pickle
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from html.parser import HTMLParser
@@ -454,7 +453,8 @@ def test_tune_report_writes_the_studys_page_and_the_best_trials_report(tmp_path,
     assert summary["gap"] == pytest.approx(validated["gap"], abs=1e-9)
     assert summary["gap"] == pytest.approx(tuned["best_value"], abs=1e-9)
     evaluation = Page(best_report.read_text())
-    shown = {attrs["data-metric"]: json.loads(attrs["data-value"]) for attrs in evaluation.with_attribute("data-metric")}
+    shown = {attrs["data-metric"]: json.loads(attrs["data-value"])
+             for attrs in evaluation.with_attribute("data-metric")}
     assert shown["gap"] == summary["gap"] and shown["global_step"] == summary["global_step"]
     assert "Class 0" in " ".join(evaluation.text)  # the vocabulary named the classes
 
@@ -482,56 +482,3 @@ def test_tune_report_writes_the_studys_page_and_the_best_trials_report(tmp_path,
     study_files = {path: path.stat().st_mtime_ns for path in Path(tuned["study_dir"]).rglob("*") if path.is_file()}
     assert {path: time for path, time in study_files.items() if trial_dir in path.parents} == {
         path: time for path, time in trial_files.items() if trial_dir in path.parents}
-
-
-# --- in a browser ------------------------------------------------------------------------------------------------
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-# A page beside the report that loads it in a frame and writes what the browser made of it into its own DOM.
-CHECKER = """<!DOCTYPE html><html><body><iframe id="report" src="report.html"></iframe><script>
-document.getElementById("report").addEventListener("load", function () {
-  var doc = this.contentDocument, out = document.createElement("pre");
-  out.id = "checked";
-  out.textContent = JSON.stringify({
-    images: Array.prototype.map.call(doc.images, function (img) { return [img.complete, img.naturalWidth]; }),
-    metrics: Array.prototype.map.call(doc.querySelectorAll("[data-metric]"), function (node) {
-      return [node.dataset.metric, node.dataset.value]; }),
-    worst: doc.querySelectorAll("#worst tr[data-class]").length, title: doc.title});
-  document.body.appendChild(out);
-});
-</script></body></html>
-"""
-
-
-def browser() -> str | None:
-    return next(filter(None, map(shutil.which, BROWSERS)), None)
-
-
-def headless(binary: str, url: str, profile: Path, *flags: str) -> subprocess.CompletedProcess:
-    # No network: every host name resolves to nothing, whatever the page asked for.
-    return subprocess.run([binary, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={profile}",
-                           "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0", *flags,
-                           "--dump-dom", url], capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.skipif(browser() is None, reason="no headless browser (chromium, chromium-browser) on PATH; "
-                                               "apt-get install chromium to run this test")
-def test_a_browser_shows_the_report_without_errors(reported, tmp_path):
-    binary = browser()
-    assert binary is not None
-    shutil.copy(reported["path"], tmp_path / "report.html")
-    (tmp_path / "check.html").write_text(CHECKER)
-    alone = headless(binary, (tmp_path / "report.html").as_uri(), tmp_path / "profile-a")
-    assert alone.returncode == 0, alone.stderr[-2000:]
-    assert "data-metric" in alone.stdout and "CONSOLE" not in alone.stderr
-    checked = headless(binary, (tmp_path / "check.html").as_uri(), tmp_path / "profile-b",
-                       "--allow-file-access-from-files")
-    assert checked.returncode == 0, checked.stderr[-2000:]
-    seen = json.loads(next(text for text in Page(checked.stdout).text if text.startswith('{"images"')))
-    assert len(seen["images"]) == 4 and all(complete and width > 0 for complete, width in seen["images"])
-    result = reported["result"]
-    assert {name: json.loads(value) for name, value in seen["metrics"]} == {
-        name: value for name, value in result.items() if isinstance(value, (int, float))}
-    assert seen["worst"] > 0 and seen["title"].startswith("yt8m evaluation")
-    assert "CONSOLE" not in checked.stderr
-
