@@ -15,6 +15,8 @@ from yt8m.eval.figures import whole_numbers
 
 # fANOVA's importances from fewer complete trials than this are noise, not a ranking of the hyper-parameters.
 IMPORTANCE_TRIALS = 10
+# Trials a legend names one by one; beyond, one colour per trial would repeat (matplotlib's cycle has ten).
+LEGEND_TRIALS = 10
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,25 @@ def intermediate_values(plt: Any, study: optuna.Study, metric: str) -> Drawn:
     if not any(len(trial.intermediate_values) >= 2 for trial in reported):
         return Skipped("no trial reported twice: there are no curves to compare (a trial reports at each validation)")
     figure, axes = plt.subplots(figsize=(8, 4))
+    # Up to LEGEND_TRIALS curves, each its colour and a legend; more, coloured along the trial number, a colour bar.
+    kept = [trial for trial in reported if trial.state != TrialState.PRUNED]
+    last = max((trial.number for trial in kept), default=0) or 1
+    shades = plt.get_cmap("viridis") if len(kept) > LEGEND_TRIALS else None
     for trial in sorted(reported, key=lambda trial: trial.number):
         steps = sorted(trial.intermediate_values)
         points = [trial.intermediate_values[step] for step in steps]
         if trial.state == TrialState.PRUNED:
-            axes.plot(steps, points, color="gray", alpha=0.6, linestyle="--", marker="x")
+            axes.plot(steps, points, color="#b0b0b0", linestyle="--", marker="x")
         else:
-            axes.plot(steps, points, marker="o", alpha=0.8, label=f"trial {trial.number}")
+            colour = {"color": shades(trial.number / last)} if shades else {}
+            axes.plot(steps, points, marker="o", alpha=0.85, label=f"trial {trial.number}", **colour)
     whole_numbers(axes.xaxis)
     axes.set(xlabel="report step (epoch, or step with --report_every_steps)", ylabel=f"validation {metric}",
              title="What the pruner saw (grey dashed: pruned)")
-    if axes.get_legend_handles_labels()[0]:
+    if shades:
+        bar = figure.colorbar(plt.cm.ScalarMappable(cmap=shades, norm=plt.Normalize(0, last)), ax=axes)
+        bar.set_label("trial")
+    elif kept:
         axes.legend(loc="best", ncol=2)
     return figure
 
