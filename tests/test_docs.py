@@ -52,9 +52,12 @@ def test_every_flag_of_every_command_is_in_the_reference(hooks):
     rendered = hooks.render_commands()
     missing = []
     for name, parser in hooks.parsers():
-        section = rendered.split(f"## `{name}`\n", 1)[1].split("\n## ", 1)[0]
-        missing += [f"{name} {flag}" for flag in hooks.flags(parser) if f"`{flag}`" not in section]
+        section = rendered.split(f"## `{name}` ", 1)[1].split("\n## ", 1)[0]
+        missing += [f"{name} {flag}" for flag in hooks.flags(parser) if f"`{flag}` {{#{hooks.flag_anchor(name, flag)}}}"
+                    not in section]
     assert not missing
+    # Each flag's heading has its own anchor: `commands/#train--num_epochs` lands on it.
+    assert "#### `--num_epochs` {#train--num_epochs}" in rendered and "{#bench-read--" in rendered
 
 
 def test_every_public_name_is_in_the_api_reference():

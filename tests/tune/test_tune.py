@@ -314,8 +314,10 @@ def test_rerun_carries_on_to_the_same_total_and_reports(tmp_path, shards, capsys
     report = json.loads(out)  # stdout: one JSON line; the leaderboard is for a person, on stderr
     assert report["best_value"] == more["best_value"]
     assert "trial  state     gap" in err and "COMPLETE" in err and "gap: GAP@20: every video's 20 best" in err
-    for name in ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances"):
-        assert Path(report["plots"][name]).stat().st_size > 0
+    for name in ("best_so_far", "intermediate_values"):  # 3 complete trials of 2 epochs: both have points to draw
+        assert Path(report["plots"][name]).read_bytes().startswith(b"\x89PNG")
+    assert report["plots"]["param_importances"] == ("skipped: importances need 10 complete trials at least, the "
+                                                    "study has 3: from fewer, they rank noise")
     best = saved_values(study_dir / "best.yaml")
     assert {k: best[k] for k in more["best_params"]} == more["best_params"]
 

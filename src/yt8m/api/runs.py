@@ -37,7 +37,7 @@ def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]
         TrainingInterrupted: Ctrl+C (a notebook's interrupt) or SIGTERM stopped it between two steps; its progress
             is saved, and the same call resumes it.
 
-    Example:
+    Examples:
         >>> import os, tempfile, numpy as np, yt8m
         >>> folder = tempfile.mkdtemp()
         >>> rng = np.random.default_rng(0)
@@ -72,7 +72,7 @@ def evaluate(config: Optional[EvalConfig] = None, **values: Any) -> dict[str, An
         ValueError: the settings have problems, or disagree with the train dir's (all named in one message).
         FileNotFoundError: train_dir holds no run.
 
-    Example:
+    Examples:
         >>> import os, tempfile, numpy as np, yt8m
         >>> folder = tempfile.mkdtemp()
         >>> rng = np.random.default_rng(0)

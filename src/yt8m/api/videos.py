@@ -27,7 +27,7 @@ def read_videos(pattern: str, batch_size: int = 1024, shuffle: bool = False, fea
     Raises:
         ValueError: the features given have problems (every one named), or a shard cannot be read.
 
-    Example:
+    Examples:
         >>> import os, tempfile, numpy as np, yt8m
         >>> path = os.path.join(tempfile.mkdtemp(), "train-0.tfrecord")
         >>> _ = yt8m.write_videos(path, [{"id": "v1", "labels": [3], "features": {"clip": np.ones(4, np.float32)}}])

@@ -222,7 +222,7 @@ def _group(parser: argparse.ArgumentParser, section: Optional[str], cls: type) -
 def _add_setting(parser: argparse.ArgumentParser, group: Any, flag: str, f: dataclasses.Field, kind: Any,
                  hidden: bool = False, shown: Optional[str] = None) -> None:
     """A setting's flag (and its argument form, for a positional one), unless the parser has it already."""
-    help_text = argparse.SUPPRESS if hidden else f"{f.metadata.get('help', '')} (default: {shown or _default_text(f)})"
+    help_text = argparse.SUPPRESS if hidden else f"{f.metadata.get('help', '')} (default: {shown or default_text(f)})"
     existing = next((action for action in parser._actions if f"--{flag}" in action.option_strings), None)
     if existing is not None:
         if not hidden and existing.help == argparse.SUPPRESS:  # taken for another component: shown for this one
@@ -266,7 +266,7 @@ def _add_component_flags(parser: argparse.ArgumentParser, cls: type, key: str, s
         for field_name, f in own.items():
             also = f"; also --{field_name}" if builtin and field_name not in settings else ""
             _add_setting(parser, group, f"{key}.{field_name}", f, hparam_type(section, name, field_name),
-                         shown=f"{_default_text(f)}{also}")
+                         shown=f"{default_text(f)}{also}")
     for component, _, fields in section.loaded_components():
         for field_name, f in fields.items():
             kind = hparam_type(section, component, field_name)
@@ -294,7 +294,7 @@ def _metavar(kind: Any) -> str:
     return getattr(kind, "__name__", "VALUE").upper()
 
 
-def _default_text(f: dataclasses.Field) -> str:
+def default_text(f: dataclasses.Field) -> str:
     """A default as the help shows it: lists in their comma form, empty values as `none`."""
     if "shown_default" in f.metadata:
         return str(f.metadata["shown_default"])

@@ -1,7 +1,10 @@
-"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate, tune, predict, score; then the
-2019 segment task: a frame model fine-tuned on rated segments, its segment predictions scored.
+"""`yt8m demo` (what `make demo` runs): synthesize a small set, train a MoE, evaluate (with the report page), tune
+(with the study's page), predict, score; then the 2019 segment task: a frame model fine-tuned on rated segments, its
+segment predictions scored.
 
-Each stage calls the same public function as its own command, so the demo runs the real workflow in minutes.
+Each stage calls the same public function as its own command, so the demo runs the real workflow in minutes. Its
+summary claims a gain only against another configuration (the study's best trial against its untuned trial, the same
+measurement), and every command it prints runs as printed (the venv's own, by its path where it is not on PATH).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ from yt8m.training import TrainConfig, train
 from yt8m.tuning.runner import run_tune
 from yt8m.tuning.space import load_tune_spec
 from yt8m.tuning.study import describe_counts
+from yt8m.tuning.study_page import write_study_page
 
 log = logging.getLogger("yt8m.demo")
 REPORTED_METRICS = ("gap", "map", "hit_at_one", "perr")
@@ -61,11 +66,14 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
         num_epochs=num_epochs, export_model_steps=train_videos // 256,
         num_readers=1, cache_in_memory=True, start_new_model=True, seed=seed, log_every_steps=10), "demo"))
 
-    log.info("3/7 evaluating the final checkpoint on the validate split")
+    report = os.path.join(output_dir, "report.html")
+    log.info("3/7 evaluating the final checkpoint on the validate split, its report in %s", report)
     metrics = next(evaluate_run({"eval_data_pattern": pattern.format("validate"), "train_dir": train_dir,
-                                 "run_once": True, "num_readers": 1}, "demo"))
+                                 "run_once": True, "num_readers": 1, "report": report,
+                                 "vocabulary_file": data["vocabulary"]}, "demo"))
 
-    study = _tune(output_dir, pattern, num_classes, num_epochs, tune_trials, seed) if tune_trials else None
+    study = (_tune(output_dir, pattern, num_classes, num_epochs, tune_trials, seed, data["vocabulary"])
+             if tune_trials else None)
 
     log.info("5/7 predicting the test split")
     predictions = os.path.join(output_dir, "predictions.csv")
@@ -77,7 +85,7 @@ def run_demo(output_dir: str, *, num_classes: int = 500, train_videos: int = 800
     segments = _segment_task(output_dir, num_classes, segment_videos, seed) if segment_videos else None
     return {"train": summary, "validate": metrics, "tune": study, "test": score, "segments": segments,
             "train_dir": train_dir, "predictions": predictions, "test_labels": data["test_labels"],
-            "seconds": time.perf_counter() - started}
+            "report": report, "output_dir": output_dir, "seconds": time.perf_counter() - started}
 
 
 def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> dict[str, Any]:
@@ -110,8 +118,10 @@ def _segment_task(output_dir: str, num_classes: int, videos: int, seed: int) -> 
     return {"scores": scores, "submission": submission}
 
 
-def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_trials: int, seed: int) -> dict[str, Any]:
-    """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning."""
+def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_trials: int, seed: int,
+          vocabulary: str) -> dict[str, Any]:
+    """A short study through the same path as `yt8m tune --config`: a YAML file, SQLite, pruning; then its page, as
+    `yt8m tune-report STUDY --report` writes it."""
     study_dir = os.path.join(output_dir, "study")
     tune_file = os.path.join(output_dir, "tune_demo.yaml")
     document = {
@@ -129,12 +139,17 @@ def _tune(output_dir: str, pattern: str, num_classes: int, num_epochs: int, n_tr
     write_file_atomically(tune_file, lambda out: yaml.safe_dump(document, out, sort_keys=False))
     log.info("4/7 tuning: %d trials of %d epochs (TPE, median pruning, SQLite) in %s", n_trials, num_epochs,
              study_dir)
-    _, summary = run_tune(load_tune_spec(tune_file))
-    return {**summary, "tune_file": tune_file}
+    spec = load_tune_spec(tune_file)
+    study, summary = run_tune(spec)
+    page = os.path.join(output_dir, "study_report.html")
+    written = write_study_page(spec, study, page, vocabulary) if summary["best_value"] is not None else None
+    return {**summary, "tune_file": tune_file, "page": written["file"] if written else None}
 
 
 def format_report(result: dict[str, Any]) -> str:
     train, validate, test = result["train"], result["validate"], result["test"]
+    yt8m = runnable("yt8m")
+    tensorboard = runnable("tensorboard")
     return "\n".join([
         "",
         "yt8m demo: synthetic data -> train MoeModel -> eval -> tune -> predict -> score"
@@ -142,47 +157,84 @@ def format_report(result: dict[str, Any]) -> str:
         f"  trained        {train['global_step']} steps, {train['examples']} examples, "
         f"{train['examples_per_sec']:.0f} examples/s",
         f"  validate       GAP {validate['gap']:.4f}  mAP {validate['map']:.4f}  "
-        f"Hit@1 {validate['hit_at_one']:.4f}  PERR {validate['perr']:.4f}  ({validate['num_videos']} videos)",
-        *_tune_lines(result["tune"], validate["gap"]),
+        f"Hit@1 {validate['hit_at_one']:.4f}  PERR {validate['perr']:.4f}  ({validate['num_videos']} videos, the "
+        "last epoch's checkpoint)",
+        *_tune_lines(result["tune"], validate["gap"], yt8m),
         f"  test (scored)  GAP {test['gap']:.4f}",
         *_segment_lines(result["segments"]),
         "  what they mean (higher is better, 1 is perfect):",
         *(f"    {METRIC_MEANINGS[name]}" for name in _reported_metrics(result)),
         f"  train dir      {result['train_dir']}  (checkpoints/, config.yaml, eval/metrics-*.json)",
         f"  predictions    {result['predictions']}",
-        f"  TensorBoard    tensorboard --logdir {result['train_dir']}",
+        f"  report         {result['report']}  (open it in a browser: the headline, the hardest classes, "
+        "calibration, curves)",
+        *([f"  TensorBoard    {tensorboard} --logdir {result['train_dir']}"] if tensorboard else []),
         f"  took           {result['seconds']:.0f} s",
+        "next steps",
+        f"  your own run   {yt8m} train --help; the quickstart (docs/quickstart.md) runs each command "
+        "on synthetic data, with what it prints",
+        "  real data      README.md, \"Real data in 10 minutes\": the 2018 shards (docs/how-to/download.md) to a "
+        "scored submission",
+        *_site_line(),
         "",
     ])
+
+
+def _site_line() -> list[str]:
+    """The documentation site's command, where it can run from here (the repository, with the docs extra)."""
+    mkdocs = runnable("mkdocs")
+    if not mkdocs or not os.path.exists("mkdocs.yml"):
+        return []
+    return [f"  the site       {mkdocs} serve, then http://127.0.0.1:8000 (every command's flags, the Python API, "
+            "troubleshooting)"]
+
+
+def runnable(name: str) -> str:
+    """How to type the venv's command `name` so that it runs as printed: its bare name where PATH finds this one, else
+    its path (relative from here where it is below); "" where it is not installed."""
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.path.exists(path):
+        return ""
+    on_path = shutil.which(name)
+    if on_path and os.path.realpath(on_path) == os.path.realpath(path):
+        return name
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else path
 
 
 def _reported_metrics(result: dict[str, Any]) -> tuple[str, ...]:
     return REPORTED_METRICS + (("segment_map",) if result["segments"] else ())
 
 
-def _tune_lines(study: Any, untuned_gap: float) -> list[str]:
+def _tune_lines(study: Any, untuned_gap: float, yt8m: str) -> list[str]:
+    """The study against its untuned trial (the same measurement: each trial's best validated epoch), never against
+    the run above (its last epoch's checkpoint)."""
     if not study:
         return []
+    counts = describe_counts(study["n_trials"])
     if study["best_value"] is None:
-        return [f"  tune           no trial completed ({describe_counts(study['n_trials'])})"]
+        return [f"  tune           no trial completed ({counts})"]
     params = ", ".join(f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
                        for name, value in study["best_params"].items())
-    lines = [f"  tune           best validate GAP {study['best_value']:.4f} (trial {study['best_trial']}: {params}), "
-             f"{study['best_value'] - untuned_gap:+.4f} against the untuned run; trials: "
-             f"{describe_counts(study['n_trials'])}"]
-    if study["best_value"] <= untuned_gap:
-        searched = (f"{sum(study['n_trials'].values())} trials over {len(study['best_params'])} parameters are too few "
-                    "a search (--tune_trials searches further)")
-        if study["best_trial"] == study["baseline_trial"]:
-            noise = "" if abs(study["best_value"] - untuned_gap) < 1e-9 else (
-                f", to the run's {untuned_gap:.4f}: runs of the same settings differ by this much (noise)")
-            lines.append(f"                 no trial beat the untuned settings (their own trial scored "
-                         f"{study['best_value']:.4f}{noise}): {searched}")
-        else:
-            lines.append(f"                 below the untuned run: {searched}, and runs of the same settings differ "
-                         "by a few thousandths (noise)")
-    return lines + [f"  study          {study['study_dir']}  (report, best.yaml, plots; "
-                    f"yt8m tune --config {study['tune_file']} resumes it)"]
+    best, baseline = study["best_value"], study["baseline_value"]
+    lines = [f"  tune           {counts}: best validate GAP {best:.4f}, trial {study['best_trial']} ({params})"]
+    if baseline is None:
+        lines.append("                 the untuned settings did not complete a trial: nothing to compare with")
+    elif study["best_trial"] == study["baseline_trial"]:
+        searched = sum(study["n_trials"].values())
+        lines.append(f"                 no trial beat the untuned settings (trial {study['best_trial']} is theirs): "
+                     f"{searched} trials over {len(study['best_params'])} parameters are too few a search "
+                     "(--tune_trials searches further)")
+    else:
+        lines.append(f"                 {best - baseline:+.4f} against the untuned settings' trial "
+                     f"{study['baseline_trial']} ({baseline:.4f}); a gain of a few thousandths can be run-to-run "
+                     "noise: tune-report --retrain_best trains the best again to see it hold")
+    lines.append(f"                 (a trial's GAP is its best epoch's; the validate line above is the last epoch's, "
+                 f"{untuned_gap:.4f})")
+    return lines + [f"  study          {study['study_dir']}  (leaderboard.txt, best.yaml; "
+                    f"{yt8m} tune --config {study['tune_file']} resumes it)",
+                    *([f"  study page     {study['page']}  (the leaderboard, best so far, what the pruner saw, the "
+                       "best trial's evaluation)"] if study.get("page") else [])]
 
 
 def _segment_lines(segments: Any) -> list[str]:
@@ -224,9 +276,10 @@ def json_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The demo's figures and files, for scripts."""
     tune = result["tune"] or {}
     segments = result["segments"]
-    return {"validate": result["validate"], "test": result["test"],
-            "tune": {key: tune.get(key) for key in ("best_value", "best_params", "best_trial", "baseline_value",
-                                                    "n_trials", "study_dir")} if tune else None,
+    return {"validate": result["validate"], "test": result["test"], "report": result["report"],
+            "tune": {key: tune.get(key) for key in ("best_value", "best_params", "best_trial", "baseline_trial",
+                                                    "baseline_value", "n_trials", "study_dir", "page")}
+            if tune else None,
             "segment_map": {name: score["segment_map"] for name, score in segments["scores"].items()}
             if segments else None,
             "train_dir": result["train_dir"], "predictions": result["predictions"],

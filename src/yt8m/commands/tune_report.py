@@ -1,7 +1,8 @@
 """`yt8m tune-report STUDY_DIR`: the leaderboard, best.yaml and plots of a tuning study, rewritten from its database;
 `--retrain_best` trains the best config again, `--ensemble_top K` ensembles the best K trials, `--refit_top K` trains
 the best K again on the labelled shards. Prints the leaderboard to stderr and one JSON line to stdout; `--report
-FILE.html` writes the best trial's evaluation report (as `yt8m eval --report`)."""
+FILE.html` writes the study's page (leaderboard, best so far, what the pruner saw, importances, the best trial's
+evaluation, and FILE_best_trial.html: that trial's `yt8m eval --report`)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ from yt8m.tuning.report import (
     ensemble_of_best,
     print_ensemble,
     print_leaderboard,
-    report_best,
     retrain_best,
     write_report,
 )
 from yt8m.tuning.space import TuneSpec, load_tune_spec
 from yt8m.tuning.study import STUDY_FILE, load_existing_study
+from yt8m.tuning.study_page import write_study_page
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,15 @@ class TuneReportConfig:
     diverse: bool = setting(False, "With --ensemble_top or --refit_top: take the best trial of each searched model "
                                    "first, then the next best (members that differ gain an ensemble more than "
                                    "near-copies).")
-    report: str = setting("", "Write the best complete trial's evaluation report to this HTML file, as `yt8m eval "
-                              "--report` writes it: its checkpoint that validated best, evaluated again on the "
-                              "study's validation shards (needs the plots extra).")
+    report: str = setting("", "Write the study's page to this HTML file (needs the plots extra; self-contained, "
+                              "nothing fetched from the network): the best trial against the baseline, the "
+                              "leaderboard, the best value so far by trial and by time, each trial's validations as "
+                              "the pruner saw them, the hyper-parameters' importances (from 10 complete trials), "
+                              "and the best trial's evaluation: its checkpoint that validated best, evaluated again "
+                              "on the study's validation shards, its whole `yt8m eval --report` beside the page "
+                              "(FILE_best_trial.html).")
+    vocabulary_file: str = setting("", "With --report: the label vocabulary CSV that names the classes in the best "
+                                       "trial's evaluation (default: the one its config names, if any).")
 
     def problems(self) -> list[str]:
         rules = [(self.train_on_validate and not self.retrain_best, "--train_on_validate goes with --retrain_best"),
@@ -65,7 +72,8 @@ class TuneReportConfig:
                   "--crossfit_folds and --holdout go with --refit_top"),
                  (self.diverse and self.ensemble_top is None and self.refit_top is None,
                   "--diverse goes with --ensemble_top or --refit_top"),
-                 (self.crossfit_folds == 1, "--crossfit_folds must be 0 or at least 2, got 1")]
+                 (self.crossfit_folds == 1, "--crossfit_folds must be 0 or at least 2, got 1"),
+                 (bool(self.vocabulary_file) and not self.report, "--vocabulary_file goes with --report")]
         return [problem for broken, problem in rules if broken]
 
 
@@ -111,5 +119,5 @@ def best_trials_work(config: TuneReportConfig, spec: TuneSpec, study: Any) -> di
                                           config.diverse)
         print_refit(done["refit"])
     if config.report:
-        done["report"] = report_best(spec, study, config.report)
+        done["report"] = write_study_page(spec, study, config.report, config.vocabulary_file)
     return done

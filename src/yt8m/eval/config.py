@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from yt8m.config import STARTER_TRAIN_DIR
 from yt8m.data.reading.spec import FeatureSpec, num_readers_setting, skip_corrupt_setting
 from yt8m.distributed.ranks import device_setting
+from yt8m.eval.reference import reference_problem
 from yt8m.eval.segment_metrics import top_n_setting
 from yt8m.fields import setting
 from yt8m.models.config import ModelConfig
@@ -62,6 +63,10 @@ class ReportConfig:
                               "classes of lowest AP with the classes each is most taken for, a reliability plot "
                               "with the expected calibration error, and the run's training and validation curves "
                               "(its TensorBoard event files). Watching, it is rewritten for each new checkpoint.")
+    compare_to: str = setting("", "With --report: what the report's headline is compared with: figures stated "
+                                  "elsewhere (gap=0.7035,map=0.331, a recipe's; a bare number is a GAP), another "
+                                  "run's train dir (its latest evaluation, eval/metrics-<step>.json), or a metrics "
+                                  "JSON file (eval's JSON line).", check=reference_problem, resolves=True)
     vocabulary_file: str = setting("", "With --per_class or --report: the label vocabulary CSV (the 2018 "
                                        "vocabulary.csv: Index, Name, Vertical1, TrainVideoCount) naming the classes; "
                                        "default: the train dir's. Its TrainVideoCount, where present, is the training "

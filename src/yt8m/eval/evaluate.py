@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from yt8m.config import (
     STARTER_TRAIN_DIR,
+    ConfigError,
     component_problems,
     config_from_dict,
     config_problems,
@@ -157,7 +158,7 @@ def resolve_eval_config(values: dict[str, Any], source: str = "arguments") -> Ev
     problems += config_problems(config) + component_problems(config)
     problems += eval_config_problems(config) if not problems else []
     if problems:
-        raise ValueError(f"the eval config for {train_dir} is invalid:\n  " + "\n  ".join(problems))
+        raise ConfigError(f"the eval config for {train_dir} is invalid", problems)  # one problem: one line
     return resolve_components(config)
 
 

@@ -5,7 +5,6 @@ vertical beside it."""
 from __future__ import annotations
 
 import csv
-import io
 import logging
 import os
 from collections import defaultdict
@@ -18,6 +17,7 @@ from yt8m.config import load_yaml, read_section
 from yt8m.data.reading.inspection import shard_labels
 from yt8m.data.reading.spec import DataConfig
 from yt8m.eval.config import ReportConfig
+from yt8m.eval.figures import png_bytes, pyplot
 from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.files import atomic_writer, write_file_atomically
 from yt8m.optional import available
@@ -115,16 +115,6 @@ def _plots(scored: list[dict], csv_path: str) -> dict[str, str]:
     return paths
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend (files, no display): the plots extra, which the caller checked."""
-    import matplotlib  # the plots extra
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # the plots extra
-
-    return plt
-
-
 def ap_figures(plt: Any, scored: list[dict]) -> dict[str, Any]:
     """The per-class figures of the rows with positives (ClassTable.scored): "ap_vs_train_videos" (AP against
     training frequency) and "ap_by_vertical"."""
@@ -155,11 +145,3 @@ def _vertical_figure(plt: Any, rows: list[dict]) -> Any:
     axes.set(xlabel="AP on the evaluation shards (red: the vertical's median)",
              title="AP by vertical (classes with positives)")
     return figure
-
-
-def png_bytes(plt: Any, figure: Any) -> bytes:
-    """A figure as PNG bytes (closed after)."""
-    png = io.BytesIO()
-    figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return png.getvalue()

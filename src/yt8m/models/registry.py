@@ -58,7 +58,7 @@ def register_model(model: Any = None) -> Any:
     as `--model.NAME` (or `model: {name: ..., NAME: ...}` in YAML), each of its own type and default; one that no
     other model has is also taken by its flat name (`--NAME`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> @register_model

@@ -239,7 +239,7 @@ def register_loss(loss: L) -> L:
     class whose forward takes (output, labels[, label_weights]), its hyper-parameters its constructor's `hparams`
     dataclass or keyword arguments with defaults (flags of their own names); or such a function.
 
-    Example:
+    Examples:
         >>> @register_loss
         ... def squared_error(output, labels, label_weights=None, scale: float = 1.0):
         ...     return scale * ((output["predictions"] - labels.float()) ** 2).sum(1).mean()

@@ -88,7 +88,7 @@ def register_metric(metric: K) -> K:
     """Class decorator: make a metric available by its class name (`--best_metric MicroF1`, `--metrics`, a tuning
     objective); see Metric for what it has.
 
-    Example:
+    Examples:
         >>> @register_metric
         ... class MeanMaxScore:
         ...     higher_is_better = True

@@ -4,12 +4,10 @@ the best config again (`yt8m tune-report --retrain_best`), and the best trial's 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import logging
 import os
 import sys
-import warnings
 from typing import Any, Optional, Sequence, TextIO
 
 import optuna
@@ -18,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 from yt8m.config import load_config, save_config, with_values
 from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_latest, evaluate_model, resolve_eval_config
+from yt8m.eval.figures import png_bytes, pyplot
 from yt8m.inference.ensemble import fit_ensemble, opened_inputs
 from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
@@ -46,6 +45,7 @@ from yt8m.tuning.study import (
     interrupted_trials,
     state_counts,
 )
+from yt8m.tuning.study_figures import Skipped, study_figures
 
 log = logging.getLogger("yt8m.tune")
 
@@ -88,11 +88,20 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
             "examples": trial.user_attrs.get(EXAMPLES_ATTR), "note": reason or stopped or ""}
 
 
+def leaderboard_header(metric: str) -> list[str]:
+    return ["trial", "state", metric, "best_epoch", "epochs", "duration_s", "params", "note"]
+
+
+def leaderboard_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The leaderboard's rows as text, in leaderboard_header's columns (the text table's and the study page's)."""
+    return [[str(row["trial"]), row["state"], _number(_score(row), "{:.5f}"), _number(row["best_epoch"], "{}"),
+             _number(row["epochs"], "{}"), _number(row["duration_s"], "{:.1f}"), _params(row["params"]), row["note"]]
+            for row in rows]
+
+
 def format_leaderboard(rows: list[dict[str, Any]], metric: str) -> str:
-    header = ["trial", "state", metric, "best_epoch", "epochs", "duration_s", "params", "note"]
-    table = [[str(row["trial"]), row["state"], _number(_score(row), "{:.5f}"), _number(row["best_epoch"], "{}"),
-              _number(row["epochs"], "{}"), _number(row["duration_s"], "{:.1f}"), _params(row["params"]), row["note"]]
-             for row in rows]
+    header = leaderboard_header(metric)
+    table = leaderboard_cells(rows)
     widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1]
              for line in [header] + table]
@@ -154,7 +163,7 @@ def write_report(study: optuna.Study, spec: TuneSpec) -> dict[str, Any]:
     """Write leaderboard, best.yaml and plots into the study dir; return the summary printed as JSON."""
     study_dir = spec.settings.study.study_dir
     best = write_leaderboard_and_best(study, spec)
-    plots = save_plots(study, study_dir)
+    plots = save_plots(study, study_dir, spec.metric)
     best_path = os.path.abspath(os.path.join(study_dir, BEST_CONFIG))
     baseline = baseline_trial(study, spec)
     return {"best_value": best.value if best else None, "best_params": best.params if best else None,
@@ -209,40 +218,19 @@ def _write_csv(rows: list[dict[str, Any]], out: TextIO) -> None:
         writer.writerow({**row, "params": json.dumps(row["params"])})
 
 
-def save_plots(study: optuna.Study, study_dir: str) -> dict[str, str]:
-    """PNG plots (Optuna's matplotlib backend); a plot that needs more trials is replaced by a note why. None
+def save_plots(study: optuna.Study, study_dir: str, metric: str) -> dict[str, str]:
+    """The study's figures (study_figures) as PNGs in the study dir, each by name its path or "skipped: why"; none
     without the plots extra (said once)."""
     if not available("plots", "the study's plots are not drawn"):
         return {}
-    import matplotlib  # the plots extra
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # the plots extra
-    from optuna.visualization import matplotlib as plots  # the plots extra
-
-    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    wanted = {"optimization_history": (plots.plot_optimization_history, 1),
-              "intermediate_values": (plots.plot_intermediate_values, 1),
-              "parallel_coordinate": (plots.plot_parallel_coordinate, 1),
-              "param_importances": (plots.plot_param_importances, 2)}
+    plt = pyplot()
     results = {}
-    for name, (plot, needed) in wanted.items():
+    for name, figure in study_figures(plt, study, metric).items():
+        if isinstance(figure, Skipped):
+            results[name] = f"skipped: {figure.why}"
+            continue
         path = os.path.join(study_dir, f"{name}.png")
-        if complete < needed:
-            results[name] = f"skipped: needs at least {needed} complete trial(s), the study has {complete}"
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                axes = plot(study)
-        except (ValueError, RuntimeError, ZeroDivisionError) as err:
-            results[name] = f"skipped: {err}"
-            continue
-        figure: Any = axes.flat[0].figure if hasattr(axes, "flat") else axes.figure
-        png = io.BytesIO()
-        figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
-        plt.close(figure)
-        _write_bytes(path, png.getvalue())
+        _write_bytes(path, png_bytes(plt, figure))
         results[name] = os.path.abspath(path)
     return results
 
@@ -302,16 +290,16 @@ def evaluate_train_dir(train_dir: str, pattern: str, config: TrainConfig) -> dic
                                                                   top_n=config.validation.top_n))
 
 
-def report_best(spec: TuneSpec, study: optuna.Study, path: str) -> dict[str, Any]:
+def report_best(spec: TuneSpec, study: optuna.Study, path: str, vocabulary_file: str = "") -> dict[str, Any]:
     """`yt8m eval --report` of the best complete trial: its model at the checkpoint its value was validated at
     (trial_best_model), evaluated on the study's validation shards, read and scored as its train dir says (nothing
-    written there), the HTML report written to `path`."""
+    written there), the HTML report written to `path`, its classes named by `vocabulary_file` where given."""
     best = best_trial(study)
     if best is None:
         raise ValueError(f"--report: study '{spec.settings.study.study_name}' has no complete trial to report on")
     (model,) = kept_best_models(spec, [best], "--report")
-    config = resolve_eval_config({"train_dir": model, "eval_data_pattern": spec.eval_data_pattern,
-                                  "run_once": True, "report": path}, "tune-report --report")
+    config = resolve_eval_config({"train_dir": model, "eval_data_pattern": spec.eval_data_pattern, "run_once": True,
+                                  "report": path, "vocabulary_file": vocabulary_file}, "tune-report --report")
     log.info("evaluating the best trial, %d, for the report %s", best.number, path)
     return {"trial": best.number, "train_dir": model, **evaluate_latest(config)}
 

@@ -37,7 +37,7 @@ def write_videos(path: str, videos: Iterable[Mapping[str, Any]], compression: Op
         compression: None, or "GZIP" (TensorFlow's compressed TFRecord).
         id_key: "id" (YouTube-8M 2018 and later) or "video_id" (2017).
 
-    Example:
+    Examples:
         >>> import numpy as np, tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "train-0.tfrecord")
         >>> write_videos(path, [{"id": "v1", "labels": [3], "features": {"clip": np.ones(4, np.float32)}}])
@@ -135,7 +135,7 @@ def dequantize_frames(frames: np.ndarray | torch.Tensor, num_frames: Any = None)
     the models see: q * scale + bias rounded as YouTube-8M's starter code, padding frames (at and after each video's
     `num_frames`) zero. A torch tensor stays on its device.
 
-    Example:
+    Examples:
         >>> dequantize_frames(np.array([[0, 255]], np.uint8))
         array([[-1.9921875,  2.0078125]], dtype=float32)
     """
