@@ -43,6 +43,7 @@ from s3_server import loopback_s3_server, s3_environment, s3_environment_set
 BUCKET = "yt8m-release"
 FEATURES = dict(feature_names="mean_rgb,mean_audio", feature_sizes="1024,128", num_classes=3862)
 SEED = 1
+CODE: dict[str, str] = {}  # PYTHONPATH for the processes torchrun starts: --src, the code measured (default: yt8m's)
 FRAME_FEATURES = dict(feature_names="rgb,audio", feature_sizes="1024,128", num_classes=3862, frame_features=True)
 
 
@@ -167,17 +168,14 @@ def rank_main(argv: list[str]) -> None:
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     if spec.get("endpoints"):
         os.environ["AWS_ENDPOINT_URL_S3"] = spec["endpoints"][local_rank]
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     from yt8m.config import config_from_dict
-    from yt8m.training import TrainConfig, loop, train
+    from yt8m.training import TrainConfig, train
 
     noted: dict[str, Any] = {}
-    original = loop.record_trained_ids
-
-    def first_step(rank: int, epoch: int, group: list) -> None:  # called by every process at each step
-        noted.setdefault("step1", time.time())
-        original(rank, epoch, group)
-
-    loop.record_trained_ids = first_step
+    # The first optimizer step's time, through torch's global hook (so that --src can point at older code too).
+    register_optimizer_step_post_hook(lambda *_: noted.setdefault("step1", time.time()))
     lines = io.StringIO()
     handler = logging.StreamHandler(lines)
     logging.getLogger("yt8m.train").addHandler(handler)
@@ -200,7 +198,7 @@ def torchrun(ranks: int, config: dict, out: Path, endpoints: list[str], env: dic
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
                os.path.abspath(__file__), "rank", spec]
     launched = time.time()
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(command, env={**os.environ, **env, **CODE}, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"torchrun failed ({done.returncode}):\n{done.stderr[-4000:]}")
     results = [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
@@ -227,7 +225,8 @@ def startup(args: argparse.Namespace, work: Path, endpoint: str) -> None:
                                    [proxy.url for proxy in store], s3_environment(endpoint))
                 for result, proxy in zip(sorted(results, key=lambda r: r["rank"]), store):
                     counts = proxy.counts(before=result["step1"])
-                    emit("startup", shards=shards, ranks=ranks, rank=result["rank"], requests_before_step1=counts,
+                    emit("startup", code=args.src or "this checkout", shards=shards, ranks=ranks, rank=result["rank"],
+                         requests_before_step1=counts,
                          not_shard_reads=sum(n for kind, n in counts.items() if kind != "GET"),
                          limit=-(-shards // 1000) + 20, seconds_to_step1=round(result["step1"] - result["launched"], 1),
                          peak_rss_mb=result["peak_rss_mb"], workers_peak_rss_mb=result["workers_peak_rss_mb"])
@@ -251,16 +250,20 @@ def eval_and_predict(args: argparse.Namespace, work: Path, endpoint: str) -> Non
     train_dir = work / "eval-run"
     timed_command(["train", *flags(train_values(local, train_dir, max_steps=2))])
     best: dict[tuple[str, str], float] = {}
-    with proxies(endpoint, 1, args.latency_ms / 1000) as (proxy,), s3_environment_set(proxy.url):
+    # s3: behind the latency proxy; s3_no_latency: moto's server itself (what the simulated store can serve here)
+    with proxies(endpoint, 1, args.latency_ms / 1000) as (proxy,):
+        stores = {"local": (local, endpoint), "s3": (remote, proxy.url), "s3_no_latency": (remote, endpoint)}
         for _ in range(args.rounds):
-            for where, pattern in (("local", local), ("s3", remote)):
-                for command, argv in commands(pattern, train_dir, work).items():
-                    seconds, _ = timed_command(argv)
-                    best[command, where] = min(seconds, best.get((command, where), float("inf")))
+            for where, (pattern, url) in stores.items():
+                with s3_environment_set(url):
+                    for command, argv in commands(pattern, train_dir, work).items():
+                        seconds, _ = timed_command(argv)
+                        best[command, where] = min(seconds, best.get((command, where), float("inf")))
     for command in ("eval", "predict"):
-        rates = {where: round(4 * shards / best[command, where]) for where in ("local", "s3")}
+        rates = {where: round(4 * shards / best[command, where]) for where in stores}
         emit("eval", command=command, shards=shards, videos_per_sec=rates,
-             s3_share_of_local=round(rates["s3"] / rates["local"], 2))
+             s3_share_of_local=round(rates["s3"] / rates["local"], 2),
+             s3_share_of_no_latency=round(rates["s3"] / rates["s3_no_latency"], 2))
 
 
 def commands(pattern: str, train_dir: Path, work: Path) -> dict[str, list[str]]:
@@ -275,43 +278,56 @@ def flags(values: dict) -> list[str]:
 
 
 def frames(args: argparse.Namespace, work: Path) -> None:
-    """`yt8m train` on the frame shards in a process of its own: its peak RSS, its workers', the tree's (sampled)."""
+    """`yt8m train` on the frame shards in a process of its own, reading in-process (auto on this machine) and with
+    one reader worker: the peak RSS of the training process and of its reader workers (sampled from /proc), and of
+    the whole tree. On a GPU node the model's float32 working set is on the device; here it is in the training
+    process, so the reader's own memory is the worker's."""
     folder = Path(args.frame_dir)
     if not (folder / "frame").is_dir():
         from yt8m.data.making.synthetic import write_synthetic
 
         write_synthetic(str(folder), kind="frame", num_classes=3862, train_videos=6000, validate_videos=0,
                         test_videos=0, shards=6, min_frames=300, max_frames=300, seed=1)
-    values = {"train_data_pattern": str(folder / "frame" / "train-*.tfrecord"), "train_dir": str(work / "frame-run"),
-              "model": "FrameLevelLogisticModel", "max_steps": args.frame_steps, "start_new_model": True,
-              **FRAME_FEATURES}
-    command = [sys.executable, "-m", "yt8m", "train", *flags(values)]
-    with open(work / "frames.log", "w") as log:
+    for readers in ("auto", "1"):
+        values = {"train_data_pattern": str(folder / "frame" / "train-*.tfrecord"),
+                  "train_dir": str(work / "frame-run"), "model": "FrameLevelLogisticModel",
+                  "max_steps": args.frame_steps, "start_new_model": True, "num_readers": readers, **FRAME_FEATURES}
+        training, peaks, tree_peak = sampled_peaks([sys.executable, "-m", "yt8m", "train", *flags(values)],
+                                                   work / "frames.log")
+        emit("frames", shards=6, videos_per_shard=1000, frames_per_video=300, steps=args.frame_steps,
+             num_readers=readers, training_process_peak_rss_mb=peaks.pop(training),
+             reader_workers_peak_rss_mb=max(peaks.values(), default=0), tree_peak_rss_mb=tree_peak)
+
+
+def sampled_peaks(command: list[str], log_path: Path) -> tuple[int, dict[int, int], int]:
+    """Run `command`, sampling every 0.2 s the resident memory of it and its descendants: (its pid, {pid: that
+    process's peak MB}, the tree's peak MB)."""
+    peaks: dict[int, int] = {}
+    tree_peak = 0
+    with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=log)
-        tree_peak = 0
-        while True:  # wait4: the rusage of this child (and its reaped descendants), not of the earlier parts'
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            tree_peak = max(tree_peak, tree_rss_mb(process.pid))
+        while process.poll() is None:
+            sizes = tree_rss_mb(process.pid)
+            tree_peak = max(tree_peak, sum(sizes.values()))
+            for pid, size in sizes.items():
+                peaks[pid] = max(size, peaks.get(pid, 0))
             time.sleep(0.2)
-    process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
-        raise RuntimeError((work / "frames.log").read_text()[-3000:])
-    emit("frames", shards=6, videos_per_shard=1000, frames_per_video=300, steps=args.frame_steps,
-         tree_peak_rss_mb=tree_peak, largest_process_peak_rss_mb=round(usage.ru_maxrss / 1024))
+        raise RuntimeError(log_path.read_text()[-3000:])
+    return process.pid, peaks, tree_peak
 
 
-def tree_rss_mb(pid: int) -> int:
-    """The resident memory of a process and its descendants, from /proc."""
-    total, pending = 0, [pid]
+def tree_rss_mb(pid: int) -> dict[int, int]:
+    """The resident memory (MB) of a process and of each of its descendants, from /proc."""
+    sizes, pending = {}, [pid]
     while pending:
         current = pending.pop()
         with contextlib.suppress(OSError):
-            total += int(Path(f"/proc/{current}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            pages = int(Path(f"/proc/{current}/statm").read_text().split()[1])
+            sizes[current] = round(pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20)
             for task in os.listdir(f"/proc/{current}/task"):
                 pending += [int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-    return round(total / 2 ** 20)
+    return sizes
 
 
 def resume(args: argparse.Namespace, work: Path, endpoint: str) -> None:
@@ -393,7 +409,11 @@ def main() -> None:
     parser.add_argument("--resume_shards", type=int, default=200)
     parser.add_argument("--resume_shard_videos", type=int, default=1000)
     parser.add_argument("--work_dir", default="/tmp/yt8m_release_scale")
+    parser.add_argument("--src", help="the startup part's training code (a src/ folder: another checkout's, to "
+                        "measure it before a change)")
     args = parser.parse_args()
+    if args.src:
+        CODE["PYTHONPATH"] = os.path.abspath(args.src)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")

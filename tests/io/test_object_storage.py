@@ -19,6 +19,7 @@ from s3_server import loopback_s3_server, s3_environment_set
 from workflow_fixtures import FEATURE_SIZES, NUM_CLASSES, as_flags, tiny_data  # noqa: F401 (a fixture)
 from yt8m import cli
 from yt8m.data.format.tfrecord import expand_pattern
+from yt8m.data.reading.fetch_ahead import FETCH_THREADS
 from yt8m.io import storage
 from yt8m.io.files import WriteError, atomic_writer, write_file_atomically
 
@@ -172,6 +173,15 @@ def test_fsspec_configuration_reaches_s3fs_through_the_cli(s3):
     assert synth.returncode == 0, synth.stderr
     assert expand_pattern(f"s3://{BUCKET}/synth/video/train-*") == [
         f"s3://{BUCKET}/synth/video/train-0000{i}-of-00002.tfrecord" for i in range(2)]
+
+
+def test_an_s3_client_keeps_enough_connections_for_the_reads_fetched_ahead(s3, monkeypatch):
+    """botocore's 10 connections would queue the fetch-ahead's reads; fsspec's configuration still sets the number."""
+    fs, _ = storage.filesystem(f"s3://{BUCKET}/data")
+    assert fs.config_kwargs["max_pool_connections"] == storage.S3_CONNECTIONS > FETCH_THREADS
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"max_pool_connections": 7, "read_timeout": 9}})
+    fs, _ = storage.filesystem(f"s3://{BUCKET}/data")
+    assert fs.config_kwargs == {"max_pool_connections": 7, "read_timeout": 9}
 
 
 def test_gs_options_from_fsspec_configuration_reach_the_filesystem(monkeypatch):
