@@ -281,6 +281,15 @@ def frame_flags(frame_data: dict, train_dir: Path, readers: int) -> list[str]:
             "--seed", "3"]
 
 
+def test_frame_level_training_maps_its_batch_sized_blocks_on_their_own(frame_data, tiny_data, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr("yt8m.training.data.map_frame_batch_blocks", lambda: calls.append("frames"))
+    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "frames", readers=0)]) == 0
+    assert calls == ["frames"]
+    assert cli_main(["train", *train_flags(tiny_data, tmp_path / "videos")]) == 0
+    assert calls == ["frames"]  # video-level training keeps every block in the heap for reuse
+
+
 @pytest.mark.parametrize("readers, free, reading", [(1, 10_000, "reading in-process instead"),
                                                     (2, 30_000, "reading with 1 worker process instead")])
 def test_reader_slots_that_do_not_fit_dev_shm_fall_back_to_fewer_readers(frame_data, tmp_path, monkeypatch, caplog,

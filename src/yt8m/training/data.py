@@ -23,6 +23,7 @@ from yt8m.data.reading.shuffle_stream import StreamPosition
 from yt8m.data.reading.spec import DataConfig, FeatureSpec
 from yt8m.distributed.across_ranks import agreed_listing
 from yt8m.models.model_size import ModelSize
+from yt8m.process_settings import map_frame_batch_blocks
 from yt8m.runtime import processes_sharing_machine, reader_workers
 from yt8m.tasks.taskset import TaskSet, TaskSource, naming_tasks
 from yt8m.training.memory_checks import RunMemory, cache_fits, reading_needs, run_memory
@@ -87,6 +88,9 @@ class TrainingData:
             log.warning("the run's reading on this machine: %s", note)
         for dataset in self.datasets if plan.shuffle_buffer != self.data.shuffle_buffer else ():
             dataset.options = dataclasses.replace(dataset.options, shuffle_buffer=plan.shuffle_buffer)
+        if any(dataset.spec.frame_features for dataset in self.datasets):
+            map_frame_batch_blocks()
+            log.debug("frame-level data: blocks over 32 MB are mapped on their own (process_settings)")
         self.loaders = [make_loader(dataset, plan.readers, pin_memory=device.type == "cuda")
                         for dataset in self.datasets]
         return run_memory(size, self.datasets, plan.readers)
