@@ -15,7 +15,7 @@ from yt8m.config import config_from_dict
 from yt8m.data.making.synthetic import write_synthetic
 from yt8m.inference.config import PredictConfig
 from yt8m.tasks.taskset import TaskSet, one_task_set
-from yt8m.training import TrainConfig
+from yt8m.training import TrainConfig, TrainEvent
 
 NUM_CLASSES = 12
 FEATURE_SIZES = (16, 8)
@@ -90,3 +90,15 @@ def trained_copy(trained_dir, tmp_path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(trained_dir, copy)
     return copy
+
+
+class Crash(RuntimeError):
+    """What crash_after_checkpoint raises: a run killed right after a checkpoint was written."""
+
+
+def crash_after_checkpoint(step: int):
+    """A training hook that stops the run with Crash once the checkpoint of `step` is written."""
+    def hook(event: TrainEvent):
+        if event.kind == "checkpoint" and event.step == step:
+            raise Crash(step)
+    return hook

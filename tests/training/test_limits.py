@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from workflow_fixtures import as_flags, tiny_data, tiny_train_config  # noqa: F401
 from yt8m.cli import main as cli_main
@@ -281,13 +282,35 @@ def frame_flags(frame_data: dict, train_dir: Path, readers: int) -> list[str]:
             "--seed", "3"]
 
 
-def test_frame_level_training_maps_its_batch_sized_blocks_on_their_own(frame_data, tiny_data, tmp_path, monkeypatch):
+def test_frame_level_training_on_the_cpu_maps_its_batch_sized_blocks_where_they_would_grow_the_heap(
+        frame_data, tiny_data, tmp_path, monkeypatch, caplog):
     calls = []
-    monkeypatch.setattr("yt8m.training.data.map_frame_batch_blocks", lambda: calls.append("frames"))
-    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "frames", readers=0)]) == 0
-    assert calls == ["frames"]
+    monkeypatch.setattr("yt8m.training.data.map_frame_batch_blocks", lambda: calls.append("mapped"))
+    caplog.set_level(logging.INFO)
+    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "small", readers=0)]) == 0
+    assert calls == []  # 16 videos of 20 frames: copies of 30 KB grow no heap worth mapping them for
+    monkeypatch.setattr("yt8m.training.data.HEAP_GROWTH_SHARE", 1e-9)  # as if they were a good part of the memory
+    assert cli_main(["train", *frame_flags(frame_data, tmp_path / "large", readers=0)]) == 0
+    assert calls == ["mapped"]
+    assert "frame-level batches of 30 KiB each in float32 on the CPU: blocks over 32 MB are mapped" in caplog.text
     assert cli_main(["train", *train_flags(tiny_data, tmp_path / "videos")]) == 0
-    assert calls == ["frames"]  # video-level training keeps every block in the heap for reuse
+    assert calls == ["mapped"]  # video-level training keeps every block in the heap for reuse
+
+
+def test_a_real_frame_batch_on_the_cpu_is_large_enough_to_map_and_a_small_one_or_a_gpus_is_not(monkeypatch):
+    from types import SimpleNamespace
+
+    from yt8m.training.data import heap_growing_frame_copies
+
+    monkeypatch.setattr("yt8m.training.data.available_memory", lambda: 24 * GiB)
+    spec = FeatureSpec(feature_names=["rgb", "audio"], feature_sizes=[1024, 128], frame_features=True)
+    batch = lambda size: [SimpleNamespace(batch_size=size, spec=spec)]  # noqa: E731
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert heap_growing_frame_copies(batch(1024), cpu) == 1024 * 300 * 1152 * 4  # 1.4 GB a copy
+    assert heap_growing_frame_copies(batch(64), cpu) == 0  # DbofModel's bench batch: 88 MB, kept for speed
+    assert heap_growing_frame_copies(batch(1024), gpu) == 0
+    video = FeatureSpec(feature_names=["mean_rgb", "mean_audio"], feature_sizes=[1024, 128])
+    assert heap_growing_frame_copies([SimpleNamespace(batch_size=1024, spec=video)], cpu) == 0
 
 
 @pytest.mark.parametrize("readers, free, reading", [(1, 10_000, "reading in-process instead"),

@@ -12,28 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_fixtures import FEATURE_SIZES, tiny_data, tiny_train_config  # noqa: F401  (fixture)
+from workflow_fixtures import FEATURE_SIZES, Crash, crash_after_checkpoint, tiny_data, tiny_train_config  # noqa: F401  (fixture)
 from yt8m.data.making.synthetic import write_synthetic
 from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.data.reading.read_plan import ReadOptions
 from yt8m.data.reading.spec import FeatureSpec
 from yt8m.io.checkpoints import final_checkpoint, list_checkpoints, load_checkpoint
-from yt8m.training import TrainEvent, train
+from yt8m.training import train
 from yt8m.training.trained_ids import TRAINED_IDS_ENV
 
 POSITIONS_USED = "where its readers stood"
 READ_AGAIN = "reading the epoch up to the checkpoint again"
-
-
-class Crash(Exception):
-    pass
-
-
-def crash_after_checkpoint(step: int):
-    def hook(event: TrainEvent):
-        if event.kind == "checkpoint" and event.step == step:
-            raise Crash(step)
-    return hook
 
 
 def trained_ids(ids_dir: Path) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from workflow_fixtures import one_task, tiny_data, tiny_train_config, train_config  # noqa: F401  (fixture)
+from workflow_fixtures import Crash, crash_after_checkpoint, one_task, tiny_data, tiny_train_config, train_config  # noqa: F401  (fixture)
 from yt8m.commands.train import parse_args
 from yt8m.config import config_document, load_config
 from yt8m.data.reading.batch import Batch
@@ -143,17 +143,6 @@ def test_hooks_see_checkpoints_and_epoch_ends_and_can_stop(tmp_path):
                       ("epoch_end", 10, 2, False), ("checkpoint", 10, 2, True)]
     assert summary["global_step"] == 10
     assert final_checkpoint(config.checkpoints.train_dir).endswith("ckpt-00000010.pt")
-
-
-class Crash(RuntimeError):
-    pass
-
-
-def crash_after_checkpoint(step: int):
-    def hook(event: TrainEvent):
-        if event.kind == "checkpoint" and event.step == step:
-            raise Crash(step)
-    return hook
 
 
 @pytest.mark.parametrize("run", [{}, {"ema_decay": 0.9}, {"swa_start_epoch": 2},
