@@ -51,6 +51,11 @@ def heap_growing_frame_copies(datasets: list[YT8MDataset], device: torch.device)
     return copy_bytes if HEAP_GROWTH_COPIES * copy_bytes > HEAP_GROWTH_SHARE * memory else 0
 
 
+def streamed_opens(datasets: list[YT8MDataset]) -> int:
+    """The shards the streamed sources' readers opened (a RAM cache's filling aside)."""
+    return sum(dataset.read_stats.files_opened for dataset in datasets if not dataset.options.cache_in_memory)
+
+
 class TrainingData:
     """The training sources' datasets, read in turn: which source gives the next batch is drawn per batch
     (--task_sampling), seeded by the run's seed and the epoch; an epoch ends when every source is read through."""
@@ -135,8 +140,8 @@ class TrainingData:
                 dataset.resume_at(epoch, positions, rotation)
                 self._trained[index] = {"positions": positions, "last": resume["sources"][index]["last"]}
         self._epoch_start = [dataset.read_stats.record_bytes for dataset in self.datasets]
-        self._resumed_opens = None if resume is None or not self.streaming else (self._streamed_opens(),
-                                                                                   shards_read(resume))
+        self._resumed_opens = (None if resume is None or not self.streaming
+                               else (streamed_opens(self.datasets), shards_read(resume)))
         self._examples = [0] * len(self.datasets)
         self._interleaving = resume["interleave"] if resume is not None else None
         streams = [self._counted(tagged(loader, index, source), index) for index, (loader, source)
@@ -156,7 +161,10 @@ class TrainingData:
         """Note that the run trained on `batch`: where its reading stood after it is what a checkpoint keeps."""
         position = batch.position
         if self._resumed_opens is not None:
-            self._log_resumed_opens(*self._resumed_opens)
+            opened_before, read_before = self._resumed_opens
+            log.info("resumed epoch %d: its readers opened %d shards for their first batches, of the %d they had "
+                     "read when the checkpoint was written", self._epoch + 1,
+                     streamed_opens(self.datasets) - opened_before, read_before)
             self._resumed_opens = None
         if not isinstance(position, EpochPosition) or position.reader is None:
             return
@@ -164,15 +172,6 @@ class TrainingData:
         source["positions"][position.reader.reader] = position.reader
         source["last"] = position.reader.reader
         self._interleaving = position.interleave
-
-    def _streamed_opens(self) -> int:
-        """The shards the streamed sources' readers opened (a RAM cache's filling aside)."""
-        return sum(dataset.read_stats.files_opened for dataset in self.datasets if not dataset.options.cache_in_memory)
-
-    def _log_resumed_opens(self, opened_before: int, read_before: int) -> None:
-        opened = self._streamed_opens() - opened_before
-        log.info("resumed epoch %d: its readers opened %d shards for their first batches, of the %d they had read "
-                 "when the checkpoint was written", self._epoch + 1, opened, read_before)
 
     def state(self) -> dict[str, Any]:
         """Where this process's reading stands, as a checkpoint keeps it (plain values): each source's readers'
