@@ -8,6 +8,7 @@ import ctypes
 import logging
 import os
 import sys
+from typing import Callable, Optional
 
 log = logging.getLogger("yt8m")
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
@@ -48,9 +49,8 @@ def reuse_freed_memory() -> None:
     (bench/bench_train.py: 2,326 -> 2,615 examples/s). Outside training it only costs memory (`yt8m eval` of a
     MoeModel: 1.48 instead of 0.77 GB peak), hence training commands only. A no-op where mallopt is missing.
     """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         return
     mallopt(_M_MMAP_MAX, 0)  # no block is mapped on its own: all come from the heap, and go back to it
     mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1)  # the heap's free top is returned to the system only past 2 GB
@@ -66,9 +66,8 @@ def map_large_blocks() -> None:
     that; it costs a page fault per 4 KB of each batch's large blocks (4-7% more CPU time in that eval; see
     bench/README.md). A no-op where mallopt is missing.
     """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         return
     mallopt(_M_MMAP_THRESHOLD, _DEFAULT_MMAP_THRESHOLD)
 
@@ -83,12 +82,19 @@ def map_frame_batch_blocks() -> None:
     which malloc_trim found 5 GB free; bench_release_scale.py's frames part has the figures). A no-op where mallopt
     is missing.
     """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         return
     mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
     mallopt(_M_MMAP_THRESHOLD, LARGEST_MMAP_THRESHOLD)
+
+
+def _mallopt() -> Optional[Callable[[int, int], int]]:
+    """glibc's mallopt, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 def flush_denormals() -> None:
