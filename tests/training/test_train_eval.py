@@ -95,6 +95,14 @@ def test_early_stopping_stops_at_the_patience_th_evaluation_without_improvement(
     assert final_checkpoint(str(tmp_path)).endswith("ckpt-00000006.pt")
 
 
+def test_a_nan_validation_is_never_the_best_value(tiny_data, tmp_path):
+    """A nan compares False with everything: kept as the best, no later evaluation would replace it."""
+    config = every_step_config(tiny_data, tmp_path, num_epochs=1)
+    with pytest.raises(ValueError, match=r"^step 2: validation gap is nan, which cannot rank checkpoints"):
+        train(config, evaluate=scripted({1: 0.5, 2: float("nan"), 3: 0.6, 4: 0.7}))
+    assert [step for step, _ in list_exports(str(tmp_path), "best")] == [1]
+
+
 def test_best_latest_and_final_exports(tiny_data, tmp_path):
     config = every_step_config(tiny_data, tmp_path, num_epochs=2, keep_best_exports=2, keep_latest_exports=3)
     train(config, evaluate=scripted(GAPS))

@@ -13,12 +13,12 @@ import importlib.metadata
 import logging
 import os
 import sys
-import traceback
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 from yt8m.fields import closest
+from yt8m.plugins.faults import one_line, raised_at
 
 T = TypeVar("T")
 log = logging.getLogger("yt8m.plugins")
@@ -64,7 +64,7 @@ def import_object(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # a user module's import may fail any way: reported in one line
-        raise ValueError(f"{path}: cannot import module {module_name!r} ({_one_line(err)}){_why(err, module_name)}"
+        raise ValueError(f"{path}: cannot import module {module_name!r} ({one_line(err)}){_why(err, module_name)}"
                          ) from err
     obj: Any = module
     for part in attribute.split("."):
@@ -73,11 +73,6 @@ def import_object(path: str) -> Any:
             raise ValueError(f"{path}: {described(obj)} has no attribute {part!r}{closest(part, known)}")
         obj = getattr(obj, part)
     return obj
-
-
-def _one_line(err: BaseException) -> str:
-    """`Type: message` of an exception, its message's lines joined (an error is one line)."""
-    return f"{type(err).__name__}: " + " ".join(" ".join(line.split()) for line in str(err).splitlines())
 
 
 def _why(err: BaseException, module_name: str) -> str:
@@ -89,8 +84,8 @@ def _why(err: BaseException, module_name: str) -> str:
                 "the module is, or add its folder to PYTHONPATH")
     if isinstance(err, SyntaxError):
         return ""
-    frames = [frame for frame in traceback.extract_tb(err.__traceback__) if not frame.filename.startswith("<")]
-    return f", raised at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    where = raised_at(err)
+    return f", raised at {where}" if where else ""
 
 
 def described(obj: Any) -> str:

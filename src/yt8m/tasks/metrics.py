@@ -17,6 +17,7 @@ import yaml
 from yt8m.config import ConfigError, config_from_dict
 from yt8m.eval.metrics import HIGHER_IS_BETTER, METRIC_MEANINGS, EvaluationMetrics
 from yt8m.fields import closest, problem_of
+from yt8m.plugins.faults import calling, finite_number
 from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
@@ -126,10 +127,11 @@ class MetricRequest:
         return f"{self.name}({', '.join(given)})" if given else self.name
 
     def build(self, num_classes: int) -> Metric:
+        """The metric, made for one evaluation; its constructor raising is a ComponentFault naming it."""
         entry = METRICS.get(self.name)
-        if entry.takes_hparams:
-            return entry.cls(num_classes=num_classes, hparams=self.arguments)
-        return entry.cls(num_classes=num_classes, **dataclasses.asdict(self.arguments))
+        kwargs = {"hparams": self.arguments} if entry.takes_hparams else dataclasses.asdict(self.arguments)
+        return calling(f"metric {self.key}", f"{entry.cls.__qualname__}(num_classes={num_classes}, ...)",
+                       lambda: entry.cls(num_classes=num_classes, **kwargs))
 
 
 def is_own_metric(name: str) -> bool:
@@ -224,11 +226,17 @@ class MetricSet:
 
     def accumulate(self, predictions: np.ndarray, labels: np.ndarray, loss: float = 0.0) -> None:
         self.own.accumulate(predictions, labels, loss)
-        for _, metric in self.extra:
-            metric.update(predictions, labels)
+        for key, metric in self.extra:
+            calling(f"metric {key}", f"{type(metric).__qualname__}.update", metric.update, predictions, labels)
 
     def get(self) -> dict[str, Any]:
-        return {**self.own.get(), **{key: float(metric.compute()) for key, metric in self.extra}}
+        """Every metric's value; one of one's own that raises, or gives other than a finite number, is a
+        ComponentFault naming it (a nan is never a result, let alone a best one)."""
+        own = {}
+        for key, metric in self.extra:
+            call = f"{type(metric).__qualname__}.compute"
+            own[key] = finite_number(f"metric {key}", call, calling(f"metric {key}", call, metric.compute))
+        return {**self.own.get(), **own}
 
     def per_class(self) -> dict[str, np.ndarray]:
         return self.own.per_class()
@@ -241,5 +249,5 @@ class MetricSet:
 
     def extend(self, totals: dict[str, Any], pooled_blocks: Iterable[np.ndarray]) -> None:
         self.own.extend(totals, pooled_blocks)
-        for (_, metric), other in zip(self.extra, totals["extra"]):
-            metric.merge(other)
+        for (key, metric), other in zip(self.extra, totals["extra"]):
+            calling(f"metric {key}", f"{type(metric).__qualname__}.merge", metric.merge, other)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -218,6 +219,10 @@ class TrainEvaluator:
         result = self._evaluate(model, step)
         state, metric = self.state, self.best_metric
         value = float(result[metric])
+        if not math.isfinite(value):
+            # Never a best value: every later comparison with a nan is False, so it would stay the best.
+            raise ValueError(f"step {step}: validation {metric} is {value}, which cannot rank checkpoints (the "
+                             "model's predictions or its data give no finite value)")
         state.evaluations += 1
         state.last_step, state.last_result = step, result
         verdict = Verdict()

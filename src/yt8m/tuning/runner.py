@@ -25,7 +25,7 @@ from yt8m.runtime import available_cpus, setup_logging, share_machine_among
 from yt8m.training.stopping import STOPS, noting_signals
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits
-from yt8m.tuning.objective import TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
+from yt8m.tuning.objective import TrialFailure, TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
 from yt8m.tuning.report import LEADERBOARD_TXT, write_leaderboard_and_best, write_report
 from yt8m.tuning.space import TuneSettings, TuneSpec, load_tune_spec
 from yt8m.tuning.study import (
@@ -185,7 +185,7 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     study = open_study(spec, storage)
     lock = TrialStartLock(os.path.join(settings.study.study_dir, ".budget.lock"))
     objective = TrialObjective(spec, lock, limits)
-    quiet_interrupted_trials()
+    quiet_trial_logs()
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         remove_checkpoints_beyond_best(study, settings.study.study_dir, settings.study.keep_best)
@@ -203,29 +203,38 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
                 return  # its record re-queues it; the run ends (an interrupt) or its --timeout has passed
 
 
-def quiet_interrupted_trials() -> None:
+def quiet_trial_logs() -> None:
     """Keep Optuna from logging a trial stopped by Ctrl+C, SIGTERM or --timeout (TrialInterrupted) as a failure with
-    its traceback (some 45 lines): the trial is re-queued, and the runner says so in one line."""
+    its traceback (some 45 lines): the trial is re-queued, and the runner says so in one line. A trial failed by the
+    user's error (bad data, a metric giving nan: as the CLI sees them) keeps Optuna's one warning line, without it."""
     optimize_log = logging.getLogger("optuna.study._optimize")
-    if not any(isinstance(existing, _InterruptedTrialFilter) for existing in optimize_log.filters):
-        optimize_log.addFilter(_InterruptedTrialFilter())
+    if not any(isinstance(existing, _TrialLogFilter) for existing in optimize_log.filters):
+        optimize_log.addFilter(_TrialLogFilter())
 
 
-class _InterruptedTrialFilter(logging.Filter):
-    """Drops Optuna's two warnings about a trial whose objective raised KeyboardInterrupt: the one with the
-    traceback, and the 'failed with value None' that follows it."""
+# What fails a trial as the user's error, named in Optuna's warning and the leaderboard's note: a traceback of
+# yt8m's frames says nothing more (the CLI's user errors, and a trial's own failure).
+TRIAL_USER_ERRORS = (ValueError, OSError, TrialFailure)
+
+
+class _TrialLogFilter(logging.Filter):
+    """Drops Optuna's two warnings about a trial whose objective raised KeyboardInterrupt (the one with the
+    traceback, and the 'failed with value None' that follows it), and the traceback of a user's error."""
 
     def __init__(self) -> None:
         super().__init__()
         self._after_interrupt = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[0] and issubclass(record.exc_info[0], TrialInterrupted):
+        raised = record.exc_info[0] if record.exc_info else None
+        if raised and issubclass(raised, TrialInterrupted):
             self._after_interrupt = True
             return False
         if self._after_interrupt and "failed with value" in record.getMessage():
             self._after_interrupt = False
             return False
+        if raised and issubclass(raised, TRIAL_USER_ERRORS):
+            record.exc_info = record.exc_text = None
         return True
 
 
