@@ -59,13 +59,18 @@ def snapshot(train_dir: Path) -> dict[str, bytes]:
     (["--start_new_model", "--base_learning_rate", "nan"], "--base_learning_rate must be a finite number"),
     (["--start_new_model", "--feature_sizes", "16,9"], "feature 'mean_audio': expected float_list of 9 values"),
     (["--start_new_model", "--model", "DbofModel"], "is a frame-level model but --frame_features is False"),
-    (["--moe_num_mixtures", "3"], "was trained with different model settings"),
+    (["--moe_num_mixtures", "3"], "was trained with other hyper-parameters (--moe_num_mixtures: checkpoint has 2, "
+                                  "this run asks for 3)"),
+    (["--label_smoothing", "0.1"], "(--label_smoothing: checkpoint has 0.0, this run asks for 0.1)"),
+    (["--model", "LogisticModel"], "was trained with different model settings (--model: checkpoint has 'MoeModel'"),
 ])
 def test_a_failed_start_leaves_a_finished_run_as_it_was(tiny_data, trained_copy, flags, expected):
     before = snapshot(trained_copy)
     result = yt8m_train(*train_flags(tiny_data, trained_copy), *flags)
     assert result.returncode == 1
     assert expected in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("yt8m train: error: ")  # one line says it all
+    assert expected in result.stderr.strip().splitlines()[-1]
     assert snapshot(trained_copy) == before
     assert final_checkpoint(str(trained_copy)) is not None
 

@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from workflow_fixtures import Crash, crash_after_checkpoint, one_task, tiny_data, tiny_train_config, train_config  # noqa: F401  (fixture)
@@ -232,6 +233,38 @@ def test_resuming_a_different_model_is_refused_naming_each_field(tiny_data, tmp_
     assert latest_checkpoint_step(str(tmp_path)) == 2  # nothing was touched
 
 
+def test_a_resume_with_other_hyper_parameters_is_refused_unless_allowed_and_then_recorded(tiny_data, tmp_path):
+    train(tiny_train_config(tiny_data, tmp_path, max_steps=2, label_loss="FocalLoss", focal_gamma=3.0))
+    changed = dict(label_loss="FocalLoss", focal_gamma=1.0, base_learning_rate=0.02, max_steps=4)
+    with pytest.raises(ValueError) as error:
+        train(tiny_train_config(tiny_data, tmp_path, **changed))
+    message = str(error.value)
+    assert "\n" not in message and "--resume_with_changes" in message
+    assert "--focal_gamma: checkpoint has 3.0, this run asks for 1.0" in message
+    assert "--base_learning_rate: checkpoint has 0.05, this run asks for 0.02" in message
+    assert latest_checkpoint_step(str(tmp_path)) == 2
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["loss"]["hparams"]["focal_gamma"] == 3.0
+
+    summary = train(tiny_train_config(tiny_data, tmp_path, resume_with_changes=True, **changed))
+    assert summary["global_step"] == 4
+    stored = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert stored["loss"]["hparams"]["focal_gamma"] == 1.0
+    record = ["step 2: --focal_gamma 3.0 -> 1.0", "step 2: --base_learning_rate 0.05 -> 0.02"]
+    assert sorted(stored["checkpoints"]["resume_changes"]) == sorted(record)
+    # A later resume with the same values is no change: it keeps the record, without the flag.
+    train(tiny_train_config(tiny_data, tmp_path, **{**changed, "max_steps": 5}))
+    stored = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert sorted(stored["checkpoints"]["resume_changes"]) == sorted(record)
+    assert load_checkpoint(list_checkpoints(str(tmp_path))[-1][1]).config["checkpoints"]["resume_changes"] == \
+        stored["checkpoints"]["resume_changes"]
+
+
+def test_a_new_run_from_a_resumed_runs_config_starts_without_its_record(tiny_data, tmp_path):
+    config = tiny_train_config(tiny_data, tmp_path, max_steps=1, resume_changes=["step 9: --focal_gamma 3.0 -> 1.0"])
+    train(config)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["checkpoints"]["resume_changes"] == []
+
+
 def test_start_new_model_starts_over(tiny_data, tmp_path):
     train(tiny_train_config(tiny_data, tmp_path, max_steps=5, export_model_steps=2))
     summary = train(tiny_train_config(tiny_data, tmp_path, model="LogisticModel", max_steps=3,
@@ -243,7 +276,7 @@ def test_start_new_model_starts_over(tiny_data, tmp_path):
 
 def test_resume_continues_and_saves_the_resolved_config(tiny_data, tmp_path):
     first = train(tiny_train_config(tiny_data, tmp_path, max_steps=5))
-    config = tiny_train_config(tiny_data, tmp_path, max_steps=7, base_learning_rate=0.01)
+    config = tiny_train_config(tiny_data, tmp_path, max_steps=7, log_every_steps=2)  # not a hyper-parameter: no change
     second = train(config)
     assert (first["global_step"], second["global_step"]) == (5, 7)
     assert second["examples"] == 7 * 64 - 16  # epoch 1 ended with a short batch of 48

@@ -56,6 +56,15 @@ class CheckpointConfig:
     start_new_model: bool = setting(False, "Delete the train dir's checkpoints and start from scratch.")
     init_from: str = setting("", "A new run starts from the parameters of this checkpoint (or train dir) that match "
                                  "by name and shape; the log lists what was not loaded.")
+    resume_with_changes: bool = setting(False, "Resume a checkpoint even where this run's hyper-parameters (the "
+                                               "model's, the loss's, the optimizer's and its schedule's, the "
+                                               "augmentation's, --best_metric) differ from those it was trained "
+                                               "with: each change is logged and recorded in config.yaml "
+                                               "(resume_changes). Without it such a resume is refused, naming "
+                                               "each difference.")
+    resume_changes: list[str] = setting([], "The record of the changes earlier resumes were allowed (`step N: --flag "
+                                            "old -> new`), written by yt8m train into config.yaml; not for setting "
+                                            "by hand (a resume keeps its checkpoint's record).")
 
 
 MEMORY_CHECKS = ("refuse", "warn", "off")

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from yt8m.config import config_from_dict, config_values, differing, shown
+from yt8m.config import config_from_dict, config_settings, config_values, differing, hparams_mapping, shown
 from yt8m.data.reading.inspection import find_video
 from yt8m.inference.teachers import open_teacher
 from yt8m.io.checkpoints import Checkpoint, latest_checkpoint, load_latest_checkpoint
@@ -24,7 +24,7 @@ from yt8m.tasks.spec import TaskSpec
 from yt8m.tasks.taskset import TaskSet, plan_tasks, task_set_problem
 from yt8m.tasks.teacher import DISTILLATION_FIELDS, Teacher
 from yt8m.training.checks import teacher_fit
-from yt8m.training.config import TrainConfig
+from yt8m.training.config import CheckpointConfig, TrainConfig
 from yt8m.training.data import TrainingData
 from yt8m.training.memory_checks import RunMemory
 from yt8m.training.optim import build_optimizer, resumable_optimizer_state
@@ -47,6 +47,7 @@ class Run:
     memory: RunMemory
     newest: Optional[str]
     resume: Optional[Checkpoint]
+    config: TrainConfig  # as given, with the changes a resume was allowed recorded (--resume_with_changes)
 
 
 def build_run(config: TrainConfig, device: torch.device, resources: contextlib.ExitStack, chief: bool,
@@ -77,8 +78,8 @@ def build_run(config: TrainConfig, device: torch.device, resources: contextlib.E
                                                     memory.reserve(streaming=False))
         evaluator = TrainEvaluator(config.validation, config.checkpoints.train_dir, evaluate, tasks)
     newest = latest_checkpoint(config.checkpoints.train_dir)
-    return Run(model, optimizer, tasks, data, evaluator, size, memory, newest,
-               checkpoint_to_resume(config, model, optimizer, tasks))
+    resume = checkpoint_to_resume(config, model, optimizer, tasks)
+    return Run(model, optimizer, tasks, data, evaluator, size, memory, newest, resume, resumed_config(config, resume))
 
 
 def model_of(config: TrainConfig, tasks: TaskSet) -> nn.Module:
@@ -103,7 +104,9 @@ def checkpoint_to_resume(config: TrainConfig, model: nn.Module, optimizer: torch
     found = None if checkpoints.start_new_model else load_latest_checkpoint(checkpoints.train_dir, map_location="cpu")
     if found is not None:
         resume_path, resume = found
-        refuse_model_change(stored_train_config(resume, resume_path), config, resume_path)
+        saved = stored_train_config(resume, resume_path)
+        refuse_model_change(saved, config, resume_path)
+        refuse_changes_unless_allowed(resume_changes(saved, config), config.checkpoints, resume_path)
         refuse_task_change(resume, tasks, resume_path)
         refuse_other_tensors(resume, model, optimizer, resume_path)
         log.info("resuming from %s", resume_path)
@@ -121,27 +124,67 @@ def stored_train_config(checkpoint: Checkpoint, path: str) -> TrainConfig:
 
 
 def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: str) -> None:
-    """The starter kit's model-flags guard: never load weights into a differently defined model (nor go on
-    distilling from another teacher, or with other distillation settings)."""
+    """The starter kit's model-flags guard: never load weights into a differently defined model (another model,
+    loss, features or classes), nor go on distilling from another teacher or with other distillation settings."""
     old, new = config_values(saved), config_values(requested)
-    model_differs = differing(old, new, MODEL_IDENTITY_FIELDS) + _differing_hparams(saved, requested)
-    for found, what in ((model_differs, "model"), (differing(old, new, DISTILLATION_FIELDS), "distillation")):
+    for found, what in ((differing(old, new, MODEL_IDENTITY_FIELDS), "model"),
+                        (differing(old, new, DISTILLATION_FIELDS), "distillation")):
         if found:
-            lines = "\n".join(f"  --{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
-                              for name, old, new in found)
             raise ValueError(
-                f"{checkpoint} was trained with different {what} settings:\n{lines}\n"
-                f"Resume with the checkpoint's settings, pass --start_new_model to delete its checkpoints "
-                f"and start over, or choose a new --train_dir.")
+                f"{checkpoint} was trained with different {what} settings ({described_changes(found)}): resume "
+                f"with the checkpoint's settings, pass --start_new_model to delete its checkpoints and start over, "
+                f"or choose a new --train_dir")
 
 
-def _differing_hparams(saved: TrainConfig, requested: TrainConfig) -> list[tuple[str, object, object]]:
-    """The hyper-parameters of either run's model whose values differ (a model saved before a default changed
-    keeps the value it was trained with)."""
-    if saved.model.name != requested.model.name or saved.model.hparams is None:
-        return []
-    old, new = dataclasses.asdict(saved.model.hparams), dataclasses.asdict(requested.model.hparams)
-    return [(name, old[name], new[name]) for name in old if old[name] != new[name]]
+# The sections every setting of which is a hyper-parameter of what the run learns (the model's, the loss's, the
+# optimizer's and its schedule's, the augmentation's), compared on resume beside the metric that picks the best.
+RESUME_COMPARED_SECTIONS = ("model", "loss", "optimizer", "augment")
+RESUME_COMPARED_FLAGS = ("best_metric",)
+
+
+def resume_changes(saved: TrainConfig, requested: TrainConfig) -> list[tuple[str, object, object]]:
+    """(flag, checkpoint's value, this run's) of each hyper-parameter that differs, the model's identity aside
+    (refuse_model_change's). A component's hyper-parameters are compared where both runs name the same one (a value
+    a checkpoint saved before a default changed keeps the value it was trained with)."""
+    old, new = config_values(saved), config_values(requested)
+    flags = [setting.flag for setting in config_settings(TrainConfig).values()
+             if setting.section in RESUME_COMPARED_SECTIONS or setting.flag in RESUME_COMPARED_FLAGS]
+    for section in ("model", "loss"):
+        saved_section, requested_section = getattr(saved, section), getattr(requested, section)
+        if saved_section.component_name == requested_section.component_name:
+            flags += [name for name in hparams_mapping(saved_section.hparams) if name not in flags]
+    return differing(old, new, [flag for flag in flags if flag not in MODEL_IDENTITY_FIELDS and flag in old])
+
+
+def refuse_changes_unless_allowed(changes: list[tuple[str, object, object]], checkpoints: CheckpointConfig,
+                                  checkpoint: str) -> None:
+    """A resume with other hyper-parameters is refused in one line naming each, unless --resume_with_changes."""
+    if not changes:
+        return
+    if not checkpoints.resume_with_changes:
+        raise ValueError(f"{checkpoint} was trained with other hyper-parameters ({described_changes(changes)}): "
+                         "resume with the checkpoint's values, pass --resume_with_changes to go on with these (the "
+                         "change is recorded in config.yaml), --start_new_model to start over, or choose a new "
+                         "--train_dir")
+    log.warning("resuming %s with changed hyper-parameters (--resume_with_changes): %s", checkpoint,
+                described_changes(changes))
+
+
+def described_changes(changes: list[tuple[str, object, object]]) -> str:
+    return "; ".join(f"--{name}: checkpoint has {shown(old)}, this run asks for {shown(new)}"
+                     for name, old, new in changes)
+
+
+def resumed_config(config: TrainConfig, resume: Optional[Checkpoint]) -> TrainConfig:
+    """The config the run writes to config.yaml: a new run's has no record of changes; a resumed run's has the
+    checkpoint's record, and the changes this resume was allowed after it (`step N: --flag old -> new`)."""
+    history: list[str] = []
+    if resume is not None:
+        saved = stored_train_config(resume, "checkpoint")
+        history = list(saved.checkpoints.resume_changes) + [
+            f"step {resume.step}: --{name} {shown(old)} -> {shown(new)}"
+            for name, old, new in resume_changes(saved, config)]
+    return dataclasses.replace(config, checkpoints=dataclasses.replace(config.checkpoints, resume_changes=history))
 
 
 def refuse_other_tensors(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,

@@ -67,6 +67,7 @@ def train(config: TrainConfig, hooks: Sequence[TrainHook] = (), evaluate: Option
         rank, world_size = rank_and_world_size()
         seed_everything(config.schedule.seed)
         run = build_run(config, device, resources, rank == 0, evaluate)
+        config = run.config
         existed = storage.exists(train_dir)
         with train_dir_lock(train_dir, rank), removed_unless_checkpointed(train_dir, rank, run.newest, existed):
             prepare_train_dir(config, rank, run.newest, run.size)
