@@ -73,6 +73,15 @@ class ReturnsDict(nn.Module):
         return {"logits": self.linear(features)}
 
 
+class RaisesInForward(nn.Module):
+    def __init__(self, feature_size, num_classes):
+        super().__init__()
+        self.linear = nn.Linear(feature_size, num_classes)
+
+    def forward(self, features):
+        return self.linear(features.T)
+
+
 def a_function(features):
     return features
 '''
@@ -84,6 +93,10 @@ def swapped(labels, output):
 
 def per_video(output, labels, label_weights=None):
     return output["logits"].sum(dim=1)
+
+
+def raises(output, labels, scale: float = 1.0):
+    return {"loss": 1}["total"]
 '''
 
 METRICS = '''
@@ -277,6 +290,17 @@ def test_a_loss_returning_a_value_per_video_is_one_line_at_the_first_batch(yt8m,
     outcome = train(yt8m, user_dir, tiny_data, "--label_loss", "mylosses:per_video")
     outcome.assert_clean_error("loss per_video returned a tensor of shape [32]: a loss returns the batch's loss, "
                                "a scalar tensor")
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--model", "mymodels:RaisesInForward"],
+     ["model RaisesInForward: RaisesInForward.forward raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+      "(at "]),
+    (["--label_loss", "mylosses:raises"], ["loss raises: raises raised KeyError: 'total' (at ", "mylosses.py:"]),
+], ids=["model", "loss"])
+def test_a_model_or_loss_raising_at_the_first_batch_is_one_line_naming_it(yt8m, user_dir, tiny_data, flags,
+                                                                           fragments):
+    train(yt8m, user_dir, tiny_data, *flags).assert_clean_error(*fragments)
 
 
 @pytest.mark.parametrize("metric, fragments", [

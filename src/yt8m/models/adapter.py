@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from yt8m.models.base import BaseModel, ClassifierHParams
+from yt8m.plugins.faults import calling
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
 # What yt8m gives a plain module's constructor; its other arguments are its hyper-parameters.
@@ -37,7 +38,10 @@ class ModuleAdapter(BaseModel):
         return {"hparams": self.module_hparams(**values)} if self.module_hparams else values
 
     def compute_logits(self, features: torch.Tensor, num_frames: Optional[torch.Tensor]) -> torch.Tensor:
-        logits = self.module(features, num_frames) if self.frame_level else self.module(features)
+        inputs = (features, num_frames) if self.frame_level else (features,)
+        # The user's forward raising is named in one line; running out of memory is the loop's to report.
+        logits = calling(f"model {self.module_class.__qualname__}", f"{self.module_class.__qualname__}.forward",
+                         self.module, *inputs, passing=(torch.OutOfMemoryError,))
         expected = (features.shape[0], self.num_classes)
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
             raise ValueError(f"{self.module_class.__qualname__}.forward returned {_returned(logits)}, expected a "

@@ -28,11 +28,14 @@ def raised_at(err: BaseException) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
-def calling(component: str, call: str, function: Callable[..., R], *args: Any) -> R:
-    """`function(*args)`, where an exception becomes a ComponentFault naming the component and the call."""
+def calling(component: str, call: str, function: Callable[..., R], *args: Any,
+            passing: tuple[type[BaseException], ...] = (), **kwargs: Any) -> R:
+    """`function(*args, **kwargs)`, where an exception becomes a ComponentFault naming the component and the call;
+    one of `passing` (what the caller reports itself: running out of memory) is raised as it is."""
+    reraised: tuple[type[BaseException], ...] = (ComponentFault, *passing)
     try:
-        return function(*args)
-    except ComponentFault:
+        return function(*args, **kwargs)
+    except reraised:
         raise
     except Exception as err:
         where = raised_at(err)

@@ -21,6 +21,7 @@ from torch import nn
 
 from yt8m.config import ComponentSection
 from yt8m.fields import setting
+from yt8m.plugins.faults import calling
 from yt8m.plugins.registry import Registry, described
 from yt8m.plugins.signature import annotated_hparams, signature_hparams
 
@@ -183,10 +184,9 @@ class FunctionLoss(nn.Module):
 
     def forward(self, output: dict[str, torch.Tensor], labels: torch.Tensor,
                 label_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if label_weights is None:
-            loss = self.function(output, labels, **self.values)
-        else:
-            loss = self.function(output, labels, label_weights=label_weights, **self.values)
+        weights = {} if label_weights is None else {"label_weights": label_weights}
+        loss = calling(f"loss {self.function.__qualname__}", self.function.__qualname__, self.function, output,
+                       labels, **weights, **self.values, passing=(torch.OutOfMemoryError,))
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             got = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else \
                 f"a {type(loss).__name__}"
