@@ -12,7 +12,7 @@ import yt8m.api
 from yt8m.training.config import ScheduleConfig, TrainConfig
 
 DOCUMENTED = ["yt8m.api.runs", "yt8m.api.videos", "yt8m.data.making.videos", "yt8m.models.registry", "yt8m.tasks.losses",
-              "yt8m.tasks.metrics"]
+              "yt8m.tasks.metrics", "yt8m.training.schedules"]
 
 
 def test_the_public_names_are_listed_once_and_importable_from_yt8m():

@@ -72,14 +72,6 @@ def run_fit(config: TrainConfig, hooks=(), resume=None, seed: int = 0):
     return model, summary
 
 
-def test_learning_rate_decays_in_steps_of_global_examples():
-    config = OptimizerConfig(base_learning_rate=0.1, learning_rate_decay=0.5, learning_rate_decay_examples=100)
-    assert config.learning_rate(0) == 0.1
-    assert config.learning_rate(99) == 0.1
-    assert config.learning_rate(100) == 0.05
-    assert config.learning_rate(250) == pytest.approx(0.025)
-
-
 @pytest.mark.parametrize("name, cls, extra", [
     ("Adam", torch.optim.Adam, {}),
     ("adamw", torch.optim.AdamW, {}),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import sys
 import typing
 from typing import Any, Mapping, Optional, Sequence
@@ -26,6 +27,7 @@ from yt8m.config import (
 )
 from yt8m.fields import nearest
 
+log = logging.getLogger("yt8m")
 CONFIG_HELP = "YAML file with the same names as the flags (flat, or nested by section); flags override it."
 # Where a setting's argument form (`yt8m inspect PATTERN`) lands in the parsed namespace, and a sub-command's name.
 POSITIONAL = "positional:"
@@ -329,8 +331,23 @@ def given_values(cls: type, args: argparse.Namespace) -> tuple[dict[str, Any], s
             if flag in given:
                 raise FlagError(f"give --{flag} as the argument or as the flag, not both")
             given[flag] = value
+    values = without_other_components_hparams(cls, values, given)
     values.update(given)
     return values, " and ".join(part for part in (file_path, "flags" if given else "") if part) or "defaults"
+
+
+def without_other_components_hparams(cls: type, values: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The file's values without the hyper-parameters of a component the flags replace (`--config run/config.yaml
+    --lr_schedule cosine` on a run of the exponential decay): they are the file's component's, not the flag's."""
+    for section in component_sections(cls).values():
+        flag = section.name_flag()
+        if flag in values and given.get(flag) not in (None, values[flag]):
+            dropped = [key for key in values if key.startswith(f"{section.SCOPE}.")]
+            if dropped:
+                log.info("--%s %s replaces the config file's %s: its hyper-parameters (%s) are left out", flag,
+                         given[flag], values[flag], ", ".join(key.partition(".")[2] for key in dropped))
+            values = {key: value for key, value in values.items() if key not in dropped}
+    return values
 
 
 def parse_config(cls: type[C], args: argparse.Namespace, check_values: bool = True, checks: Optional[Checks] = None

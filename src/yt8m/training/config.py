@@ -1,6 +1,7 @@
 """`TrainConfig`, everything `yt8m train` needs, in sections: each a frozen dataclass of settings owned by the
-component it configures (the data, features, model, loss, optimizer, schedule, checkpoints, validation, tasks,
-distillation and runtime), each handed only to what it configures. Flags and flat YAML name the settings directly."""
+component it configures (the data, features, model, loss, optimizer, learning-rate schedule, schedule, checkpoints,
+validation, tasks, distillation and runtime), each handed only to what it configures. Flags and flat YAML name the
+settings directly."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from yt8m.tasks.spec import MainTask, TasksConfig
 from yt8m.tasks.teacher import DistillationConfig
 from yt8m.training.augment import AugmentConfig
 from yt8m.training.optim import OptimizerConfig
+from yt8m.training.schedules import LRScheduleConfig
 from yt8m.training.validation import ValidationConfig
 
 
@@ -107,6 +109,7 @@ class TrainConfig:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    lr_schedule: LRScheduleConfig = dataclasses.field(default_factory=LRScheduleConfig)
     augment: AugmentConfig = dataclasses.field(default_factory=AugmentConfig)
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
     checkpoints: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)

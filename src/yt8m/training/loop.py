@@ -29,6 +29,7 @@ from yt8m.training.config import TrainConfig
 from yt8m.training.memory_checks import MemoryLimitReached, check_memory_limit
 from yt8m.training.meter import RunEstimate
 from yt8m.training.randomness import process_seed, restore_rng_state, seed_everything
+from yt8m.training.schedules import build_schedule
 from yt8m.training.stepper import Stepper, StepResult
 from yt8m.training.stopping import STOPS, StopReason
 from yt8m.training.summaries import StepLog
@@ -122,6 +123,8 @@ class TrainingLoop:
         self.config, self.schedule = config, config.schedule
         self.stepper, self.checkpointer, self.log = stepper, checkpointer, steps_log
         self.epoch_batches, self.hooks, self.evaluator, self.resume = epoch_batches, hooks, evaluator, resume
+        self.base_learning_rate = config.optimizer.base_learning_rate
+        self.lr_schedule = build_schedule(config.lr_schedule, config.schedule.max_steps)
         self.progress = Progress(world_size=self.world_size)
         if resume is not None:
             self.progress = checkpointer.restore(resume, self.world_size)
@@ -238,7 +241,7 @@ class TrainingLoop:
             raise ValueError(f"process {self.rank} of {self.world_size} got no training records in epoch "
                              f"{progress.epoch + 1}: {self.config.data.train_data_pattern} has fewer records (or "
                              f"files) than processes x --num_readers can share")
-        lr = self.config.optimizer.learning_rate(progress.examples) * progress.lr_factor
+        lr = self.base_learning_rate * self.lr_schedule.factor(progress.step, progress.examples) * progress.lr_factor
         # A step is applied whole or not at all (what a dead reader's save keeps), and its log line is written whole:
         # a death raised inside a logging call would be taken by the logging module, printed as a traceback.
         with worker_deaths_deferred():

@@ -36,16 +36,13 @@ def optimizer_problem(name: str) -> Optional[str]:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """The `optimizer` section: the optimizer, its learning rate and schedule, gradient clipping, the L2 penalties'
-    weight, and the moving average of the weights that is evaluated."""
+    """The `optimizer` section: the optimizer, its base learning rate (the `lr_schedule` section's schedule scales
+    it), gradient clipping, the L2 penalties' weight, weight decay, and the moving average of the weights that is
+    evaluated."""
 
     name: str = setting("Adam", "Any torch.optim class name (TF names such as AdamOptimizer accepted).",
                         flag="optimizer", check=optimizer_problem)
     base_learning_rate: float = setting(0.01, "Initial learning rate.", above=0)
-    learning_rate_decay: float = setting(0.95, "Learning rate multiplier per --learning_rate_decay_examples.", above=0,
-                                         at_most=1)
-    learning_rate_decay_examples: int = setting(4000000, "Examples between learning-rate decays (staircase).",
-                                                at_least=1)
     clip_gradient_norm: float = setting(1.0, "Clip each parameter's gradient to this norm, as the starter kit's "
                                              "per-variable clip_by_norm (0 disables).", at_least=0)
     clip_gradient_value: float = setting(0.0, "Clip each gradient element to [-v, v] before the norm clipping (0 "
@@ -62,16 +59,15 @@ class OptimizerConfig:
     weight_decay: Optional[float] = setting(None, "The optimizer's weight_decay (AdamW: decoupled weight decay, "
                                                   "Loshchilov and Hutter 2019; Adam, SGD: an L2 term in the "
                                                   "gradient); None: the optimizer's default.", at_least=0)
+    no_decay_biases_and_norms: bool = setting(False, "Leave biases and normalization weights (every parameter of "
+                                                     "fewer than 2 dimensions) out of --weight_decay, in a "
+                                                     "parameter group of their own, as AdamW users expect.")
 
     def average_problems(self) -> list[str]:
         """The weight averages are alternatives: one is evaluated."""
         if self.ema_decay and self.swa_start_epoch:
             return ["--ema_decay and --swa_start_epoch both average the weights: choose one"]
         return []
-
-    def learning_rate(self, examples: int) -> float:
-        """Staircase decay over global examples seen, as the starter kit's exponential_decay(staircase=True)."""
-        return self.base_learning_rate * self.learning_rate_decay ** (examples // self.learning_rate_decay_examples)
 
 
 def optimizer_class(name: str) -> tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]]:
@@ -91,21 +87,28 @@ def optimizer_class(name: str) -> tuple[Callable[..., torch.optim.Optimizer], di
 
 def build_optimizer(config: OptimizerConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """The section's optimizer (any torch.optim class by name, case-insensitive, or a TensorFlow optimizer name) at
-    its base learning rate."""
+    its base learning rate; with --no_decay_biases_and_norms, the parameters of fewer than 2 dimensions in a second
+    group without weight decay."""
     cls, defaults = optimizer_class(config.name)
+    takes_decay = "weight_decay" in inspect.signature(cls).parameters
     if config.weight_decay is not None:
-        if "weight_decay" not in inspect.signature(cls).parameters:
+        if not takes_decay:
             raise ValueError(f"--weight_decay: {cls.__name__} takes no weight_decay")
         defaults = {**defaults, "weight_decay": config.weight_decay}
     lr = config.base_learning_rate
-    parameters = list(parameters)
+    groups: Any = list(parameters)
+    if config.no_decay_biases_and_norms and takes_decay:
+        decayed = [parameter for parameter in groups if parameter.dim() >= 2]
+        undecayed = [parameter for parameter in groups if parameter.dim() < 2]
+        groups = [group for group in ({"params": decayed}, {"params": undecayed, "weight_decay": 0.0})
+                      if group["params"]]
     if "fused" in inspect.signature(cls).parameters:
         # One fused kernel per step instead of a dozen passes over the weights: several times faster.
         try:
-            return cls(parameters, lr=lr, fused=True, **defaults)
+            return cls(groups, lr=lr, fused=True, **defaults)
         except RuntimeError:  # the device or dtype has no fused kernel
             pass
-    return cls(parameters, lr=lr, **defaults)
+    return cls(groups, lr=lr, **defaults)
 
 
 class Penalized(Protocol):

@@ -28,6 +28,7 @@ from yt8m.training.config import CheckpointConfig, TrainConfig
 from yt8m.training.data import TrainingData
 from yt8m.training.memory_checks import RunMemory
 from yt8m.training.optim import build_optimizer, resumable_optimizer_state
+from yt8m.training.schedules import build_schedule
 from yt8m.training.validation import EvaluateFn, TrainEvaluator, validation_evaluator
 
 log = logging.getLogger("yt8m.train")
@@ -66,6 +67,7 @@ def build_run(config: TrainConfig, device: torch.device, resources: contextlib.E
     size = check_model_size(config.model, config.features, limit, model)
     model = model.to(device)
     optimizer = build_optimizer(config.optimizer, model.parameters())
+    build_schedule(config.lr_schedule, config.schedule.max_steps)  # its problems (no horizon) before any writing
     data = TrainingData(config.data, config.features, config.schedule.batch_size, config.schedule.seed,
                         config.tasks.task_sampling, tasks)
     data.check_first_records()
@@ -137,8 +139,8 @@ def refuse_model_change(saved: TrainConfig, requested: TrainConfig, checkpoint: 
 
 
 # The sections every setting of which is a hyper-parameter of what the run learns (the model's, the loss's, the
-# optimizer's and its schedule's, the augmentation's), compared on resume beside the metric that picks the best.
-RESUME_COMPARED_SECTIONS = ("model", "loss", "optimizer", "augment")
+# optimizer's, the learning-rate schedule's, the augmentation's), compared on resume beside the best model's metric.
+RESUME_COMPARED_SECTIONS = ("model", "loss", "optimizer", "lr_schedule", "augment")
 RESUME_COMPARED_FLAGS = ("best_metric",)
 
 
@@ -149,7 +151,7 @@ def resume_changes(saved: TrainConfig, requested: TrainConfig) -> list[tuple[str
     old, new = config_values(saved), config_values(requested)
     flags = [setting.flag for setting in config_settings(TrainConfig).values()
              if setting.section in RESUME_COMPARED_SECTIONS or setting.flag in RESUME_COMPARED_FLAGS]
-    for section in ("model", "loss"):
+    for section in ("model", "loss", "lr_schedule"):
         saved_section, requested_section = getattr(saved, section), getattr(requested, section)
         if saved_section.component_name == requested_section.component_name:
             flags += [name for name in hparams_mapping(saved_section.hparams) if name not in flags]

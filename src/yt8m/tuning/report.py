@@ -145,7 +145,8 @@ def retrain_length(spec: TuneSpec, trial: FrozenTrial) -> dict[str, Any]:
     where trials report by steps (max_steps); nothing for a trial without one recorded."""
     if BEST_STEP_ATTR not in trial.user_attrs:
         return {}
-    if spec.settings.pruning.report_every_steps:
+    # A trial validated before its first epoch ended (a --max_steps within one) is retrained to that step too.
+    if spec.settings.pruning.report_every_steps or not trial.user_attrs[BEST_EPOCH_ATTR]:
         return {"max_steps": trial.user_attrs[BEST_STEP_ATTR]}
     return {"num_epochs": trial.user_attrs[BEST_EPOCH_ATTR]}
 
