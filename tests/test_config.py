@@ -141,6 +141,19 @@ def test_feature_lists_are_parsed_from_the_starter_kits_comma_strings():
         config_from_dict(FeatureSpec, {"feature_names": "mean_rgb", "feature_sizes": "big"})
 
 
+def test_one_feature_size_is_a_number_in_yaml_flags_and_python(tmp_path):
+    flat, nested = tmp_path / "flat.yaml", tmp_path / "nested.yaml"
+    flat.write_text("feature_names: mean_audio\nfeature_sizes: 128\n")
+    nested.write_text("features: {feature_names: mean_audio, feature_sizes: 128}\n")
+    for path in (flat, nested):
+        assert _parse(["--config", str(path)])[0].features.feature_sizes == [128]
+    assert _parse(["--feature_names", "mean_audio", "--feature_sizes", "128"])[0].features.feature_sizes == [128]
+    assert config_from_dict(FeatureSpec, {"feature_names": "mean_audio", "feature_sizes": 128}).feature_sizes == [128]
+    for wrong in (True, 12.5):
+        with pytest.raises(ValueError, match=f"'feature_sizes' expects a comma-separated list of int, got {wrong}"):
+            config_from_dict(FeatureSpec, {"feature_names": "mean_audio", "feature_sizes": wrong})
+
+
 @pytest.mark.parametrize("command", sorted(COMMAND_CONFIGS))
 def test_every_flag_of_before_the_sections_is_taken_with_its_old_default(command):
     cls = COMMAND_CONFIGS[command]
