@@ -223,10 +223,12 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     values = config_values(config)
     # Added since, each at the default that changes nothing: the loss's hyper-parameter (CrossEntropyLoss's label
     # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay, the
-    # RAM cache's --cache_in_memory_required; and --memory_check, whose default refuses under a cgroup a run that
-    # would be killed part-way (where such a run was killed before).
+    # RAM cache's --cache_in_memory_required, --input_l2_normalize (true: the video-level input normalized, as
+    # always before); and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
+    # (where such a run was killed before).
     added = {"label_smoothing": 0.0, "metrics": [], "mixup_alpha": 0.0, "feature_dropout": 0.0, "swa_start_epoch": 0,
-             "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse"}
+             "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse",
+             "input_l2_normalize": True}
     assert {name: values[name] for name in set(values) - set(flat)} == added
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}
@@ -239,7 +241,7 @@ def test_config_yaml_is_written_by_section_and_reads_back_whole(tmp_path):
     written = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert list(written) == [f.name for f in dataclasses.fields(TrainConfig)]
     assert written["model"] == {"name": "DbofModel", "hparams": config_document(config.model)["hparams"],
-                                "trunk_hidden_sizes": []}
+                                "trunk_hidden_sizes": [], "input_l2_normalize": True}
     assert load_config(TrainConfig, str(tmp_path / "config.yaml")) == config
 
 
