@@ -1,6 +1,5 @@
-"""The contract every model keeps: L2-normalized input in (frames dequantized from uint8 on the model's device;
-video-level features raw with --input_l2_normalize false), logits and probabilities for every class out, plus the
-starter kit's L2 weight penalties."""
+"""The contract every model keeps: L2-normalized input in (frames dequantized on the model's device; video-level
+features as stored with --input_l2_normalize false), every class's logits and probabilities out, L2 penalties."""
 
 from __future__ import annotations
 
