@@ -141,6 +141,19 @@ def test_feature_lists_are_parsed_from_the_starter_kits_comma_strings():
         config_from_dict(FeatureSpec, {"feature_names": "mean_rgb", "feature_sizes": "big"})
 
 
+def test_one_feature_size_is_a_number_in_yaml_flags_and_python(tmp_path):
+    flat, nested = tmp_path / "flat.yaml", tmp_path / "nested.yaml"
+    flat.write_text("feature_names: mean_audio\nfeature_sizes: 128\n")
+    nested.write_text("features: {feature_names: mean_audio, feature_sizes: 128}\n")
+    for path in (flat, nested):
+        assert _parse(["--config", str(path)])[0].features.feature_sizes == [128]
+    assert _parse(["--feature_names", "mean_audio", "--feature_sizes", "128"])[0].features.feature_sizes == [128]
+    assert config_from_dict(FeatureSpec, {"feature_names": "mean_audio", "feature_sizes": 128}).feature_sizes == [128]
+    for wrong in (True, 12.5):
+        with pytest.raises(ValueError, match=f"'feature_sizes' expects a comma-separated list of int, got {wrong}"):
+            config_from_dict(FeatureSpec, {"feature_names": "mean_audio", "feature_sizes": wrong})
+
+
 @pytest.mark.parametrize("command", sorted(COMMAND_CONFIGS))
 def test_every_flag_of_before_the_sections_is_taken_with_its_old_default(command):
     cls = COMMAND_CONFIGS[command]
@@ -210,10 +223,12 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     values = config_values(config)
     # Added since, each at the default that changes nothing: the loss's hyper-parameter (CrossEntropyLoss's label
     # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay, the
-    # RAM cache's --cache_in_memory_required; and --memory_check, whose default refuses under a cgroup a run that
-    # would be killed part-way (where such a run was killed before).
+    # RAM cache's --cache_in_memory_required, --input_l2_normalize (true: the video-level input normalized, as
+    # always before); and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
+    # (where such a run was killed before).
     added = {"label_smoothing": 0.0, "metrics": [], "mixup_alpha": 0.0, "feature_dropout": 0.0, "swa_start_epoch": 0,
-             "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse"}
+             "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse",
+             "input_l2_normalize": True}
     assert {name: values[name] for name in set(values) - set(flat)} == added
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}
@@ -226,7 +241,7 @@ def test_config_yaml_is_written_by_section_and_reads_back_whole(tmp_path):
     written = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert list(written) == [f.name for f in dataclasses.fields(TrainConfig)]
     assert written["model"] == {"name": "DbofModel", "hparams": config_document(config.model)["hparams"],
-                                "trunk_hidden_sizes": []}
+                                "trunk_hidden_sizes": [], "input_l2_normalize": True}
     assert load_config(TrainConfig, str(tmp_path / "config.yaml")) == config
 
 

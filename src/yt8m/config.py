@@ -465,7 +465,10 @@ def coerce(kind: Any, value: Any) -> Any:
         if kind is dict or _is_list_of_mappings(kind):
             return _yaml_value(value, dict if kind is dict else list)
         if typing.get_origin(kind) is list:
-            return parse_list(value, typing.get_args(kind)[0])
+            element = typing.get_args(kind)[0]
+            if isinstance(value, (int, float)):  # one number alone (`feature_sizes: 128`): a list of one, checked
+                return [coerce(element, value)]
+            return parse_list(value, element)
     except (ValueError, TypeError, argparse.ArgumentTypeError) as err:
         raise ValueError(f"expects {_type_name(kind)}, got {value!r}") from err
     return value

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import torch
@@ -15,10 +16,11 @@ import yaml
 from workflow_fixtures import NUM_CLASSES, tiny_data, tiny_train_config, trained_dir  # noqa: F401  (fixtures)
 from yt8m.cli import main as cli_main
 from yt8m.data.reading.dataset import FeatureSpec, YT8MDataset
-from yt8m.eval.metrics import calculate_gap
-from yt8m.inference.ensemble import fit_weights
+from yt8m.eval.metrics import EvaluationMetrics, calculate_gap
+from yt8m.inference.ensemble import FitObjective, fit_ensemble, fit_weights, opened_inputs
 from yt8m.io.checkpoints import latest_checkpoint
 from yt8m.models.checkpoints import build_model_from_checkpoint
+from yt8m.tasks.metrics import METRICS, register_metric
 
 SPEC = FeatureSpec(["mean_rgb", "mean_audio"], [16, 8], frame_features=False, num_classes=NUM_CLASSES)
 
@@ -170,9 +172,9 @@ def test_bad_weights_are_one_error(tiny_data, trained_dir, tmp_path, capsys):
         assert expected in capsys.readouterr().err
 
 
-def weighted_gap(data: dict, train_dirs: list[str], weights: list[float]) -> float:
-    """GAP@20 on the validation shards of the runs' probabilities mixed by `weights`, computed here from each run's
-    own predictions of every class (not through yt8m's ensemble)."""
+def weighted_predictions(data: dict, train_dirs: list[str], weights: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The runs' probabilities on the validation shards mixed by `weights`, computed here from each run's own
+    predictions of every class (not through yt8m's ensemble), and the labels."""
     labels = torch.cat([batch.labels for batch in YT8MDataset(data["validate_pattern"], SPEC, 64)]).numpy()
     mixed = 0
     for train_dir, weight in zip(train_dirs, weights):
@@ -180,7 +182,20 @@ def weighted_gap(data: dict, train_dirs: list[str], weights: list[float]) -> flo
         with torch.no_grad():
             mixed = mixed + weight * torch.cat([model(batch.features)["predictions"]
                                                 for batch in YT8MDataset(data["validate_pattern"], SPEC, 64)]).numpy()
-    return calculate_gap(mixed, labels)
+    return mixed, labels
+
+
+def weighted_gap(data: dict, train_dirs: list[str], weights: list[float]) -> float:
+    """GAP@20 on the validation shards of the runs' probabilities mixed by `weights`."""
+    return calculate_gap(*weighted_predictions(data, train_dirs, weights))
+
+
+def weighted_map(data: dict, train_dirs: list[str], weights: list[float]) -> float:
+    """mAP (over the classes with labels) on the validation shards of the runs' probabilities mixed by `weights`."""
+    mixed, labels = weighted_predictions(data, train_dirs, weights)
+    with EvaluationMetrics(NUM_CLASSES, 20) as metrics:
+        metrics.accumulate(mixed.astype(np.float32), labels)
+        return metrics.get()["map"]
 
 
 def test_fit_weights_climbs_to_the_best_mix_deterministically():
@@ -240,3 +255,81 @@ def test_tune_report_ensembles_the_best_trials_or_the_best_of_each_model(tiny_da
     # The worst logistic kept no checkpoints: it cannot join an ensemble.
     assert cli_main(["tune-report", study_dir, "--ensemble_top", "3"]) == 1
     assert "kept no checkpoints" in capsys.readouterr().err
+
+
+def map_study(data: dict, study_dir: Path, tune_yaml: Path) -> dict:
+    """A study of three logistic models (two epochs each, their learning rates apart) whose objective is mAP."""
+    document = {
+        "train": {"train_data_pattern": data["train_pattern"], "eval_data_pattern": data["validate_pattern"],
+                  "feature_names": "mean_rgb,mean_audio", "feature_sizes": "16,8", "num_classes": NUM_CLASSES,
+                  "batch_size": 60, "num_epochs": 2, "num_readers": 0, "log_every_steps": 100,
+                  "model": "LogisticModel"},
+        "search": {"base_learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True}},
+        "objective": {"metric": "map"},
+        "tune": {"study_dir": str(study_dir), "pruner": "none",
+                 "enqueue": [{"base_learning_rate": rate} for rate in (0.2, 0.05, 0.01)]},
+    }
+    tune_yaml.write_text(yaml.safe_dump(document, sort_keys=False))
+    return document
+
+
+@pytest.mark.integration
+def test_tune_report_fits_and_reports_the_ensemble_on_the_studys_objective(tiny_data, tmp_path, capsys):
+    map_study(tiny_data, tmp_path / "study", tmp_path / "tune.yaml")
+    tuned = run_cli(capsys, "tune", "--config", str(tmp_path / "tune.yaml"), "--n_trials", "3")
+    assert cli_main(["tune-report", tuned["study_dir"], "--ensemble_top", "2"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out.strip().splitlines()[-1])["ensemble"]
+    objective = report["objective"]
+    assert (objective["metric"], objective["direction"]) == ("map", "maximize")
+    # The best single trial's figure is its validated objective value, the study's best value.
+    assert objective["best_single"] == pytest.approx(tuned["best_value"], abs=1e-6)
+    assert objective["ensemble"] == report["map"] == pytest.approx(
+        weighted_map(tiny_data, report["train_dirs"], report["weights"]), abs=1e-6)
+    # Fitted for mAP: never below either member's mAP, nor equal weights'.
+    assert objective["ensemble"] >= max(objective["best_single"], objective["equal_weights"]) - 1e-9
+    assert objective["gain"] == pytest.approx(objective["ensemble"] - objective["best_single"], abs=1e-6)
+    assert "fitted for the study's objective, map (maximize)" in err and f"validation map {report['map']:.5f}" in err
+
+
+class MissedLabels:
+    """The mean over videos of 1 - the best probability given to one of its labels: lower is better."""
+
+    higher_is_better = False
+
+    def __init__(self, num_classes: int):
+        self.total, self.videos = 0.0, 0
+
+    def update(self, predictions, labels):
+        best = np.where(labels > 0, predictions, 0).max(axis=1)
+        self.total += float((1 - best)[labels.any(axis=1)].sum())
+        self.videos += int(labels.any(axis=1).sum())
+
+    def compute(self):
+        return self.total / self.videos
+
+    def merge(self, other):
+        self.total, self.videos = self.total + other.total, self.videos + other.videos
+
+
+def test_weights_fitted_for_a_metric_of_ones_own_that_lower_is_better(tiny_data, trained_dir, second_run):
+    register_metric(MissedLabels)
+    try:
+        with opened_inputs([str(trained_dir), str(second_run)], NUM_CLASSES) as inputs:
+            fitted = fit_ensemble(inputs, tiny_data["validate_pattern"], NUM_CLASSES, num_readers="0",
+                                  objective=FitObjective("MissedLabels", maximize=False))
+    finally:
+        METRICS.remove("MissedLabels")
+    value = fitted["ensemble"]["MissedLabels"]
+    assert fitted["objective"] == "MissedLabels"
+    assert value <= min(single["MissedLabels"] for single in fitted["inputs"]) + 1e-9
+    assert value <= fitted["equal_weights_objective"] + 1e-9
+    mixed, labels = weighted_predictions(tiny_data, [str(trained_dir), str(second_run)], fitted["weights"])
+    expected = MissedLabels(NUM_CLASSES)
+    expected.update(mixed, labels)
+    assert value == pytest.approx(expected.compute(), abs=1e-5)
+
+
+def test_a_loss_objective_is_refused_in_one_line(tiny_data, trained_dir):
+    with opened_inputs([str(trained_dir)], NUM_CLASSES) as inputs, pytest.raises(ValueError, match="give no loss"):
+        fit_ensemble(inputs, tiny_data["validate_pattern"], NUM_CLASSES, objective=FitObjective("loss", False))

@@ -123,6 +123,19 @@ def test_the_trunk_of_a_frame_model_is_all_but_its_classifier(tiny_data, tmp_pat
         name.removeprefix("heads.a.") for name, _ in model.named_parameters() if name.startswith("heads.a.")]
 
 
+@pytest.mark.parametrize("normalize", [True, False])
+def test_the_trunk_of_a_video_level_model_normalizes_its_input_as_asked(normalize):
+    config = config_from_dict(TrainConfig, dict(
+        train_data_pattern="unused", model="LogisticModel", feature_names="mean_rgb", feature_sizes=6,
+        input_l2_normalize=normalize, tasks=[{"name": "a", "num_classes": 4}, {"name": "b", "num_classes": 3}]),
+        checks=train_config_problems)
+    model = build_multitask_model(config.model, config.features, resolve_tasks(config.tasks, config.main_task()))
+    features = torch.rand(5, 6) * 3
+    read = torch.nn.functional.normalize(features, dim=-1) if normalize else features
+    for head, logits in model(features)["logits"].items():
+        torch.testing.assert_close(logits, model.heads[head].linear(read))
+
+
 def test_a_task_written_by_section_is_the_task_written_flat():
     flat = {"name": "v", "label_source": "vocabulary", "vocabulary_file": "v.csv", "weight": 0.5,
             "head_model": "LogisticModel", "metric": "hit_at_one"}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from yt8m.commands.command_line import read_command
-from yt8m.eval.score import score_files
+from yt8m.eval.score import score_class_count, score_files
 from yt8m.eval.segment_metrics import DEFAULT_TOP_N
 from yt8m.eval.segment_score import score_segment_files
 from yt8m.fields import setting
@@ -27,7 +27,12 @@ class ScoreConfig:
                               "(comma-separated paths or globs). With --segment_labels: shards or a label CSV "
                               "(segment_id,class,score).", required=True)
     top_k: int = setting(20, "Predictions per video that count.", at_least=1)
-    num_classes: int = setting(3862, "Number of classes.", at_least=1)
+    num_classes: Optional[int] = setting(None, "Number of classes, those map_all_classes averages over (default: "
+                                               "the --train_dir run's, else --vocabulary_file's, else 3862, the 2018 "
+                                               "vocabulary's, with a log line saying so).", at_least=1)
+    train_dir: str = setting("", "The run that made the predictions: its config.yaml gives --num_classes.")
+    vocabulary_file: str = setting("", "A vocabulary CSV (an Index column, the 2018 vocabulary.csv's): its largest "
+                                       "Index + 1 gives --num_classes.")
     allow_missing: bool = setting(False, "Score labelled videos without predictions as predicting nothing and ignore "
                                          "predictions for unknown videos (with a warning) instead of failing.")
     segment_labels: bool = setting(False, "The 2019 segment task: score a Class,Segments submission with mAP@K over "
@@ -40,11 +45,12 @@ class ScoreConfig:
 def main(argv: Sequence[str]) -> int:
     config = read_command(ScoreConfig, argv, "yt8m score", __doc__)
     setup_logging()
+    num_classes = score_class_count(config.num_classes, config.train_dir, config.vocabulary_file)
     if config.segment_labels:
         result = score_segment_files(config.predictions, config.labels, top_n=config.top_n,
-                                     num_classes=config.num_classes, write_labels_csv=config.write_labels_csv)
+                                     num_classes=num_classes, write_labels_csv=config.write_labels_csv)
     else:
-        result = score_files(config.predictions, config.labels, top_k=config.top_k, num_classes=config.num_classes,
+        result = score_files(config.predictions, config.labels, top_k=config.top_k, num_classes=num_classes,
                              allow_missing=config.allow_missing)
     print(json.dumps(result))
     return 0

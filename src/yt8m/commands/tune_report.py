@@ -39,9 +39,10 @@ class TuneReportConfig:
     retrain_best: bool = setting(False, "Train the best config again into DIR/best (resumes there if interrupted).")
     train_on_validate: bool = setting(False, "With --retrain_best: train on the training and validation shards, into "
                                              "DIR/best_train_validate (no validation score then).")
-    ensemble_top: Optional[int] = setting(None, "Ensemble the best K complete trials (weights fitted for GAP on the "
-                                                "validation shards) and report its validation metrics next to the "
-                                                "best single trial's.", at_least=1)
+    ensemble_top: Optional[int] = setting(None, "Ensemble the best K complete trials (weights fitted for the study's "
+                                                "objective metric, in its direction, on the validation shards) and "
+                                                "report its validation metrics next to the best single trial's.",
+                                          at_least=1)
     refit_top: Optional[int] = setting(None, "Train the best K configurations again on the training and validation "
                                              "shards (less --holdout) to their best epochs, into DIR/refit/, and "
                                              "print the command that predicts with their ensemble (weights fitted "

@@ -10,20 +10,29 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 
+from yt8m.config import load_yaml, read_section
 from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.data.reading.inspection import LABELS_HEADER, find_video, shard_labels
+from yt8m.data.reading.spec import FeatureSpec
 from yt8m.eval.metrics import EvaluationMetrics
 from yt8m.fields import quoted
+from yt8m.io import storage
+from yt8m.io.checkpoints import CONFIG_FILE
 from yt8m.io.spill import Duplicate, KeyedTable, TemporaryDatabase, add_unique
+from yt8m.tasks.labels import read_vocabulary
 
 log = logging.getLogger("yt8m.eval.score")
 
 PREDICTIONS_HEADER = "VideoId,LabelConfidencePairs"
 SCORE_KEYS = ("gap", "map", "map_all_classes", "hit_at_one", "perr", "num_videos")
+# The 2018 vocabulary's classes: what map_all_classes averages over where neither the flags nor a run nor a
+# vocabulary say how many classes the data has (the starter kit's --num_classes), said in a log line.
+STARTER_NUM_CLASSES = 3862
 _BATCH_VIDEOS = 1024
 _EXAMPLES_SHOWN = 5
 T = TypeVar("T")
@@ -273,3 +282,35 @@ def score_files(predictions_path: str, labels_path: str, *, top_k: int = 20, num
         load_predictions_csv(predictions, predictions_path, num_classes)
         _check_coverage(database, predictions_path, labels_path, allow_missing)
         return _score_rows(_stored_rows(database), num_classes, top_k)
+
+
+def score_class_count(num_classes: Optional[int], train_dir: str = "", vocabulary_file: str = "") -> int:
+    """The classes a submission's class ids range over and `map_all_classes` averages over: `num_classes` given, the
+    run's (`train_dir`'s config.yaml), the vocabulary's (its largest Index + 1); where none is known, 3862 (the 2018
+    vocabulary's), with a log line saying so. Counts that disagree are a ValueError naming them."""
+    known = {}
+    if num_classes is not None:
+        known["--num_classes"] = num_classes
+    if train_dir:
+        known[f"--train_dir {train_dir}"] = run_class_count(train_dir)
+    if vocabulary_file:
+        indices = read_vocabulary(vocabulary_file, [], "--vocabulary_file")
+        if not indices:
+            raise ValueError(f"--vocabulary_file {vocabulary_file} lists no classes")
+        known[f"--vocabulary_file {vocabulary_file}"] = max(indices) + 1
+    if len(set(known.values())) > 1:
+        raise ValueError("the class counts disagree: " + ", ".join(f"{source} has {count}"
+                                                                  for source, count in known.items()))
+    if known:
+        return next(iter(known.values()))
+    log.info("scoring over %d classes, the 2018 vocabulary's (map_all_classes averages over them): no --num_classes, "
+             "--train_dir or --vocabulary_file gives the data's", STARTER_NUM_CLASSES)
+    return STARTER_NUM_CLASSES
+
+
+def run_class_count(train_dir: str) -> int:
+    """The classes of the run in `train_dir` (its config.yaml's --num_classes)."""
+    path = os.path.join(train_dir, CONFIG_FILE)
+    if not storage.exists(path):
+        raise FileNotFoundError(f"--train_dir {train_dir} is not a yt8m train dir (no {CONFIG_FILE})")
+    return read_section(load_yaml(path), "features", FeatureSpec, path).num_classes

@@ -1,5 +1,6 @@
 """Ensembles (`yt8m ensemble`): the weighted average of the probabilities of several train dirs, ONNX exports and
-prediction files, written as `yt8m predict` writes them; the weights given, or fitted for GAP on labelled shards.
+prediction files, written as `yt8m predict` writes them; the weights given, or fitted on labelled shards for GAP (or,
+for a study's ensemble, the study's objective metric).
 
 Inputs meet by video id. A train dir (its latest checkpoint, as `yt8m predict --train_dir` reads it; a run's
 export/best/<step> folder is a train dir too) or an ONNX export predicts the shards itself; a prediction file lists
@@ -43,6 +44,7 @@ from yt8m.inference.predictions import Predictor, load_model_predictor, numbered
 from yt8m.io.files import write_file_atomically
 from yt8m.io.spill import KeyedTable, TemporaryDatabase
 from yt8m.runtime import reader_workers
+from yt8m.tasks.metrics import is_own_metric, parse_metric
 
 log = logging.getLogger("yt8m.inference.ensemble")
 
@@ -298,6 +300,26 @@ def combine(probabilities: Sequence[torch.Tensor], weights: Sequence[float]) -> 
 
 # Fitting -----------------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class FitObjective:
+    """What fitted weights optimize: a metric of the ensemble's predictions on the labelled shards (a task's own,
+    loss and segment_map aside, or one of one's own, as a config names it), higher or lower being better."""
+
+    metric: str = "gap"
+    maximize: bool = True
+
+    def problem(self) -> Optional[str]:
+        """Why the weights cannot be fitted for this metric, or None."""
+        if self.metric in ("loss", "segment_map"):
+            return (f"an ensemble's weights are fitted on its video-level predictions, which give no {self.metric} "
+                    "(fit them for gap, map, map_all_classes, hit_at_one, perr or a metric of one's own)")
+        return None
+
+    def signed(self, value: float) -> float:
+        """`value` as fitting maximizes it."""
+        return value if self.maximize else -value
+
+
 @dataclass
 class Candidates:
     """Per labelled video: its candidate classes (ascending; padding where `valid` is False), their labels and each
@@ -345,9 +367,15 @@ class Candidates:
             metrics.accumulate(self.combined(weights).numpy(), self.labels.numpy())
             return metrics.get()["gap"]
 
-    def metrics(self, weights: Sequence[float], num_classes: int) -> dict[str, float]:
-        """GAP, mAP, hit@1 and PERR of the ensemble, the classes outside the candidates not predicted."""
+    def value(self, weights: Sequence[float], metric: str, num_classes: int) -> float:
+        """`metric` of the ensemble: GAP@20 from the candidates alone, any other from the [videos, classes] scores."""
+        return self.gap(weights) if metric == "gap" else self.metrics(weights, num_classes, metric)[metric]
+
+    def metrics(self, weights: Sequence[float], num_classes: int, objective: str = "gap") -> dict[str, float]:
+        """GAP, mAP, hit@1 and PERR of the ensemble, and `objective` (a task's own metric, or one of one's own, given
+        probability 0 outside the candidates), the classes outside the candidates not predicted."""
         combined = self.combined(weights)
+        own = None if is_own_metric(objective) else parse_metric(objective).build(num_classes)
         with EvaluationMetrics(num_classes, GAP_TOP_K) as metrics:
             for start in range(0, combined.shape[0], _METRICS_CHUNK):
                 rows, cols = torch.nonzero(self.valid[start:start + _METRICS_CHUNK], as_tuple=True)
@@ -358,14 +386,16 @@ class Candidates:
                 labels = torch.zeros(count, num_classes, dtype=torch.bool)
                 labels[rows, classes] = self.labels[start:start + _METRICS_CHUNK][rows, cols]
                 metrics.accumulate(scores.numpy(), labels.numpy())
-            result = metrics.get()
-        return {name: round(result[name], 6) for name in REPORTED_METRICS}
+                if own is not None:
+                    own.update(scores.clamp(min=0).numpy(), labels.numpy())
+            result = {**metrics.get(), **({objective: float(own.compute())} if own is not None else {})}
+        return {name: round(result[name], 6) for name in dict.fromkeys([*REPORTED_METRICS, objective])}
 
 
 def fit_weights(gap: Callable[[list[float]], float], count: int) -> tuple[list[float], float]:
     """Deterministic coordinate ascent over the simplex: start from the best of equal weights and each input alone,
-    move `step` of weight from one input to another while GAP rises, halve the step when no move helps (from 1/2
-    down to 1/64). The result is never below equal weights or any single input."""
+    move `step` of weight from one input to another while `gap` (GAP, or any score to maximize) rises, halve the
+    step when no move helps (from 1/2 down to 1/64). The result is never below equal weights or any single input."""
     starts = [[1.0 / count] * count] + [[float(i == j) for j in range(count)] for i in range(count)]
     best, weights = max(((gap(start), start) for start in starts), key=lambda scored: scored[0])
     step = _FIRST_STEP
@@ -389,18 +419,26 @@ def fit_weights(gap: Callable[[list[float]], float], count: int) -> tuple[list[f
 
 
 def fit_ensemble(inputs: Sequence[Input], pattern: str, num_classes: int, *, fit_top_k: int = 100,
-                 batch_size: int = 1024, num_readers: str = "auto") -> dict[str, Any]:
-    """Fit the weights for the most GAP on the labelled shards of `pattern`; returns the weights, each input's and
-    the ensemble's validation metrics, and equal weights' GAP."""
+                 batch_size: int = 1024, num_readers: str = "auto",
+                 objective: FitObjective = FitObjective()) -> dict[str, Any]:
+    """Fit the weights for the best `objective` (default: the most GAP) on the labelled shards of `pattern`; returns
+    the weights, each input's and the ensemble's validation metrics (the objective's among them), and equal
+    weights' GAP and objective."""
+    problem = objective.problem()
+    if problem:
+        raise ValueError(problem)
     started = time.perf_counter()
     candidates, ignored = labelled_candidates(inputs, pattern, num_classes, fit_top_k, batch_size, num_readers)
-    weights, _ = fit_weights(candidates.gap, len(inputs))
-    singles = [candidates.metrics([float(i == j) for j in range(len(inputs))], num_classes)
+    weights, _ = fit_weights(lambda trial: objective.signed(candidates.value(trial, objective.metric, num_classes)),
+                             len(inputs))
+    singles = [candidates.metrics([float(i == j) for j in range(len(inputs))], num_classes, objective.metric)
                for i in range(len(inputs))]
+    equal = [1.0] * len(inputs)
     result = {"fit_weights_on": pattern, "videos": int(candidates.classes.shape[0]),
-              "weights": [round(weight, 6) for weight in weights],
-              "ensemble": candidates.metrics(weights, num_classes),
-              "equal_weights_gap": round(candidates.gap([1.0] * len(inputs)), 6),
+              "weights": [round(weight, 6) for weight in weights], "objective": objective.metric,
+              "ensemble": candidates.metrics(weights, num_classes, objective.metric),
+              "equal_weights_gap": round(candidates.gap(equal), 6),
+              "equal_weights_objective": round(candidates.value(equal, objective.metric, num_classes), 6),
               "inputs": [{"input": item.source, **single} for item, single in zip(inputs, singles)],
               "seconds": round(time.perf_counter() - started, 3)}
     if ignored:
@@ -422,11 +460,11 @@ def labelled_candidates(inputs: Sequence[Input], pattern: str, num_classes: int,
 
 
 def scored_ensemble(inputs: Sequence[Input], weights: Sequence[float], pattern: str, num_classes: int,
-                    fit_top_k: int = 100) -> dict[str, Any]:
-    """GAP, mAP, hit@1 and PERR of the ensemble with these weights on the labelled shards of `pattern` (held-out
-    data: nothing fitted there)."""
+                    fit_top_k: int = 100, objective: str = "gap") -> dict[str, Any]:
+    """GAP, mAP, hit@1 and PERR (and `objective`) of the ensemble with these weights on the labelled shards of
+    `pattern` (held-out data: nothing fitted there)."""
     candidates, _ = labelled_candidates(inputs, pattern, num_classes, fit_top_k)
-    return {"videos": int(candidates.classes.shape[0]), **candidates.metrics(weights, num_classes)}
+    return {"videos": int(candidates.classes.shape[0]), **candidates.metrics(weights, num_classes, objective)}
 
 
 # The command -------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The contract every model keeps: L2-normalized input in (frames dequantized from uint8 on the model's device),
-logits and probabilities for every class out, plus the starter kit's L2 weight penalties."""
+"""The contract every model keeps: L2-normalized input in (frames dequantized on the model's device; video-level
+features as stored with --input_l2_normalize false), every class's logits and probabilities out, L2 penalties."""
 
 from __future__ import annotations
 
@@ -73,6 +73,9 @@ class BaseModel(nn.Module):
         self.num_classes = num_classes
         self.hparams = hparams
         self.l2_penalty = hparams.l2_penalty
+        # The model section's --input_l2_normalize (yt8m.models.config.build_model sets it): False, video-level
+        # features reach compute_logits as stored. Frames are always normalized.
+        self.input_l2_normalize = True
         if self.frame_level:  # not kept in checkpoints: a constant, moved with the model
             self.register_buffer("dequantized_values", torch.from_numpy(DEQUANTIZED.copy()), persistent=False)
 
@@ -82,14 +85,14 @@ class BaseModel(nn.Module):
     def prepare_input(self, features: torch.Tensor, num_frames: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The input as `compute_logits` takes it: shape checked, uint8 frames dequantized (padding zero) and
         L2-normalized, unless `normalizes_input` (the model reads raw frames, uint8 or float32, and does both on the
-        frames it samples)."""
+        frames it samples); video-level features L2-normalized unless `input_l2_normalize` is False."""
         self._check_shape(features)
         if self.frame_level and features.dtype == torch.uint8 and not self.normalizes_input:
             features = self.dequantize_frames(features, real_frames(features, num_frames))
         if self.frame_level and features.shape[1] == 0:
             # Videos without frames read one zero padding frame, as the starter kit's frame samplers do.
             features = features.new_zeros(features.shape[0], 1, features.shape[2], dtype=torch.float32)
-        if not self.normalizes_input:
+        if not self.normalizes_input and (self.frame_level or self.input_l2_normalize):
             features = self.normalize_input(features)
         return features
 

@@ -16,7 +16,7 @@ from yt8m.plugins.registry import Registry
 # The settings that define what a checkpoint's model is: resuming, evaluating or predicting with other values would
 # load weights into a different network or score a different task.
 MODEL_IDENTITY_FIELDS = ("model", "feature_names", "feature_sizes", "frame_features", "num_classes", "label_loss",
-                         "trunk_hidden_sizes")
+                         "trunk_hidden_sizes", "input_l2_normalize")
 MODEL_HPARAMS_HELP = ("The model's hyper-parameters (YAML mapping); each is also given by its dotted name "
                       "(--model.moe_num_mixtures 4) and, for the built-in models, by its starter-kit flag "
                       "(--moe_num_mixtures 4). The model's defaults where not given.")
@@ -32,6 +32,10 @@ class ModelConfig(ComponentSection):
     hparams: Any = setting(None, MODEL_HPARAMS_HELP, flag="model_hparams")
     trunk_hidden_sizes: list[int] = setting([], "Multi-task: fully connected ReLU layers shared by every task's head, "
                                                 "on the model's shared features (video-level models: the input).")
+    input_l2_normalize: bool = setting(True, "Video-level features: L2-normalize each video's features before the "
+                                             "model reads them (the starter kit's video-level models do); false: "
+                                             "the model reads them as stored. Frame-level models always normalize "
+                                             "each frame.")
 
     SCOPE: ClassVar[str] = "model"
 
@@ -49,5 +53,7 @@ def build_model(model: ModelConfig, features: FeatureSpec) -> BaseModel:
     """The model `model` describes on `features` (its input size, its classes, its modalities), its section resolved
     first where it is not yet."""
     model = model.resolved()
-    return create_model(model.name, features.feature_size, features.num_classes, model.hparams,
-                        modality_sizes=features.feature_sizes)
+    built = create_model(model.name, features.feature_size, features.num_classes, model.hparams,
+                         modality_sizes=features.feature_sizes)
+    built.input_l2_normalize = model.input_l2_normalize
+    return built

@@ -32,11 +32,12 @@ STARTER_CLASSIFIER = "MoeModel"
 
 class Trunk(nn.Module):
     """Input features to the shared features every head reads: the frame model without its classifier (or the
-    L2-normalized input of a video-level model), then the hidden layers."""
+    L2-normalized input of a video-level model, as stored with `normalize` False), then the hidden layers."""
 
-    def __init__(self, base: Optional[BaseModel], feature_size: int, hidden_sizes: Iterable[int]):
+    def __init__(self, base: Optional[BaseModel], feature_size: int, hidden_sizes: Iterable[int],
+                 normalize: bool = True):
         super().__init__()
-        self.base, self.feature_size = base, feature_size
+        self.base, self.feature_size, self.normalize = base, feature_size, normalize
         sizes = [base.shared_size if base is not None else feature_size, *hidden_sizes]
         self.hidden = nn.Sequential(*[layer for size_in, size_out in zip(sizes, sizes[1:])
                                       for layer in (starter_linear(size_in, size_out), nn.ReLU())])
@@ -53,7 +54,7 @@ class Trunk(nn.Module):
             raise ValueError(f"the multi-task trunk expects input [batch, features] with features = "
                              f"{self.feature_size}, got shape {tuple(features.shape)}")
         else:
-            shared = F.normalize(features, dim=-1)
+            shared = F.normalize(features, dim=-1) if self.normalize else features
         return self.hidden(shared)
 
 
@@ -138,7 +139,7 @@ def build_multitask_model(model: ModelConfig, features: FeatureSpec, tasks: Sequ
         base = build_model(model, dataclasses.replace(features, num_classes=1))
         assert base.classifier_name is not None  # a frame model has its classifier
         setattr(base, base.classifier_name, None)  # the heads replace it
-    trunk = Trunk(base, features.feature_size, model.trunk_hidden_sizes)
+    trunk = Trunk(base, features.feature_size, model.trunk_hidden_sizes, model.input_l2_normalize)
     default_head = getattr(model.hparams, "video_level_classifier_model", STARTER_CLASSIFIER) \
         if features.frame_features else model.name
     heads = {head.name: _head_model(head, model, default_head, trunk.output_size)

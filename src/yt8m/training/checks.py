@@ -50,12 +50,15 @@ def cache_problems(data: DataConfig) -> list[str]:
 
 
 def model_problems(model: ModelConfig, features: FeatureSpec, skip: AbstractSet[str] = frozenset()) -> list[str]:
-    """The model's kind (of a resolved section) against --frame_features."""
+    """The model's kind (of a resolved section) against --frame_features, and --input_l2_normalize's."""
     if {"model", "frame_features"} & skip:
         return []
     if model.frame_level != features.frame_features:
         kind = "frame-level" if model.frame_level else "video-level"
         return [f"--model {model.name} is a {kind} model but --frame_features is {features.frame_features}"]
+    if features.frame_features and not model.input_l2_normalize:
+        return [f"--input_l2_normalize false is for video-level features: {model.name} reads frames, and every "
+                "frame model L2-normalizes each frame"]
     return []
 
 

@@ -28,7 +28,7 @@ from yt8m.io.files import write_file_atomically
 from yt8m.io.storage import open_file
 from yt8m.training import train
 from yt8m.tuning.objective import best_trials, trial_best_model
-from yt8m.tuning.report import WITHOUT_VALIDATION, kept_best_models, retrain_length
+from yt8m.tuning.report import WITHOUT_VALIDATION, kept_best_models, retrain_length, study_fit_objective
 from yt8m.tuning.space import TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -91,6 +91,7 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
     """Train the plan's models (resuming any already there), fit the ensemble weights (on the out-of-fold
     predictions; without folds, on the trials' own validation), score the candidates on the held-out shards and
     return the summary, with the command that predicts with the chosen ensemble."""
+    objective = study_fit_objective(spec, f"--refit_top {top}")
     plan = plan_refit(spec, study, top, folds, holdout, diverse)
     root = os.path.abspath(spec.settings.study.study_dir)
     progress = Progress(plan.models)
@@ -98,7 +99,8 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
               for trial in plan.trials]
     num_classes = spec.trial_config(plan.trials[0].params, refits[0]).features.num_classes
     summary: dict[str, Any] = {"trials": [trial.number for trial in plan.trials], "refits": refits,
-                               "labelled_shards": len(plan.labelled), "holdout": holdout}
+                               "labelled_shards": len(plan.labelled), "holdout": holdout,
+                               "objective": objective.metric}
     if plan.folds:
         fold_dirs, oof_files = _crossfit(spec, plan, root, progress)
         summary.update(fold_dirs=fold_dirs, out_of_fold=oof_files)
@@ -107,7 +109,7 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
         fold_dirs, members = [], [trial_best_model(spec.settings.study.study_dir, trial)
                                         for trial in plan.trials]
     with opened_inputs(members, num_classes) as inputs:
-        fitted = fit_ensemble(inputs, ",".join(plan.weight_shards), num_classes)
+        fitted = fit_ensemble(inputs, ",".join(plan.weight_shards), num_classes, objective=objective)
     weights = fitted["weights"]
     summary.update(weights=weights, weights_fitted_on="out-of-fold predictions of the labelled shards" if plan.folds
                    else f"the trials' validation ({len(plan.weight_shards)} shards, none held out)",
@@ -118,11 +120,13 @@ def refit_and_crossfit(spec: TuneSpec, study: optuna.Study, top: int, folds: int
                                [weight / len(plan.folds) for weight in weights for _ in plan.folds])
     summary["chosen"] = "refits"
     if plan.holdout:
-        summary["holdout_scores"] = {name: _score(runs, run_weights, ",".join(plan.holdout), num_classes)
+        held = ",".join(plan.holdout)
+        summary["holdout_scores"] = {name: _score(runs, run_weights, held, num_classes, objective.metric)
                                      for name, (runs, run_weights) in candidates.items()}
-        summary["holdout_scores"]["best_single_refit"] = _score(refits[:1], [1.0], ",".join(plan.holdout),
-                                                                num_classes)
-        summary["chosen"] = max(candidates, key=lambda name: summary["holdout_scores"][name]["gap"])
+        summary["holdout_scores"]["best_single_refit"] = _score(refits[:1], [1.0], held, num_classes,
+                                                                objective.metric)
+        summary["chosen"] = max(candidates, key=lambda name: objective.signed(
+            summary["holdout_scores"][name][objective.metric]))
     runs, run_weights = candidates[summary["chosen"]]
     summary["predict"] = _ensemble_command(runs, run_weights, "TEST_PATTERN", "predictions.csv")
     summary["predict_script"] = _write_predict_script(os.path.join(root, REFIT_DIR, PREDICT_SCRIPT), runs,
@@ -195,17 +199,21 @@ def _write_predict_script(path: str, runs: Sequence[str], weights: Sequence[floa
     return path
 
 
-def _score(runs: Sequence[str], weights: Sequence[float], pattern: str, num_classes: int) -> dict[str, Any]:
+def _score(runs: Sequence[str], weights: Sequence[float], pattern: str, num_classes: int,
+           objective: str) -> dict[str, Any]:
     with opened_inputs(runs, num_classes) as inputs:
-        return scored_ensemble(inputs, weights, pattern, num_classes)
+        return scored_ensemble(inputs, weights, pattern, num_classes, objective=objective)
 
 
 def print_refit(summary: dict[str, Any]) -> None:
     """The held-out scores (where there are) and the predict command, to stderr."""
+    metric = summary["objective"]
     for name, scores in summary.get("holdout_scores", {}).items():
+        own = "" if metric in ("gap", "map", "hit_at_one", "perr") else f" {metric} {scores[metric]:.5f}"
         print(f"held out ({summary['holdout']}): {name} gap {scores['gap']:.5f} map {scores['map']:.5f} hit@1 "
-              f"{scores['hit_at_one']:.5f} perr {scores['perr']:.5f}", file=sys.stderr)
-    print(f"the ensemble ({summary['chosen']}; weights fitted on {summary['weights_fitted_on']}); predict with it: "
+              f"{scores['hit_at_one']:.5f} perr {scores['perr']:.5f}{own}", file=sys.stderr)
+    print(f"the ensemble ({summary['chosen']}, on the study's objective {metric}; weights fitted for it on "
+          f"{summary['weights_fitted_on']}); predict with it: "
           f"{summary['predict']}", file=sys.stderr)
 
 

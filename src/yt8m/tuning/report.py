@@ -17,7 +17,7 @@ from yt8m.config import load_config, save_config, with_values
 from yt8m.data.reading.dataset import YT8MDataset
 from yt8m.eval.evaluate import evaluate_latest, evaluate_model, resolve_eval_config
 from yt8m.eval.figures import png_bytes, pyplot
-from yt8m.inference.ensemble import fit_ensemble, opened_inputs
+from yt8m.inference.ensemble import FitObjective, fit_ensemble, opened_inputs
 from yt8m.io.checkpoints import checkpoint_dir, load_latest_checkpoint
 from yt8m.io.files import write_file_atomically
 from yt8m.models.checkpoints import build_model_from_payload
@@ -317,10 +317,21 @@ def kept_best_models(spec: TuneSpec, trials: Sequence[FrozenTrial], flag: str, a
     return [trial_best_model(study_dir, trial) for trial in trials]
 
 
+def study_fit_objective(spec: TuneSpec, flag: str) -> FitObjective:
+    """The study's objective as an ensemble's weights are fitted for it: its metric (with tasks, TASK/METRIC's
+    METRIC, of the first task's predictions) and its direction; a ValueError naming `flag` where it cannot be."""
+    objective = FitObjective(spec.metric.rpartition("/")[2], spec.direction == "maximize")
+    problem = objective.problem()
+    if problem:
+        raise ValueError(f"{flag}: the study's objective is {spec.metric}, but {problem}")
+    return objective
+
+
 def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: bool = False) -> dict[str, Any]:
     """The ensemble of the best `count` complete trials (the best of each model first where `diverse`; each its
-    model at the checkpoint its value was validated at), its weights fitted for GAP on the study's validation
-    shards, and its validation metrics next to the best single trial's (measured alike)."""
+    model at the checkpoint its value was validated at), its weights fitted for the study's objective on its
+    validation shards, and its validation metrics next to the best single trial's (measured alike)."""
+    objective = study_fit_objective(spec, f"--ensemble_top {count}")
     best = best_trials(study, count, diverse)
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
@@ -328,21 +339,28 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: b
     models = kept_best_models(spec, best, f"--ensemble_top {count}")
     num_classes = spec.trial_config(best[0].params, models[0]).features.num_classes
     with opened_inputs(models, num_classes) as inputs:
-        fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes)
-    single = fitted["inputs"][0]
+        fitted = fit_ensemble(inputs, spec.eval_data_pattern, num_classes, objective=objective)
+    single, ensemble, metric = fitted["inputs"][0], fitted["ensemble"], objective.metric
     return {"trials": [trial.number for trial in best], "train_dirs": models, "weights": fitted["weights"],
-            "weights_fitted_on": spec.eval_data_pattern, "videos": fitted["videos"], **fitted["ensemble"],
+            "weights_fitted_on": spec.eval_data_pattern, "videos": fitted["videos"], **ensemble,
+            "objective": {"metric": metric, "direction": spec.direction, "ensemble": ensemble[metric],
+                          "equal_weights": fitted["equal_weights_objective"], "best_single": single[metric],
+                          "gain": round(objective.signed(ensemble[metric] - single[metric]), 6)},
             "equal_weights_gap": fitted["equal_weights_gap"],
             "best_single": {"trial": best[0].number, **{k: v for k, v in single.items() if k != "input"}},
-            "gap_gain": round(fitted["ensemble"]["gap"] - single["gap"], 6), "num_classes": num_classes}
+            "gap_gain": round(ensemble["gap"] - single["gap"], 6), "num_classes": num_classes}
 
 
 def print_ensemble(ensemble: dict[str, Any]) -> None:
-    """The ensemble's line beside the best single trial's, and the command that predicts with it, to stderr."""
-    single = ensemble["best_single"]
+    """The ensemble's line beside the best single trial's on the study's objective, and the command that predicts
+    with it, to stderr."""
+    objective, single = ensemble["objective"], ensemble["best_single"]
     weights = ",".join(f"{weight:g}" for weight in ensemble["weights"])
-    print(f"ensemble of trials {','.join(map(str, ensemble['trials']))} (weights {weights}, fitted on the validation "
-          f"shards): validation gap {ensemble['gap']:.5f} (equal weights {ensemble['equal_weights_gap']:.5f}); best "
-          f"single trial {single['trial']}: {single['gap']:.5f} ({ensemble['gap_gain']:+.5f})", file=sys.stderr)
+    others = "" if objective["metric"] == "gap" else f"; gap {ensemble['gap']:.5f} against {single['gap']:.5f}"
+    print(f"ensemble of trials {','.join(map(str, ensemble['trials']))} (weights {weights}, fitted for the study's "
+          f"objective, {objective['metric']} ({objective['direction']}), on the validation shards): validation "
+          f"{objective['metric']} {objective['ensemble']:.5f} (equal weights {objective['equal_weights']:.5f}); "
+          f"best single trial {single['trial']}: {objective['best_single']:.5f} ({objective['gain']:+.5f} better)"
+          f"{others}", file=sys.stderr)
     print(f"predict with it: yt8m ensemble {' '.join(ensemble['train_dirs'])} --weights {weights} --num_classes "
           f"{ensemble['num_classes']} --input_data_pattern TEST_PATTERN --output_file predictions.csv", file=sys.stderr)
