@@ -49,18 +49,18 @@ def _parse(argv: list[str]) -> tuple[TrainConfig, set[str]]:
 
 def test_defaults_are_the_starter_kits():
     config, given = _parse([])
-    optimizer = config.optimizer
-    assert (config.schedule.batch_size, optimizer.base_learning_rate, optimizer.learning_rate_decay) == \
-        (1024, 0.01, 0.95)
-    assert (optimizer.learning_rate_decay_examples, config.loss.name, config.model.name) == \
-        (4000000, "CrossEntropyLoss", "LogisticModel")
+    decay = resolve_components(config).lr_schedule
+    assert (config.schedule.batch_size, config.optimizer.base_learning_rate, decay.name) == \
+        (1024, 0.01, "exponential")
+    assert (decay.hparams.learning_rate_decay, decay.hparams.learning_rate_decay_examples) == (0.95, 4000000)
+    assert (config.loss.name, config.model.name) == ("CrossEntropyLoss", "LogisticModel")
     assert given == set()
 
 
 def test_the_train_config_is_sections_each_frozen():
     config = TrainConfig()
     fields = [f.name for f in dataclasses.fields(TrainConfig)]
-    assert len(fields) <= 12 and all(dataclasses.is_dataclass(getattr(config, name)) for name in fields)
+    assert all(dataclasses.is_dataclass(getattr(config, name)) for name in fields)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.schedule.batch_size = 5  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -224,11 +224,13 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     # Added since, each at the default that changes nothing: the loss's hyper-parameter (CrossEntropyLoss's label
     # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay, the
     # RAM cache's --cache_in_memory_required, --input_l2_normalize (true: the video-level input normalized, as
-    # always before); and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
+    # always before), the learning-rate schedule's name (the starter kit's decay, as always before), the optimizer's
+    # parameter groups, the resume's record of changes; and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
     # (where such a run was killed before).
     added = {"label_smoothing": 0.0, "metrics": [], "mixup_alpha": 0.0, "feature_dropout": 0.0, "swa_start_epoch": 0,
              "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse",
-             "input_l2_normalize": True}
+             "input_l2_normalize": True, "lr_schedule": "exponential", "no_decay_biases_and_norms": False,
+             "resume_with_changes": False, "resume_changes": []}
     assert {name: values[name] for name in set(values) - set(flat)} == added
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}

@@ -293,10 +293,17 @@ def _route(cls: type, key: str, value: Any, reading: _Reading) -> None:
         reading.by_section.setdefault(setting.section, {})[setting.field.name] = value
 
 
+# A section's ClassVar naming the settings it held once and another section holds now (a config.yaml written before
+# they moved names them in the old section): read by their flat names, where they live now.
+MOVED_OUT = "MOVED_OUT"
+
+
 def _route_in_section(key: str, section: type, name: str, value: Any, reading: _Reading) -> None:
     known = {f.name for f in dataclasses.fields(section)}
     if name in known:
         reading.by_section.setdefault(key, {})[name] = value
+    elif name in getattr(section, MOVED_OUT, ()):
+        reading.loose[name] = value
     elif issubclass(section, ComponentSection):
         reading.scoped.setdefault(key, {})[name] = value
     else:

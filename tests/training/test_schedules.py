@@ -158,3 +158,25 @@ def test_a_study_searches_the_schedule_and_its_warmup(tmp_path, shards, capsys):
     assert summary["n_trials"]["complete"] == 4
     best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())
     assert best["lr_schedule"]["name"] in ("exponential", "cosine")
+
+
+def test_a_config_yaml_written_before_the_schedule_was_a_section_keeps_its_decay(tmp_path):
+    from yt8m.config import load_config
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "data": {"train_data_pattern": "x"},
+        "optimizer": {"name": "Adam", "base_learning_rate": 0.01, "learning_rate_decay": 0.8,
+                      "learning_rate_decay_examples": 1000}}))
+    schedule = load_config(TrainConfig, str(tmp_path / "config.yaml")).lr_schedule
+    assert (schedule.name, schedule.hparams.learning_rate_decay, schedule.hparams.learning_rate_decay_examples) == \
+        ("exponential", 0.8, 1000)
+
+
+def test_a_flag_naming_another_schedule_leaves_the_files_decay_out(tiny_data, tmp_path, capsys):
+    train(tiny_train_config(tiny_data, tmp_path / "a", max_steps=1, learning_rate_decay=0.8))
+    assert cli.main(["train", "--config", str(tmp_path / "a" / "config.yaml"), "--train_dir", str(tmp_path / "b"),
+                     "--lr_schedule", "cosine", "--warmup_steps", "2", "--max_steps", "2"]) == 0, \
+        capsys.readouterr().err[-2000:]
+    stored = yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())["lr_schedule"]
+    assert stored["name"] == "cosine" and stored["hparams"]["warmup_steps"] == 2
+    assert "learning_rate_decay" not in stored["hparams"]

@@ -292,7 +292,7 @@ def test_yaml_config_equals_the_same_flags(tmp_path):
     from_yaml = parse_args(["--config", str(tmp_path / "train.yaml")])
     assert from_yaml == parse_args(flags)
     assert from_yaml.schedule.batch_size == 1024  # the starter kit's defaults
-    assert from_yaml.optimizer.learning_rate_decay_examples == 4000000
+    assert from_yaml.lr_schedule.name == "exponential"
     assert parse_args(["--config", str(tmp_path / "train.yaml"), "--max_steps", "7"]).schedule.max_steps == 7
 
 
