@@ -240,9 +240,10 @@ def test_tune_jobs_from_a_script_without_a_main_guard_fail_in_one_line(tmp_path)
 
 
 def test_a_guarded_call_is_not_refused(tmp_path):
+    import ast
+
     from yt8m.api.main_guard import _is_main_guard
 
-    import ast
     guarded = ast.parse('if __name__ == "__main__":\n    pass\n').body[0]
     reversed_guard = ast.parse('if "__main__" == __name__:\n    pass\n').body[0]
     other = ast.parse('if __name__ == "other":\n    pass\n').body[0]
@@ -263,9 +264,9 @@ class Threshold:
 
 
 def test_an_instance_whose_arguments_cannot_be_read_back_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="an instance's arguments cannot be read back .*no attribute threshold"):
+    with pytest.raises(ValueError, match="a Threshold instance: its arguments cannot be read back .*threshold"):
         METRICS.named(Threshold(num_classes=2, threshold=0.2))
-    with pytest.raises(ValueError, match="a run builds its model afresh: pass the model's class"):
+    with pytest.raises(ValueError, match="a Linear instance as a model: a run builds its model afresh: pass the model"):
         MODELS.named(nn.Linear(2, 2))
     assert METRICS.named(Threshold) == (f"{__name__}:Threshold", {})
 

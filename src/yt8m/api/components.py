@@ -35,8 +35,11 @@ def named_components(values: dict[str, Any]) -> dict[str, Any]:
         named = {**{f"{scope}.{key}": value for key, value in arguments.items()}, **named, flag: name}
     if "best_metric" in values:
         named["best_metric"] = metric_name(values["best_metric"])
-    if isinstance(values.get("metrics"), (list, tuple)):
-        named["metrics"] = [metric_name(metric) for metric in values["metrics"]]
+    metrics = values.get("metrics")
+    if isinstance(metrics, (list, tuple)):
+        named["metrics"] = [metric_name(metric) for metric in metrics]
+    elif metrics is not None and not isinstance(metrics, str):
+        named["metrics"] = [metric_name(metrics)]  # one metric given as its class or instance
     return named
 
 

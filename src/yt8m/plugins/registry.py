@@ -135,8 +135,8 @@ def instance_arguments(instance: Any, hparams: Any) -> dict[str, Any]:
         return {f.name: getattr(held, f.name) for f in dataclasses.fields(held)}
     missing = [f.name for f in dataclasses.fields(hparams) if not hasattr(instance, f.name)]
     if missing:
-        raise ValueError(f"{described(instance)}: an instance's arguments cannot be read back (it has no attribute "
-                         f"{', '.join(missing)}): pass the class with its arguments instead")
+        raise ValueError(f"a {type(instance).__qualname__} instance: its arguments cannot be read back (it has no "
+                         f"attribute {', '.join(missing)}): pass the class with its arguments instead")
     return {f.name: getattr(instance, f.name) for f in dataclasses.fields(hparams)}
 
 
@@ -208,7 +208,7 @@ class Registry(Generic[T]):
             return self.named(given.func)[0], dict(given.keywords)
         if not (isinstance(given, type) or callable(given) and hasattr(given, "__qualname__")):
             if self.instances:
-                raise ValueError(f"{described(given)}: {self.instances}")
+                raise ValueError(f"a {type(given).__qualname__} instance as a {self.kind}: {self.instances}")
             name = self.named(type(given))[0]
             return name, instance_arguments(given, getattr(self.get(name), "hparams", None))
         registered = _made_from(self._entries, given)
