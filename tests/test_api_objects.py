@@ -277,3 +277,15 @@ def test_train_returns_a_dict_with_the_model(tmp_path):
                         batch_size=32, **FEATURES)
     assert isinstance(result, dict) and result["global_step"] == 2
     assert result.model()(torch.rand(3, 8))["predictions"].shape == (3, 2)
+
+
+def test_a_class_defined_again_in_main_replaces_the_old_one_under_its_name():
+    def defined() -> type:
+        return type("Cell", (Threshold,), {"__module__": "__main__"})
+
+    first, second = defined(), defined()
+    try:
+        assert METRICS.named(first) == ("Cell", {})
+        assert METRICS.named(second) == ("Cell", {}) and METRICS.get("Cell").cls is second
+    finally:
+        METRICS.remove("Cell")

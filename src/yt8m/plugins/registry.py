@@ -42,7 +42,7 @@ class Entry(Generic[T]):
     @property
     def process_local(self) -> bool:
         """Whether only this process finds the component: recorded by a bare name no other process registers."""
-        return self.fixed_name is None and object_path(self.source) is None and _process_local(self.source)
+        return self.fixed_name is None and _process_local(self.source)
 
     @property
     def recorded_name(self) -> str:
@@ -197,11 +197,12 @@ class Registry(Generic[T]):
     def named(self, given: Any) -> tuple[str, dict[str, Any]]:
         """The name a config records for a component given as a name or an object, and the arguments the object
         carries: a class or function importable from its module is named `module:QualName` (found again in any
-        process); one of __main__ or of a function is registered under its own name, with a warning that other
-        processes cannot find it; `functools.partial(loss, scale=2)` is its function and those arguments; an
-        instance is its class and the values of its hyper-parameters, read back from its attributes of their names
-        (or its `hparams`), or refused where they cannot be read back (or where the kind says `instances`). A
-        ValueError (one line) says why an object names no component."""
+        process); one of __main__ or of a function is registered under its own name (known to this process only:
+        the run that names it warns so, or refuses it where it needs other processes); `functools.partial(loss,
+        scale=2)` is its function and those arguments; an instance is its class and the values of its
+        hyper-parameters, read back from its attributes of their names (or its `hparams`), or refused where they
+        cannot be read back (or where the kind says `instances`). A ValueError (one line) says why an object names
+        no component."""
         if isinstance(given, str):
             return given, {}
         if isinstance(given, functools.partial) and not given.args:
