@@ -11,8 +11,8 @@ import yt8m
 import yt8m.api
 from yt8m.training.config import ScheduleConfig, TrainConfig
 
-DOCUMENTED = ["yt8m.api.runs", "yt8m.api.videos", "yt8m.data.making.videos", "yt8m.models.registry", "yt8m.tasks.losses",
-              "yt8m.tasks.metrics", "yt8m.training.schedules"]
+DOCUMENTED = ["yt8m.api.runs", "yt8m.api.videos", "yt8m.api.workflow", "yt8m.data.making.videos",
+              "yt8m.models.registry", "yt8m.tasks.losses", "yt8m.tasks.metrics", "yt8m.training.schedules"]
 
 
 def test_the_public_names_are_listed_once_and_importable_from_yt8m():
@@ -39,5 +39,5 @@ def test_every_problem_is_one_value_error_never_a_type_error():
 
 
 def test_a_config_of_another_kind_is_refused():
-    with pytest.raises(ValueError, match="config must be a EvalConfig, got TrainConfig"):
+    with pytest.raises(ValueError, match="config must be a EvalConfig, a YAML file.s path or a dict, got TrainConfig"):
         yt8m.evaluate(TrainConfig(), train_dir="x")

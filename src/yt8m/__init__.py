@@ -9,9 +9,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 # The API's names, importable from yt8m itself; the same list as yt8m.api.__all__ (a test keeps them equal).
-__all__ = ["BaseModel", "EvalConfig", "Metric", "PredictConfig", "TrainConfig", "create_model", "dequantize",
-           "evaluate", "predict", "quantize", "read_videos", "register_loss", "register_metric", "register_model",
-           "train", "tune", "write_videos"]
+__all__ = ["BaseModel", "EnsembleConfig", "EvalConfig", "Metric", "PredictConfig", "TrainConfig", "TrainResult",
+           "create_model", "dequantize", "ensemble", "evaluate", "export", "predict", "quantize", "read_videos",
+           "register_loss", "register_metric", "register_model", "score", "train", "tune", "tune_report",
+           "write_videos"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,13 +4,21 @@ as the commands check them (every problem in one ValueError), writing the run di
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Optional
+import os
+from typing import Any, Union
 
-from yt8m.config import C, DataclassInstance, config_from_dict, config_values, flattened
+from torch import nn
+
+from yt8m.api.components import named_components, warn_or_refuse_process_local
+from yt8m.api.configs import ConfigGiven, checked_config, given_values
+from yt8m.api.main_guard import refuse_unguarded_jobs
+from yt8m.config import config_values, flattened, load_yaml
 from yt8m.eval.config import EvalConfig
 from yt8m.eval.evaluate import evaluate_run
 from yt8m.inference.config import PredictConfig
 from yt8m.inference.predict import run_predict
+from yt8m.io.checkpoints import load_latest_checkpoint
+from yt8m.models.checkpoints import build_model_from_payload
 from yt8m.training.checks import train_config_problems
 from yt8m.training.config import TrainConfig
 from yt8m.training.stopping import raise_if_interrupted
@@ -18,19 +26,43 @@ from yt8m.training.trainer import train as run_training
 from yt8m.tuning.runner import raise_failures, tune_from_file
 
 
-def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]:
+class TrainResult(dict[str, Any]):
+    """What `train` returns: the summary the command prints (a dict), and `model()`, the model it trained."""
+
+    def model(self, device: str = "cpu") -> nn.Module:
+        """The trained model (weights of the run's newest readable checkpoint, in eval mode), loaded as `yt8m eval`
+        and `predict` load it."""
+        found = load_latest_checkpoint(self["train_dir"], map_location=device)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {self['train_dir']}/checkpoints")
+        path, checkpoint = found
+        return build_model_from_payload(checkpoint, path, device).network
+
+
+def train(config: ConfigGiven = None, **values: Any) -> TrainResult:
     """Train a model as `yt8m train` does (checkpoints, config.yaml and exports in its train_dir, which `yt8m eval`,
-    `predict` and `export` read); returns the summary the command prints.
+    `predict` and `export` read); returns the summary the command prints, and the model.
+
+    Components (`model`, `label_loss`, `video_level_classifier_model`, `best_metric`, `metrics`) are given by name
+    or import path, or as objects: a class or function importable from its module is recorded in config.yaml as
+    `module:QualName`, which `yt8m eval`, tune jobs and torchrun ranks import again (its folder on their
+    PYTHONPATH); one defined in `__main__` (a script, a notebook) or in a function is registered in this process
+    under its name, with a warning that no other process can find it, and refused where the run needs others
+    (`num_gpu` > 1). `functools.partial(loss, scale=2.0)` is the loss with those hyper-parameters. An instance of a
+    loss or metric class is that class with its arguments, read back from its attributes of the same names (or its
+    `hparams`), and refused (one line) where they cannot be; a model instance is refused: a run builds its model
+    afresh from the class.
 
     Args:
-        config: a TrainConfig to start from (default: every setting at its default).
+        config: a TrainConfig, a YAML file's path (as `--config FILE`) or a dict of the same names to start from
+            (default: every setting at its default).
         **values: settings by flag name (`model="MoeModel", moe_num_mixtures=4, base_learning_rate=0.01`, a model's or
             a loss's hyper-parameters included), or sections by name (`optimizer={"base_learning_rate": 0.01}`); they
             replace the config's.
 
     Returns:
-        The summary: global_step, examples, the final loss, the train dir, and (with eval_data_pattern) the best
-        validation metrics.
+        The summary, a dict: global_step, examples, the final loss, the train dir, and (with eval_data_pattern) the
+        best validation metrics; its `model()` is the trained nn.Module.
 
     Raises:
         ValueError: the settings have problems (all of them named, in one message), or the data cannot be read.
@@ -49,18 +81,23 @@ def train(config: Optional[TrainConfig] = None, **values: Any) -> dict[str, Any]
         ...                      num_epochs=2, batch_size=16)
         >>> summary["global_step"]
         8
+        >>> import torch
+        >>> summary.model()(torch.rand(3, 8))["predictions"].shape
+        torch.Size([3, 2])
     """
-    summary = run_training(_checked(TrainConfig, config, values, "yt8m.train()", train_config_problems), checked=True)
+    checked = checked_config(TrainConfig, config, values, "yt8m.train()", train_config_problems)
+    warn_or_refuse_process_local(config_values(checked), checked.runtime.num_gpu, "num_gpu")
+    summary = run_training(checked, checked=True)
     raise_if_interrupted(summary)
-    return summary
+    return TrainResult(summary, train_dir=checked.checkpoints.train_dir)
 
 
-def evaluate(config: Optional[EvalConfig] = None, **values: Any) -> dict[str, Any]:
+def evaluate(config: ConfigGiven = None, **values: Any) -> dict[str, Any]:
     """Evaluate a train dir's latest checkpoint as `yt8m eval --run_once` does (the run's features, model, loss and
     metrics read from its config.yaml, in a process that imports nothing else by hand); returns its metrics.
 
     Args:
-        config: an EvalConfig to start from.
+        config: an EvalConfig, a YAML file's path or a dict to start from.
         **values: settings by flag name: train_dir and eval_data_pattern at least; run_once=False watches the run
             and returns the metrics of its final checkpoint.
 
@@ -87,53 +124,65 @@ def evaluate(config: Optional[EvalConfig] = None, **values: Any) -> dict[str, An
         >>> metrics["hit_at_one"] > 0.9
         True
     """
-    given = _values(EvalConfig, config, {"run_once": True, **values})
+    given = given_values(EvalConfig, config, {"run_once": True, **values})
     last = collections.deque(evaluate_run(given, "yt8m.evaluate()"), maxlen=1)
     return last[0] if last else {}
 
 
-def predict(config: Optional[PredictConfig] = None, **values: Any) -> dict[str, Any]:
+def predict(config: ConfigGiven = None, **values: Any) -> dict[str, Any]:
     """Write predictions as `yt8m predict` does (Kaggle CSV or JSON lines, from a train dir's latest checkpoint or
     an ONNX export); returns the summary of what was written.
 
     Args:
-        config: a PredictConfig to start from.
-        **values: settings by flag name: train_dir (or input_model), input_data_pattern and output_file at least.
+        config: a PredictConfig, a YAML file's path or a dict to start from.
+        **values: settings by flag name: train_dir (or model, an ONNX export; or input_model_tgz),
+            input_data_pattern and output_file at least.
 
     Raises:
         ValueError: the settings have problems (all named in one message), or the input cannot be read.
     """
-    return run_predict(_checked(PredictConfig, config, values, "yt8m.predict()"))
+    return run_predict(checked_config(PredictConfig, config, values, "yt8m.predict()"))
 
 
-def tune(config: str, **values: Any) -> dict[str, Any]:
+def tune(config: Union[str, "os.PathLike[str]", dict[str, Any]], **values: Any) -> dict[str, Any]:
     """Run (or resume) a study as `yt8m tune --config FILE` does: trials in `n_jobs` processes until the study has
     `n_trials`, then its report, best.yaml and leaderboard in its study_dir; returns the summary.
 
     Args:
-        config: the tuning file (train:, search:, objective:, tune: sections).
+        config: the tuning file (train:, search:, objective:, tune: sections), or a dict of those sections (its
+            `train:` components by name or as objects, as `train` takes them).
         **values: its `tune:` settings by flag name (n_trials, n_jobs, study_dir, ...), trial_timeout,
             train_data_pattern and eval_data_pattern; they replace the file's.
 
     Raises:
         ValueError: the file or the settings have problems (all named in one message), or no trial completed.
         ChildProcessError: a trial process died (the study is resumable: call again).
+        SystemExit: n_jobs > 1 from a script whose call is not under `if __name__ == "__main__":` (each job
+            process imports the script again, which would start the study again): one line saying so.
     """
-    _, _, summary = tune_from_file(config, values)
+    if isinstance(config, dict):
+        config = _named_tune_components(config, values)
+    refuse_unguarded_jobs(values.get("n_jobs", _tune_setting(config, "n_jobs")))
+    _, _, summary = tune_from_file(os.fspath(config) if not isinstance(config, dict) else config, values)
     raise_failures(summary)
     return summary
 
 
-def _values(cls: type, config: Optional[DataclassInstance], values: dict[str, Any]) -> dict[str, Any]:
-    """The config's settings by flag with `values` over them; a config of another class is a ValueError."""
-    if config is not None and not isinstance(config, cls):
-        raise ValueError(f"config must be a {cls.__name__}, got {type(config).__name__}")
-    return {**(config_values(config) if config is not None else {}), **flattened(cls, values)}
+def _tune_setting(config: Union[str, "os.PathLike[str]", dict[str, Any]], name: str) -> Any:
+    """A `tune:` setting of a tuning file or dict, as given (None where not), for the checks made before its
+    reading."""
+    document = config if isinstance(config, dict) else load_yaml(os.fspath(config))
+    section = document.get("tune")
+    return section.get(name) if isinstance(section, dict) else None
 
 
-def _checked(cls: type[C], config: Optional[C], values: dict[str, Any], source: str,
-             checks: Optional[Callable[[Any, Any], list[str]]] = None) -> C:
-    """The config of `values` over `config`, typed and checked as the command's flags are (a config built by hand is
-    read back by its values, so a value of the wrong type is one of the problems, not a TypeError): a ConfigError (a
-    ValueError) lists every problem."""
-    return config_from_dict(cls, _values(cls, config, values), source=source, checks=checks)
+def _named_tune_components(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A tuning dict with the components of its `train:` section given as objects named; one only this process
+    finds is refused where trials run in job processes."""
+    train_section = config.get("train")
+    if not isinstance(train_section, dict):
+        return config
+    named = named_components(flattened(TrainConfig, train_section))
+    jobs = values.get("n_jobs", _tune_setting(config, "n_jobs")) or 1
+    warn_or_refuse_process_local(named, int(jobs), "n_jobs")
+    return {**config, "train": named}

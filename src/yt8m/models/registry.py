@@ -45,7 +45,11 @@ def adopt_model(name: str, obj: Any, hparams: Optional[type] = None) -> ModelEnt
     return ModelEntry(*adapted_model(obj))
 
 
-MODELS: Registry[ModelEntry] = Registry("model", ENTRY_POINT_GROUP, adopt_model)
+# A model instance is refused as a run's model: training builds the model afresh from its class and hyper-parameters
+# (an instance's weights would be silently dropped).
+MODELS: Registry[ModelEntry] = Registry("model", ENTRY_POINT_GROUP, adopt_model, instances=(
+    "a run builds its model afresh: pass the model's class, and its hyper-parameters by name "
+    "(model=MyModel, hidden=64)"))
 
 
 def register_model(model: Any = None) -> Any:

@@ -2,12 +2,15 @@
 package declares under the kind's entry-point group, those a module registers, and any class an import path names.
 
 Configs record a component by the name that finds it again in any process: a built-in's or an entry point's name,
-or `module:Name` for a component of a module's own (one defined in __main__ is known to its process only).
+or `module:Name` for a component of a module's own (one defined in __main__ is known to its process only). A
+component given as an object (the Python API's `model=MyModel`) becomes such a name here too (`Registry.named`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -35,6 +38,11 @@ class Entry(Generic[T]):
     source: Any = None  # the class or function the component was made from
     fixed_name: Optional[str] = None  # a built-in's, an entry point's or an import path's: the name recorded
     builtin: bool = False  # one of yt8m's own: its hyper-parameters keep the starter kit's flat flags
+
+    @property
+    def process_local(self) -> bool:
+        """Whether only this process finds the component: recorded by a bare name no other process registers."""
+        return self.fixed_name is None and _process_local(self.source)
 
     @property
     def recorded_name(self) -> str:
@@ -107,6 +115,32 @@ def _process_local(obj: Any) -> bool:
     return getattr(obj, "__module__", None) == MAIN_MODULE or "<locals>" in getattr(obj, "__qualname__", "")
 
 
+def _made_from(entries: dict[str, Entry[T]], obj: Any) -> Optional[Entry[T]]:
+    """The entry registered from `obj` (a class or function), if any."""
+    return next((entry for entry in entries.values() if entry.source is obj), None)
+
+
+def instance_arguments(instance: Any, hparams: Any) -> dict[str, Any]:
+    """The hyper-parameters (`hparams`, a dataclass) an instance of a component was made with: its `hparams`, or
+    its attributes of their names; a ValueError (one line) where they cannot be read back."""
+    if not isinstance(hparams, type) or not dataclasses.is_dataclass(hparams):
+        return {}
+    held = getattr(instance, "hparams", None)
+    if isinstance(held, hparams):
+        return {f.name: getattr(held, f.name) for f in dataclasses.fields(held)}
+    missing = [f.name for f in dataclasses.fields(hparams) if not hasattr(instance, f.name)]
+    if missing:
+        raise ValueError(f"a {type(instance).__qualname__} instance: its arguments cannot be read back (it has no "
+                         f"attribute {', '.join(missing)}): pass the class with its arguments instead")
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(hparams)}
+
+
+def _redefined(old: Any, new: Any) -> bool:
+    """Whether `new` is `old` defined again where only this process knows either (a notebook's cell run twice)."""
+    return (old is not new and _process_local(old) and _process_local(new) and
+            getattr(old, "__qualname__", None) == getattr(new, "__qualname__", None))
+
+
 def object_path(obj: Any) -> Optional[str]:
     """`module:QualName` for a class or function another process can import: found under that name in its module.
     None for one of __main__ (a notebook's or a script's own), one defined inside a function, or one its module does
@@ -124,30 +158,64 @@ class Registry(Generic[T]):
     """Components of one kind by name. `adopt(name, obj)` turns what a name or path finds (a class, a function) into
     the component, raising TypeError with what it lacks; the registry adds where it came from."""
 
-    def __init__(self, kind: str, group: str, adopt: Callable[[str, Any], T], also_known: Sequence[str] = ()):
+    def __init__(self, kind: str, group: str, adopt: Callable[[str, Any], T], also_known: Sequence[str] = (),
+                 instances: str = ""):
         self.kind, self.group, self.also_known = kind, group, tuple(also_known)
+        self.instances = instances  # why an instance is refused as this kind ("": taken as its class and arguments)
         self._adopt = adopt
         self._entries: dict[str, Entry[T]] = {}
         self._broken: dict[str, str] = {}  # entry points left out, by name: why
         self._entry_points_loaded = False
 
-    def add(self, name: str, component: T, obj: Any = None, builtin: bool = False, origin: str = "") -> None:
+    def add(self, name: str, component: T, obj: Any = None, builtin: bool = False, origin: str = "",
+            warn: bool = True) -> None:
         """Register `component` as `name`; `obj`, the class or function it was made from, gives the path configs
-        record for a component of a module's own. A name taken already is refused, naming both."""
+        record for a component of a module's own. A name taken already is refused, naming both. `warn`: say so
+        where `obj` is known to this process only (else the caller says it, when it matters: a run's start)."""
         if not origin:
             defined = f" ({obj.__module__}:{obj.__qualname__})" if hasattr(obj, "__qualname__") else ""
             origin = f"{'the built-in ' if builtin else ''}{self.kind} {name}{defined}"
+        if name in self._entries and _redefined(self._entries[name].source, obj):
+            del self._entries[name]  # a notebook's cell run again: its new class replaces the old one
         if name in self._entries:
             rename = "rename the entry point" if origin.startswith("entry point") else "rename it"
             raise ValueError(f"{origin}: the {self.kind} name {name!r} is taken by {self._entries[name].origin}: "
                              f"{rename}")
         fixed = name if builtin or origin.startswith("entry point") else None
-        if fixed is None and _process_local(obj):
+        if warn and fixed is None and _process_local(obj):
             log.warning("%s %s is defined in %s: known to this process only (tune jobs, torchrun ranks and a later "
                         "`yt8m eval` of the run cannot find it); define it in a module and import it from there",
                         self.kind, name, "__main__ (a script or notebook)" if getattr(obj, "__module__", "") ==
                         MAIN_MODULE else "a function")
         self._entries[name] = Entry(component, name, origin, obj, fixed, builtin)
+
+    def named(self, given: Any) -> tuple[str, dict[str, Any]]:
+        """The name a config records for a component given as a name or an object, and the arguments the object
+        carries: a class or function importable from its module is named `module:QualName` (found again in any
+        process); one of __main__ or of a function is registered under its own name (known to this process only:
+        the run that names it warns so, or refuses it where it needs other processes); `functools.partial(loss,
+        scale=2)` is its function and those arguments; an instance is its class and the values of its
+        hyper-parameters, read back from its attributes of their names (or its `hparams`), or refused where they
+        cannot be read back (or where the kind says `instances`). A ValueError (one line) says why an object names
+        no component."""
+        if isinstance(given, str):
+            return given, {}
+        if isinstance(given, functools.partial) and not given.args:
+            return self.named(given.func)[0], dict(given.keywords)
+        if not (isinstance(given, type) or callable(given) and hasattr(given, "__qualname__")):
+            if self.instances:
+                raise ValueError(f"a {type(given).__qualname__} instance as a {self.kind}: {self.instances}")
+            name = self.named(type(given))[0]
+            return name, instance_arguments(given, getattr(self.get(name), "hparams", None))
+        registered = _made_from(self._entries, given)
+        if registered is not None:
+            return registered.recorded_name, {}
+        path = object_path(given)
+        if path is not None:
+            return path, {}
+        name = getattr(given, "__name__", "")
+        self.add(name, self._adopt_named(name, given, f"{self.kind} {name}"), given, warn=False)
+        return name, {}
 
     def remove(self, name: str) -> None:
         del self._entries[name]
@@ -182,7 +250,7 @@ class Registry(Generic[T]):
         if not is_import_path(name):
             return None
         obj = import_object(name)
-        registered = self._entry_of(obj)  # a registered component, named by its path: the registered one
+        registered = _made_from(self._entries, obj)  # a registered component, named by its path: the registered one
         if registered is not None:
             return registered
         component = self._adopt_named(name, obj, name)
@@ -257,15 +325,12 @@ class Registry(Generic[T]):
             obj = point.load()
         except Exception as err:  # an installed package's import may fail any way
             raise ValueError(f"{origin}: cannot import ({type(err).__name__}: {err})") from err
-        registered = self._entry_of(obj)
+        registered = _made_from(self._entries, obj)
         if registered is not None and self._entries.get(point.name) is registered:
             # Its module registered it under the same name as it imported: recorded by the entry point's name.
             self._entries[point.name] = Entry(registered.component, point.name, origin, obj, point.name)
             return
         self.add(point.name, self._adopt_named(point.name, obj, origin), obj, origin=origin)
-
-    def _entry_of(self, obj: Any) -> Optional[Entry[T]]:
-        return next((entry for entry in self._entries.values() if entry.source is obj), None)
 
     def _adopt_named(self, name: str, obj: Any, origin: str) -> T:
         try:

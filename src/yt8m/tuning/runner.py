@@ -77,10 +77,15 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
                    "failed_jobs": failed_jobs}
 
 
-def tune_from_file(path: str, values: dict[str, Any]) -> tuple[optuna.Study, TuneSpec, dict[str, Any]]:
+# The name a tuning file given as a mapping goes by in messages (and its study, without a study_name).
+DICT_SOURCE = "tune.yaml (the config dict)"
+
+
+def tune_from_file(path: str | dict[str, Any], values: dict[str, Any]
+                   ) -> tuple[optuna.Study, TuneSpec, dict[str, Any]]:
     """`yt8m tune --config PATH` with flag values `values` (the `tune:` settings and RunFlags, by flag name): the
     study, the tuning file as run, and the summary; a ChildProcessError where a job died, a ValueError where no trial
-    completed (the reasons are in the study's leaderboard)."""
+    completed (the reasons are in the study's leaderboard). `path` may be the file's sections as a mapping."""
     overrides = {name: value for name, value in values.items() if name in flag_names(TuneSettings)}
     unknown = sorted(set(values) - set(overrides) - set(flag_names(RunFlags)))
     if unknown:
@@ -88,7 +93,8 @@ def tune_from_file(path: str, values: dict[str, Any]) -> tuple[optuna.Study, Tun
                          f"{', '.join([*flag_names(TuneSettings), *flag_names(RunFlags)])})")
     flags = config_from_dict(RunFlags, {name: value for name, value in values.items()
                                         if name in flag_names(RunFlags)}, source="flags")
-    spec = with_data_patterns(load_tune_spec(path, overrides), flags.train_data_pattern, flags.eval_data_pattern)
+    read = load_tune_spec(path, overrides) if isinstance(path, str) else load_tune_spec(DICT_SOURCE, overrides, path)
+    spec = with_data_patterns(read, flags.train_data_pattern, flags.eval_data_pattern)
     study, summary = run_tune(spec)
     return study, spec, summary
 
@@ -147,6 +153,10 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     if n_jobs == 1:
         run_worker(spec, limits)
         return []
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A job process importing the main script again, which starts the study again: one line, not a traceback.
+        raise SystemExit("a tune job process started the study again while importing the main script: put the "
+                         'tuning call under `if __name__ == "__main__":`')
     # A job killed by a signal leaves its semaphores to the resource tracker, which frees them and warns so at exit,
     # after the command's one error line: the tracker takes this process's -W options when it starts.
     if RESOURCE_TRACKER_WARNING not in sys.warnoptions:

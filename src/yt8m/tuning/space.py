@@ -223,9 +223,12 @@ class TuneSpec:
                            "metric": self.metric, "direction": self.direction}, sort_keys=True, default=str)
 
 
-def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None) -> TuneSpec:
-    """Read and validate a tuning file; `overrides` (flags) replace `tune:` settings. One error lists all problems."""
-    document = load_yaml(path)
+def load_tune_spec(path: str, overrides: Optional[dict[str, Any]] = None,
+                   document: Optional[dict[str, Any]] = None) -> TuneSpec:
+    """Read and validate a tuning file; `overrides` (flags) replace `tune:` settings. One error lists all problems.
+    `document`: the file's sections given as a mapping (the Python API's dict), `path` then naming it in messages
+    and, without a study_name, the study."""
+    document = load_yaml(path) if document is None else document
     problems = [f"{path}: unknown section '{name}' (sections: {', '.join(SECTIONS)})"
                 for name in document if name not in SECTIONS]
     train_section, search_section = _section(path, document, "train", []), _section(path, document, "search", [])
