@@ -70,7 +70,7 @@ def test_a_hyper_parameter_of_its_own_type_beside_moe_models_trains_evaluates_an
     assert trained.returncode == 0, trained.stderr
     stored = yaml.safe_load((user_dir / "wordy" / "config.yaml").read_text())["model"]
     assert stored == {"name": "wordy:WordyMoe", "hparams": {"l2_penalty": 1e-8, "moe_num_mixtures": "three"},
-                      "trunk_hidden_sizes": []}
+                      "trunk_hidden_sizes": [], "input_l2_normalize": True}
     evaluated = yt8m(user_dir, "eval", "--train_dir", "wordy", "--eval_data_pattern", tiny_data["validate_pattern"],
                      "--run_once")
     assert evaluated.returncode == 0, evaluated.stderr
