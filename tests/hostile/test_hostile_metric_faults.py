@@ -56,14 +56,29 @@ class NotANumber(Counting):
         return math.nan
 
 
-class NanOnce(Counting):
-    """nan in the first process that evaluates with it (a marker file in the working directory), then finite."""
+class FailsOnce(Counting):
+    """Fails in the first process that evaluates with it (a marker file in the working directory), then finite."""
 
     def compute(self):
-        if not os.path.exists("nan_given"):
-            open("nan_given", "w").close()
-            return math.nan
+        if not os.path.exists("failed_once"):
+            open("failed_once", "w").close()
+            return self.failure()
         return self.videos / 1000
+
+
+class NanOnce(FailsOnce):
+    def failure(self):
+        return math.nan
+
+
+class RaisesOnce(FailsOnce):
+    def failure(self):
+        raise RuntimeError("a bug of the metric's own")
+
+
+class StringOnce(FailsOnce):
+    def failure(self):
+        return "high"
 '''
 
 FAULTS = [
@@ -118,13 +133,19 @@ def test_a_failing_metric_in_eval_is_one_line_naming_it(yt8m, user_dir, tiny_dat
     outcome.assert_clean_error(line)
 
 
-def test_a_trial_whose_metric_gives_nan_fails_with_that_line_and_the_study_goes_on(yt8m, user_dir, tiny_data):
+@pytest.mark.parametrize("metric, line", [
+    ("NanOnce", "NanOnce.compute returned nan"),
+    ("RaisesOnce", "RaisesOnce.compute raised RuntimeError: a bug of the metric's own (at "),
+    ("StringOnce", "StringOnce.compute returned 'high' (a str), not a number"),
+])
+def test_a_trial_whose_metric_fails_fails_with_that_line_and_the_study_goes_on(yt8m, user_dir, tiny_data, metric,
+                                                                              line):
     document = {
         "train": {"train_data_pattern": tiny_data["train_pattern"], "eval_data_pattern": tiny_data["validate_pattern"],
                   "feature_names": "mean_rgb,mean_audio", "feature_sizes": ",".join(map(str, FEATURE_SIZES)),
                   "num_classes": NUM_CLASSES, "batch_size": 60, "num_epochs": 1, "num_readers": 0},
         "search": {"base_learning_rate": {"type": "float", "low": 0.001, "high": 0.1, "log": True}},
-        "objective": {"metric": "mymetrics:NanOnce", "direction": "maximize"},
+        "objective": {"metric": f"mymetrics:{metric}", "direction": "maximize"},
         "tune": {"study_dir": str(user_dir / "study"), "n_trials": 2, "pruner": "none"},
     }
     (user_dir / "tune.yaml").write_text(yaml.safe_dump(document))
@@ -133,7 +154,7 @@ def test_a_trial_whose_metric_gives_nan_fails_with_that_line_and_the_study_goes_
     failed, complete = (sorted(study.get_trials(states=[state]), key=lambda t: t.number)
                         for state in (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE))
     assert [trial.number for trial in failed] == [0]
-    assert "NanOnce.compute returned nan" in failed[0].user_attrs["fail_reason"]
+    assert line in failed[0].user_attrs["fail_reason"]
     assert [trial.number for trial in complete] == [1] and 0 < complete[0].value < 1
     assert study.best_value == complete[0].value
     assert outcome.assert_success()["best_value"] == complete[0].value  # the command's summary
