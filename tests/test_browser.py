@@ -29,7 +29,7 @@ from yt8m import cli
 pytestmark = pytest.mark.browser
 
 # Every docstring example of the API (yt8m.api's functions and the registries), each a >>> block.
-API_EXAMPLES = 8
+API_EXAMPLES = 12
 HEADLINE = ("GAP", "mAP", "Hit@1", "PERR")
 
 # What the page shows a reader, read in the page: visible text of elements, their boxes, the images' state.

@@ -356,7 +356,7 @@ def test_the_example_package_trains_frames_by_its_entry_point_names(tmp_path):
                              "--num_readers", "0"], tmp_path, env=env))
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert config["model"] == {"name": "AttentionPooling", "hparams": {"l2_penalty": 1e-8, "attention_hidden": 8},
-                               "trunk_hidden_sizes": []}
+                               "trunk_hidden_sizes": [], "input_l2_normalize": True}
     assert config["loss"] == {"name": "asymmetric_loss",
                               "hparams": {"asl_gamma_neg": 2.0, "asl_gamma_pos": 0.0, "asl_clip": 0.05}}
     validation = metrics_file(tmp_path / "run", summary["global_step"])
