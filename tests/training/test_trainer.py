@@ -243,6 +243,7 @@ def test_a_resume_with_other_hyper_parameters_is_refused_unless_allowed_and_then
     assert stored["loss"]["hparams"]["focal_gamma"] == 1.0
     record = ["step 2: --focal_gamma 3.0 -> 1.0", "step 2: --base_learning_rate 0.05 -> 0.02"]
     assert sorted(stored["checkpoints"]["resume_changes"]) == sorted(record)
+    assert stored["checkpoints"]["resume_with_changes"] is False  # the permission was this resume's only
     # A later resume with the same values is no change: it keeps the record, without the flag.
     train(tiny_train_config(tiny_data, tmp_path, **{**changed, "max_steps": 5}))
     stored = yaml.safe_load((tmp_path / "config.yaml").read_text())

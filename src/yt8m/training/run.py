@@ -179,14 +179,17 @@ def described_changes(changes: list[tuple[str, object, object]]) -> str:
 
 def resumed_config(config: TrainConfig, resume: Optional[Checkpoint]) -> TrainConfig:
     """The config the run writes to config.yaml: a new run's has no record of changes; a resumed run's has the
-    checkpoint's record, and the changes this resume was allowed after it (`step N: --flag old -> new`)."""
+    checkpoint's record, and the changes this resume was allowed after it (`step N: --flag old -> new`). The
+    permission itself is this command's only: stored, `--config run/config.yaml` would pass it to every later
+    resume, which would then take changes unasked."""
     history: list[str] = []
     if resume is not None:
         saved = stored_train_config(resume, "checkpoint")
         history = list(saved.checkpoints.resume_changes) + [
             f"step {resume.step}: --{name} {shown(old)} -> {shown(new)}"
             for name, old, new in resume_changes(saved, config)]
-    return dataclasses.replace(config, checkpoints=dataclasses.replace(config.checkpoints, resume_changes=history))
+    return dataclasses.replace(config, checkpoints=dataclasses.replace(config.checkpoints, resume_changes=history,
+                                                                       resume_with_changes=False))
 
 
 def refuse_other_tensors(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,
