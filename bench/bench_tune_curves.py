@@ -68,7 +68,8 @@ def curve(study_dir: Path) -> dict[str, Any]:
     states = [t.state.name for t in study.trials]
     winner = study.best_trial if best is not None else None
     return {"points": points, "best": best, "best_params": winner.params if winner else None,
-            "epochs_trained": sum(len(t.intermediate_values) for t in study.trials),
+            "reports": sum(len(t.intermediate_values) for t in study.trials),
+            "examples_trained": sum(t.user_attrs.get("examples", 0) for t in study.trials),
             "trials": {state.lower(): states.count(state) for state in sorted(set(states))}}
 
 

@@ -325,3 +325,22 @@ def test_export_model_steps_0_checkpoints_at_no_step_count(tiny_data, tmp_path, 
     train(config, hooks=[lambda event: seen.append(event.step) if event.kind == "checkpoint" else None])
     assert seen == steps
     assert [step for step, _ in list_checkpoints(config.checkpoints.train_dir)] == steps
+
+
+def test_checkpoint_at_examples_checkpoints_where_each_count_is_reached_once(tiny_data, tmp_path):
+    """240 videos an epoch in batches of 64: 64, 128, 192, 240, 304, ... examples after steps 1, 2, 3, 4, 5, ..."""
+    seen = []
+
+    def hook(event):
+        if event.kind == "checkpoint":
+            seen.append((event.step, event.examples, event.metrics is not None))
+
+    values = dict(export_model_steps=0, checkpoint_at_examples=[100, 130, 500],
+                  eval_data_pattern=tiny_data["validate_pattern"])
+    train(tiny_train_config(tiny_data, tmp_path, max_steps=5, **values), hooks=[hook])
+    assert seen == [(2, 128, True), (3, 192, True), (5, 304, True)]
+    seen.clear()
+    # Resumed past the first two counts: only the third is written, then the final checkpoint.
+    train(tiny_train_config(tiny_data, tmp_path, **values), hooks=[hook])
+    assert seen == [(9, 544, True), (12, 720, True)]
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2, 3, 5, 9, 12]

@@ -105,8 +105,8 @@ def test_one_error_lists_every_problem(tmp_path, shards, capsys):
                      "objective.metric 'accuracy' is not a validation metric",
                      "tune.sampler must be one of tpe, random, got 'annealing'",
                      "tune.pruner must be one of median, successive_halving, hyperband, none, got 'sometimes'",
-                     "trials validate and report at each epoch's end (tune.report_every_steps for more often); "
-                     "remove export_model_steps from train: and search:"]:
+                     "trials validate and report at each epoch's end (tune.report_every_steps for more often; "
+                     "tune.resource examples for rungs); remove export_model_steps from train: and search:"]:
         assert expected in err
     assert "11 problem(s)" in err
     assert not (tmp_path / "study").exists()

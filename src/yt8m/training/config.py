@@ -54,6 +54,10 @@ class CheckpointConfig:
                                               "--checkpoint_every_epoch's and the last).", at_least=0)
     checkpoint_every_epoch: bool = setting(False, "Also write a checkpoint at the end of every epoch (evaluated with "
                                                   "--eval_data_pattern, as every checkpoint is).")
+    checkpoint_at_examples: list[int] = setting([], "Also write a checkpoint (evaluated, as every checkpoint is) at "
+                                                    "the first step end at or past each of these counts of training "
+                                                    "examples, summed over processes (comma-separated; yt8m tune's "
+                                                    "rungs with --resource examples).")
     keep_checkpoints: int = setting(5, "Keep only the newest N periodic checkpoints.", at_least=1)
     start_new_model: bool = setting(False, "Delete the train dir's checkpoints and start from scratch.")
     init_from: str = setting("", "A new run starts from the parameters of this checkpoint (or train dir) that match "

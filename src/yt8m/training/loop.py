@@ -193,11 +193,20 @@ class TrainingLoop:
                 self._end_epoch()
                 return
             self._step(group, examples)
-            every = self.config.checkpoints.export_model_steps
-            if every and progress.step % every == 0:
+            if self._checkpoint_due(examples):
                 self._checkpoint()
             if self._done():
                 return
+
+    def _checkpoint_due(self, step_examples: int) -> bool:
+        """After a step of `step_examples`: every --export_model_steps steps, and at the step that reached one of
+        --checkpoint_at_examples (state-free, so a resume past it does not write it again)."""
+        checkpoints, progress = self.config.checkpoints, self.progress
+        every = checkpoints.export_model_steps
+        if every and progress.step % every == 0:
+            return True
+        before = progress.examples - step_examples
+        return any(before < count <= progress.examples for count in checkpoints.checkpoint_at_examples)
 
     def _end_epoch(self) -> None:
         """Count the epoch, show it to the hooks and, with --checkpoint_every_epoch, checkpoint (and evaluate)."""

@@ -98,7 +98,9 @@ def log_train_dir(config: TrainConfig, rank: int) -> None:
         return
     checkpoints = config.checkpoints
     train_dir = checkpoints.train_dir
+    at_examples = ",".join(map(str, checkpoints.checkpoint_at_examples))
     when = ([f"every {checkpoints.export_model_steps} steps"] if checkpoints.export_model_steps else []) + (
+        [f"at {at_examples} examples"] if at_examples else []) + (
         ["at each epoch's end"] if checkpoints.checkpoint_every_epoch else []) + ["at the end"]
     evaluations = (f"; evaluations in {os.path.join(train_dir, 'eval')}, exports in "
                    f"{os.path.join(train_dir, EXPORT_DIR)}/(best|latest|final)"

@@ -103,6 +103,8 @@ class ValidationReporter:
     pruned_at: Optional[int] = None
     failure: Optional[str] = None
     best: Optional[Validated] = None  # the best validation so far: the trial's value
+    rungs: tuple[int, ...] = ()  # --resource examples: the example counts it reports at
+    rungs_reported: int = 0
 
     @property
     def key(self) -> str:
@@ -119,7 +121,9 @@ class ValidationReporter:
             return True
         log.info("trial %d, step %d: validation %s %.5f", self.trial.number, event.step, self.spec.metric, value)
         report_step = self._record(event, value)
-        if report_step is None or self._is_last(event) or not self.trial.should_prune():
+        # At its budget's last rung a trial has spent its budget: stopping it there saves nothing.
+        at_budget = bool(self.rungs) and report_step == self.rungs[-1]
+        if report_step is None or self._is_last(event) or at_budget or not self.trial.should_prune():
             return False
         self.pruned_at = report_step
         return True
@@ -138,13 +142,30 @@ class ValidationReporter:
         return value > best if self.spec.direction == "maximize" else value < best
 
     def _report_step(self, event: "TrainEvent") -> Optional[int]:
-        """The step the pruner sees: training steps with --report_every_steps, else epochs (once each)."""
+        """The step the pruner sees: training steps with --report_every_steps, the rungs with --resource examples,
+        else epochs (once each)."""
+        if self.rungs:
+            return self._rung_reached(event)
         if self.spec.settings.pruning.report_every_steps:
             return event.step
         if event.epoch > self.reported_epoch:
             self.reported_epoch = event.epoch
             return event.epoch
         return None
+
+    def _rung_reached(self, event: "TrainEvent") -> Optional[int]:
+        """The highest rung this validation is the first to reach, reported at the rung's own count (the same step
+        for every trial, whatever its batch size); a trial that trains its whole budget reports the last rung at its
+        end should the estimated budget exceed the set's true size. Epoch-end validations between rungs are not
+        reported (they may still be the trial's best)."""
+        pending = self.rungs[self.rungs_reported:]
+        reached = [rung for rung in pending if rung <= event.examples]
+        if not reached and pending and event.epoch >= self.config.schedule.num_epochs:
+            reached = [pending[-1]]
+        if not reached:
+            return None
+        self.rungs_reported = self.rungs.index(reached[-1]) + 1
+        return reached[-1]
 
     def _is_last(self, event: "TrainEvent") -> bool:
         schedule = self.config.schedule
@@ -159,6 +180,7 @@ class TrialObjective:
     spec: TuneSpec
     lock: TrialStartLock  # held when a trial starts: released once the trial is RUNNING and stamped
     limits: RunLimits = RunLimits()
+    rungs: tuple[int, ...] = ()  # --resource examples: the study's rungs (tuning/budget.py)
 
     def __call__(self, trial: optuna.Trial) -> float:
         """Train the trial; its value is its best validated epoch's. Past --trial_timeout, or at the run's --timeout,
@@ -179,8 +201,8 @@ class TrialObjective:
         params = self.spec.sample(trial)
         train_dir = trial_dir(self.spec.settings.study.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
-        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning))
-        reporter = ValidationReporter(trial, self.spec, config)
+        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning, self.rungs))
+        reporter = ValidationReporter(trial, self.spec, config, rungs=self.rungs)
         log.info("trial %d: %s in %s", trial.number, params, train_dir)
         summary = self._training(trial, config, reporter)
         self._record_progress(trial, reporter, summary)

@@ -142,11 +142,13 @@ WITHOUT_VALIDATION = {"eval_data_pattern": "", "checkpoint_every_epoch": False, 
 
 def retrain_length(spec: TuneSpec, trial: FrozenTrial) -> dict[str, Any]:
     """How long a retrain of the trial trains: to the epoch its value was validated at (num_epochs), or to the step
-    where trials report by steps (max_steps); nothing for a trial without one recorded."""
+    where trials report by steps or by examples (max_steps: the examples it had seen at the same batch size);
+    nothing for a trial without one recorded."""
     if BEST_STEP_ATTR not in trial.user_attrs:
         return {}
+    pruning = spec.settings.pruning
     # A trial validated before its first epoch ended (a --max_steps within one) is retrained to that step too.
-    if spec.settings.pruning.report_every_steps or not trial.user_attrs[BEST_EPOCH_ATTR]:
+    if pruning.report_every_steps or pruning.resource == "examples" or not trial.user_attrs[BEST_EPOCH_ATTR]:
         return {"max_steps": trial.user_attrs[BEST_STEP_ATTR]}
     return {"num_epochs": trial.user_attrs[BEST_EPOCH_ATTR]}
 

@@ -23,6 +23,7 @@ from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging, share_machine_among
 from yt8m.training.stopping import STOPS, noting_signals
+from yt8m.tuning.budget import study_budget
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits
 from yt8m.tuning.objective import TrialFailure, TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
@@ -194,7 +195,8 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     storage = open_storage(settings.study)
     study = open_study(spec, storage)
     lock = TrialStartLock(os.path.join(settings.study.study_dir, ".budget.lock"))
-    objective = TrialObjective(spec, lock, limits)
+    budget = study_budget(study, spec)
+    objective = TrialObjective(spec, lock, limits, budget.rungs if budget else ())
     quiet_trial_logs()
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -43,6 +43,8 @@ DISTRIBUTION_KEYS = {"categorical": {"choices"}, "int": {"low", "high", "step", 
                      "float": {"low", "high", "step", "log"}}
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "successive_halving", "hyperband", "none")
+# What a trial's budget and its reports count: epochs, or training examples (rungs of an example budget).
+RESOURCES = ("epochs", "examples")
 # Set by `yt8m tune` for every trial, so a value in the file would silently lose.
 TUNE_OWNED_FIELDS = ("train_dir", "start_new_model")
 # The validation set; the file names it in `train:` beside the training set.
@@ -64,6 +66,10 @@ def _samplers() -> tuple[str, ...]:
 
 def _pruners() -> tuple[str, ...]:
     return PRUNERS
+
+
+def _resources() -> tuple[str, ...]:
+    return RESOURCES
 
 
 @dataclass(frozen=True)
@@ -102,8 +108,19 @@ class PruningSettings:
     """When trials report, and which of them are stopped early."""
 
     pruner: str = setting("median", f"Early stopping of poor trials: {', '.join(PRUNERS)}.", choices=_pruners)
+    resource: str = setting("epochs", "What a trial's budget and its reports count. epochs: it reports each epoch "
+                                      "(or every --report_every_steps steps). examples: its budget is --num_epochs "
+                                      "of the training set (sized from its shards), and it reports at --rungs counts "
+                                      "of examples, each --reduction_factor times the one before (1/27, 1/9, 1/3 and "
+                                      "1 of it by default: within the first epoch on a large set), where successive "
+                                      "halving and Hyperband promote the best; it also validates at each epoch's end "
+                                      "and keeps its best validation.", choices=_resources)
+    rungs: int = setting(4, "--resource examples: the report points of a trial's budget.", at_least=2)
+    reduction_factor: int = setting(3, "--resource examples: each rung this many times the one before; successive "
+                                       "halving and Hyperband keep 1 in this many trials at each.", at_least=2)
     n_warmup_steps: int = setting(0, "Median pruner: never prune at a report step below this (epochs, or "
-                                      "training steps with --report_every_steps).", at_least=0)
+                                      "training steps with --report_every_steps; with --resource examples, "
+                                      "rungs).", at_least=0)
     pruner_startup_trials: int = setting(1, "Median pruner: complete trials it waits for before it judges (1: from "
                                              "the first on; the median of one trial is that trial).", at_least=1)
     report_every_steps: int = setting(0, "Evaluate and report to the pruner every this many training steps "
@@ -717,20 +734,40 @@ def _read_enqueue(path: str, raw: Any, search: list[Param], problems: list[str],
 def _check_report_schedule(path: str, settings: TuneSettings, train: dict[str, Any], search: list[Param],
                            problems: list[str]) -> None:
     """Trials validate where they report (report_schedule), so the tuner owns their export_model_steps."""
-    owned = "export_model_steps"
-    if owned in train or any(param.name == owned for param in search):
-        steps = settings.pruning.report_every_steps
-        where = f"every tune.report_every_steps={steps} steps" if steps else \
-            "at each epoch's end (tune.report_every_steps for more often)"
-        problems.append(f"{path}: trials validate and report {where}; remove {owned} from train: and search:")
+    for owned in ("export_model_steps", "checkpoint_at_examples"):
+        if owned in train or any(param.name == owned for param in search):
+            steps = settings.pruning.report_every_steps
+            where = f"every tune.report_every_steps={steps} steps" if steps else \
+                "at each epoch's end (tune.report_every_steps for more often; tune.resource examples for rungs)"
+            problems.append(f"{path}: trials validate and report {where}; remove {owned} from train: and search:")
+    if settings.pruning.resource == "examples":
+        problems.extend(f"{path}: {problem}" for problem in _example_budget_problems(settings, train, search))
 
 
-def report_schedule(pruning: PruningSettings) -> dict[str, Any]:
+def _example_budget_problems(settings: TuneSettings, train: dict[str, Any], search: list[Param]) -> list[str]:
+    """--resource examples: every trial's budget is the same number of examples (num_epochs of the training set),
+    reported at its rungs."""
+    problems = []
+    if settings.pruning.report_every_steps:
+        problems.append("tune.resource examples reports at rungs of the example budget; remove "
+                        "tune.report_every_steps")
+    searched = {param.name for param in search}
+    budget = "tune.resource examples: every trial's budget is train.num_epochs of the training set"
+    if "num_epochs" in searched:
+        problems.append(f"{budget}; remove num_epochs from search:")
+    if "max_steps" in train or "max_steps" in searched:
+        problems.append(f"{budget}; remove max_steps from train: and search:")
+    return problems
+
+
+def report_schedule(pruning: PruningSettings, rungs: tuple[int, ...] = ()) -> dict[str, Any]:
     """Trials validate their checkpoints where they report, and only there (a validation in between could become the
     trial's value unseen by the pruner, and count in early stopping's patience): every --report_every_steps steps
-    (their export_model_steps), else at each epoch's end."""
+    (their export_model_steps), else at each epoch's end; with --resource examples also at the `rungs`."""
     steps = pruning.report_every_steps
-    return {"export_model_steps": steps} if steps else {"checkpoint_every_epoch": True, "export_model_steps": 0}
+    if steps:
+        return {"export_model_steps": steps}
+    return {"checkpoint_every_epoch": True, "export_model_steps": 0, "checkpoint_at_examples": list(rungs)}
 
 
 def _check_trial_configs(path: str, train: dict[str, Any], search: list[Param], settings: TuneSettings,

@@ -21,6 +21,7 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from yt8m.tuning.budget import study_budget
 from yt8m.tuning.space import PruningSettings, SamplingSettings, StudySettings, TuneSpec
 
 log = logging.getLogger("yt8m.tune")
@@ -204,16 +205,27 @@ def _seeded_sampler(sampling: SamplingSettings, seed: int) -> optuna.samplers.Ba
                                           multivariate=True, group=True, constant_liar=True)
 
 
-def create_pruner(pruning: PruningSettings, num_epochs: Optional[int]) -> optuna.pruners.BasePruner:
-    """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode."""
+def create_pruner(pruning: PruningSettings, num_epochs: Optional[int],
+                  rungs: tuple[int, ...] = ()) -> optuna.pruners.BasePruner:
+    """`num_epochs`: every trial's epoch count (None when searched), Hyperband's full budget in epoch mode. `rungs`:
+    with --resource examples, the example counts trials report at (each --reduction_factor times the one before),
+    successive halving's and Hyperband's rungs."""
     if pruning.pruner == "median":
         # By default from the first complete trial on (not after TPE's n_startup_trials): a slow, poor trial dies at
         # its first report instead of running to the end while the study warms up.
-        return optuna.pruners.MedianPruner(n_startup_trials=pruning.pruner_startup_trials,
-                                           n_warmup_steps=pruning.n_warmup_steps)
+        warmup = pruning.n_warmup_steps
+        if rungs:  # counted in rungs: no pruning below the rung that many up
+            warmup = rungs[warmup] if warmup < len(rungs) else rungs[-1] + 1
+        return optuna.pruners.MedianPruner(n_startup_trials=pruning.pruner_startup_trials, n_warmup_steps=warmup)
     if pruning.pruner == "successive_halving":
+        if rungs:
+            return optuna.pruners.SuccessiveHalvingPruner(min_resource=rungs[0],
+                                                          reduction_factor=pruning.reduction_factor)
         return optuna.pruners.SuccessiveHalvingPruner()
     if pruning.pruner == "hyperband":
+        if rungs:
+            return optuna.pruners.HyperbandPruner(min_resource=rungs[0], max_resource=rungs[-1],
+                                                  reduction_factor=pruning.reduction_factor)
         max_resource = num_epochs if num_epochs and pruning.report_every_steps == 0 else "auto"
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_resource)
     return optuna.pruners.NopPruner()
@@ -226,8 +238,7 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
     num_epochs = None if "num_epochs" in searched else spec.train.schedule.num_epochs
     study = optuna.create_study(storage=storage, study_name=settings.study.study_name,
                                 direction=optuna.study.StudyDirection[spec.direction.upper()],
-                                sampler=create_sampler(settings.sampling),
-                                pruner=create_pruner(settings.pruning, num_epochs), load_if_exists=True)
+                                sampler=create_sampler(settings.sampling), load_if_exists=True)
     saved = study.user_attrs.get(SPEC_ATTR)
     if saved is None:
         study.set_user_attr(SPEC_ATTR, spec.identity())
@@ -238,6 +249,8 @@ def open_study(spec: TuneSpec, storage: optuna.storages.RDBStorage) -> optuna.St
             f"study '{settings.study.study_name}' in {display_url(storage_url(settings.study))} was created from a "
             f"different train:, search: or objective: section than {spec.source}; resuming it would mix incomparable "
             f"trials. Restore the original file, or start another study with --study_name or --study_dir.")
+    budget = study_budget(study, spec)
+    study.pruner = create_pruner(settings.pruning, num_epochs, budget.rungs if budget else ())
     return study
 
 

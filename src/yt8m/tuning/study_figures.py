@@ -66,8 +66,8 @@ def best_so_far(plt: Any, study: optuna.Study, metric: str) -> Drawn:
 
 
 def intermediate_values(plt: Any, study: optuna.Study, metric: str) -> Drawn:
-    """Every trial's reports (the validation metric at each epoch or --report_every_steps): what the pruner judged;
-    pruned trials grey, where they stopped marked."""
+    """Every trial's reports (the validation metric at each epoch, --report_every_steps or rung): what the pruner
+    judged; pruned trials grey, where they stopped marked."""
     reported = [trial for trial in study.get_trials(deepcopy=False) if trial.intermediate_values]
     if not any(len(trial.intermediate_values) >= 2 for trial in reported):
         return Skipped("no trial reported twice: there are no curves to compare (a trial reports at each validation)")
@@ -85,7 +85,8 @@ def intermediate_values(plt: Any, study: optuna.Study, metric: str) -> Drawn:
             colour = {"color": shades(trial.number / last)} if shades else {}
             axes.plot(steps, points, marker="o", alpha=0.85, label=f"trial {trial.number}", **colour)
     whole_numbers(axes.xaxis)
-    axes.set(xlabel="report step (epoch, or step with --report_every_steps)", ylabel=f"validation {metric}",
+    axes.set(xlabel="report step (epoch; step with --report_every_steps; examples with --resource examples)",
+             ylabel=f"validation {metric}",
              title="What the pruner saw (grey dashed: pruned)")
     if shades:
         bar = figure.colorbar(plt.cm.ScalarMappable(cmap=shades, norm=plt.Normalize(0, last)), ax=axes)
