@@ -7,6 +7,7 @@ re-queued.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -46,6 +47,9 @@ TRAIN_DIR_ATTR = "train_dir"
 BEST_EPOCH_ATTR = "best_epoch"  # the epoch (and step) the trial's value was validated at
 BEST_STEP_ATTR = "best_step"
 STOPPED_ATTR = "stopped"  # why a complete trial ended before its budget (--timeout, --trial_timeout)
+DUPLICATE_OF_ATTR = "duplicate_of"  # the complete trial whose configuration this one sampled again, not retrained
+# What a trial that takes an earlier trial's configuration takes of it: its run, and where its value was measured.
+DUPLICATE_ATTRS = (TRAIN_DIR_ATTR, METRICS_ATTR, BEST_EPOCH_ATTR, BEST_STEP_ATTR)
 MODEL_PARAM = "model"  # the searched field that names a trial's model family
 
 
@@ -199,6 +203,9 @@ class TrialObjective:
             raise TrialFailure("the study reached --n_trials while this trial started (parallel workers)")
         self._interrupt_if_asked(trial, None)
         params = self.spec.sample(trial)
+        original = complete_trial_of(trial.study, params)
+        if original is not None:
+            return take_duplicate(trial, original, self.spec.settings.study.study_dir)
         train_dir = trial_dir(self.spec.settings.study.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning, self.rungs))
@@ -276,6 +283,40 @@ class TrialObjective:
             trial.set_user_attr(BEST_STEP_ATTR, reporter.best.step)
 
 
+def complete_trial_of(study: optuna.Study, params: dict[str, Any]) -> Optional[optuna.trial.FrozenTrial]:
+    """The first complete trial of exactly these parameters, if any: a sampler may draw a configuration again
+    (integers and choices repeat), and training it again would spend a trial on a known value."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return next((earlier for earlier in complete if earlier.params == params), None)
+
+
+def take_duplicate(trial: optuna.Trial, original: optuna.trial.FrozenTrial, study_dir: str) -> float:
+    """Complete `trial` with the value of `original`, whose configuration it sampled, without training (Optuna's
+    documented way); it points at the original's run, so reports and retrains read that."""
+    trial.set_user_attr(DUPLICATE_OF_ATTR, original.number)
+    for name in DUPLICATE_ATTRS:
+        if name in original.user_attrs:
+            trial.set_user_attr(name, original.user_attrs[name])
+    trial.set_user_attr(TRAIN_DIR_ATTR, trial_train_dir(study_dir, original))
+    trial.set_user_attr(EXAMPLES_ATTR, 0)
+    log.info("trial %d: the configuration of complete trial %d, not trained again: its value %.5f", trial.number,
+             original.number, trial_value(original))
+    return trial_value(original)
+
+
+def distinct_configurations(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials in order, each configuration once (its first trial): two identical models add nothing to an
+    ensemble or a refit."""
+    seen: set[str] = set()
+    kept = []
+    for trial in trials:
+        key = json.dumps(trial.params, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            kept.append(trial)
+    return kept
+
+
 def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
     return next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
 
@@ -295,12 +336,12 @@ def remove_checkpoints_beyond_best(study: optuna.Study, study_dir: str, keep: Op
 
 
 def best_trials(study: optuna.Study, count: int, diverse: bool = False) -> list[optuna.trial.FrozenTrial]:
-    """The `count` best complete trials (ties: the earlier first). Diverse: the best trial of each searched `model`
-    first, best first, then the rest by value; an ensemble gains more from members that differ than from the
-    near-copies a converged search leaves at its top."""
+    """The `count` best complete trials (ties: the earlier first), each configuration once. Diverse: the best trial
+    of each searched `model` first, best first, then the rest by value; an ensemble gains more from members that
+    differ than from the near-copies a converged search leaves at its top."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
-    ranked = sorted(complete, key=lambda trial: (sign * trial_value(trial), trial.number))
+    ranked = distinct_configurations(sorted(complete, key=lambda trial: (sign * trial_value(trial), trial.number)))
     if diverse:
         leaders: dict[Any, optuna.trial.FrozenTrial] = {}
         for trial in ranked:

@@ -28,6 +28,7 @@ from yt8m.training import TrainConfig, train
 from yt8m.tuning.objective import (
     BEST_EPOCH_ATTR,
     BEST_STEP_ATTR,
+    DUPLICATE_OF_ATTR,
     EPOCHS_ATTR,
     EXAMPLES_ATTR,
     STOPPED_ATTR,
@@ -81,6 +82,8 @@ def _row(trial: FrozenTrial, interruption: Optional[str]) -> dict[str, Any]:
         rerun = f": re-runs the parameters of interrupted trial {retry_of}" if retry_of is not None else ""
         reason = "queued" + rerun
     stopped = trial.user_attrs.get(STOPPED_ATTR)
+    if DUPLICATE_OF_ATTR in trial.user_attrs:
+        stopped = f"the configuration of trial {trial.user_attrs[DUPLICATE_OF_ATTR]}: its value, not trained again"
     return {"trial": trial.number, "state": state, "value": trial.value,
             "last_report": reports[max(reports)] if reports else None, "params": trial.params,
             "duration_s": round(trial.duration.total_seconds(), 1) if trial.duration else None,
@@ -337,7 +340,7 @@ def ensemble_of_best(spec: TuneSpec, study: optuna.Study, count: int, diverse: b
     best = best_trials(study, count, diverse)
     if len(best) < count:
         raise ValueError(f"--ensemble_top {count}: study '{spec.settings.study.study_name}' has {len(best)} "
-                         "complete trials")
+                         "complete trials of distinct configurations")
     models = kept_best_models(spec, best, f"--ensemble_top {count}")
     num_classes = spec.trial_config(best[0].params, models[0]).features.num_classes
     with opened_inputs(models, num_classes) as inputs:
