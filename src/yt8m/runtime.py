@@ -47,6 +47,20 @@ def device_problem(name: str) -> Optional[str]:
     return None
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as the CUDA runtime reads CUDA_VISIBLE_DEVICES where it is set (indices or
+    UUIDs, up to the first invalid entry such as -1; empty: none), else every device torch sees."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return [str(index) for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    entries = []
+    for entry in (part.strip() for part in value.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        entries.append(entry)
+    return entries
+
+
 def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))

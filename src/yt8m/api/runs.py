@@ -23,6 +23,7 @@ from yt8m.training.checks import train_config_problems
 from yt8m.training.config import TrainConfig
 from yt8m.training.stopping import raise_if_interrupted
 from yt8m.training.trainer import train as run_training
+from yt8m.tuning.devices import job_count
 from yt8m.tuning.runner import raise_failures, tune_from_file
 
 
@@ -162,7 +163,7 @@ def tune(config: Union[str, "os.PathLike[str]", dict[str, Any]], **values: Any) 
     """
     if isinstance(config, dict):
         config = _named_tune_components(config, values)
-    refuse_unguarded_jobs(values.get("n_jobs", _tune_setting(config, "n_jobs")))
+    refuse_unguarded_jobs(job_count(values.get("n_jobs", _tune_setting(config, "n_jobs")) or 1))
     _, _, summary = tune_from_file(os.fspath(config) if not isinstance(config, dict) else config, values)
     raise_failures(summary)
     return summary
@@ -183,6 +184,6 @@ def _named_tune_components(config: dict[str, Any], values: dict[str, Any]) -> di
     if not isinstance(train_section, dict):
         return config
     named = named_components(flattened(TrainConfig, train_section))
-    jobs = values.get("n_jobs", _tune_setting(config, "n_jobs")) or 1
-    warn_or_refuse_process_local(named, int(jobs), "n_jobs")
+    jobs = job_count(values.get("n_jobs", _tune_setting(config, "n_jobs")) or 1)
+    warn_or_refuse_process_local(named, jobs, "n_jobs")
     return {**config, "train": named}

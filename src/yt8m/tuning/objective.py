@@ -22,6 +22,7 @@ from yt8m.io.files import temporary_path
 from yt8m.models.model_size import ModelTooLargeError
 from yt8m.training import TrainConfig, train
 from yt8m.training.stopping import STOPS
+from yt8m.tuning.devices import DEVICES_ATTR, trial_devices
 from yt8m.tuning.lifetime import TrialStartLock
 from yt8m.tuning.limits import STUDY_DEADLINE, RunLimits
 from yt8m.tuning.space import TuneSpec, objective_key, report_schedule
@@ -210,7 +211,9 @@ class TrialObjective:
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
         config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning, self.rungs))
         reporter = ValidationReporter(trial, self.spec, config, rungs=self.rungs)
-        log.info("trial %d: %s in %s", trial.number, params, train_dir)
+        devices = trial_devices(config.runtime.device)
+        trial.set_user_attr(DEVICES_ATTR, devices)
+        log.info("trial %d: %s in %s, on %s", trial.number, params, train_dir, devices["device"])
         summary = self._training(trial, config, reporter)
         self._record_progress(trial, reporter, summary)
         if summary.get("stopped"):

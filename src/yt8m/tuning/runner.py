@@ -21,9 +21,10 @@ from yt8m.config import config_from_dict, config_values, flag_names, with_values
 from yt8m.data.format.tfrecord import expand_pattern
 from yt8m.io.files import write_file_atomically
 from yt8m.process_settings import configure_training_process
-from yt8m.runtime import available_cpus, setup_logging, share_machine_among
+from yt8m.runtime import available_cpus, setup_logging, share_machine_among, visible_gpus
 from yt8m.training.stopping import STOPS, noting_signals
 from yt8m.tuning.budget import study_budget
+from yt8m.tuning.devices import job_count, job_devices, use_job_devices
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits
 from yt8m.tuning.objective import TrialFailure, TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
@@ -150,7 +151,7 @@ RESOURCE_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
     the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
-    n_jobs = spec.settings.study.n_jobs
+    n_jobs = job_count(spec.settings.study.n_jobs, announce=True)
     if n_jobs == 1:
         run_worker(spec, limits)
         return []
@@ -163,7 +164,9 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     if RESOURCE_TRACKER_WARNING not in sys.warnoptions:
         sys.warnoptions.append(RESOURCE_TRACKER_WARNING)
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_job_process, args=(spec, limits, os.getpid()), name=f"tune-job-{index}")
+    gpus = visible_gpus()
+    workers = [context.Process(target=_job_process, name=f"tune-job-{index}",
+                               args=(spec, limits, os.getpid(), n_jobs, job_devices(index, 1, gpus)))
                for index in range(n_jobs)]
     for worker in workers:
         if not STOPS.interrupted:
@@ -250,10 +253,12 @@ class _TrialLogFilter(logging.Filter):
         return True
 
 
-def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
-    """A spawned job: dies with the tune process, takes its share of the cores, stops its trial between steps on
-    SIGTERM as on Ctrl+C (the trial is marked interrupted and re-queued; a second signal, e.g. the parent passing the
-    same Ctrl+C on, is ignored), then runs trials until the budget is met or --timeout passes."""
+def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int, n_jobs: int, devices: Optional[str]) -> None:
+    """A spawned job, one of `n_jobs`: sees only its own GPUs (`devices`), dies with the tune process, takes its share
+    of the cores, stops its trial between steps on SIGTERM as on Ctrl+C (the trial is marked interrupted and
+    re-queued; a second signal, e.g. the parent passing the same Ctrl+C on, is ignored), then runs trials until the
+    budget is met or --timeout passes."""
+    use_job_devices(devices)  # before anything initializes CUDA
     STOPS.on_signal = note_interrupt  # the watchdog ends the job should its trial not stop within the grace
     with noting_signals(again="ignore"):
         if not _parent_alive(parent_pid):
@@ -264,8 +269,8 @@ def _job_process(spec: TuneSpec, limits: RunLimits, parent_pid: int) -> None:
         setup_logging()
         # J jobs share the machine's cores instead of each starting one thread per core, and its memory: each
         # trial's readers and RAM cache get their share.
-        torch.set_num_threads(max(1, available_cpus() // spec.settings.study.n_jobs))
-        share_machine_among(spec.settings.study.n_jobs)
+        torch.set_num_threads(max(1, available_cpus() // n_jobs))
+        share_machine_among(n_jobs)
         run_worker(spec, limits)
 
 

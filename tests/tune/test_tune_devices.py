@@ -1,0 +1,53 @@
+"""Where a study's jobs train: `--n_jobs auto` takes one job per visible GPU, each job its own GPU by
+CUDA_VISIBLE_DEVICES, and every trial records what it trained on. The GPUs here are the environment the CUDA runtime
+reads (CUDA_VISIBLE_DEVICES=0,1) on a machine without CUDA: the jobs see them, and train on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
+from yt8m.tuning.devices import CPU_JOBS, job_count, job_devices
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_jobs_take_the_visible_gpus_round_robin(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert job_count("auto") == 4 and job_count("auto", gpus_per_trial=2) == 2 and job_count("3") == 3
+    assert [job_devices(job, 1, ["0", "1", "2", "3"]) for job in range(5)] == ["0", "1", "2", "3", "0"]
+    assert [job_devices(job, 2, ["0", "1", "2", "3"]) for job in range(2)] == ["0,1", "2,3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa,-1,2")  # the runtime stops at the first invalid entry
+    assert job_count("auto") == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert job_count("auto") == CPU_JOBS and job_devices(0, 1, []) is None
+
+
+@pytest.mark.skipif(os.environ.get("CUDA_VISIBLE_DEVICES") is not None, reason="the test sets CUDA_VISIBLE_DEVICES")
+def test_n_jobs_auto_gives_each_of_two_gpus_its_own_job(tmp_path, shards):
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=3)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "4", "--n_jobs",
+                           "auto"], env=env, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--n_jobs auto: 2 job(s), 1 GPU(s) each, of the visible 0,1" in done.stderr
+    assert "torch sees no CUDA here: the trials train on the CPU" in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["n_trials"]["complete"] == 4
+    trials = optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path}/study/study.db").trials
+    by_job: dict[int, set] = {}
+    for trial in trials:
+        assert trial.user_attrs["devices"]["device"] == "cpu"
+        by_job.setdefault(trial.user_attrs["worker"]["pid"], set()).add(
+            trial.user_attrs["devices"]["cuda_visible_devices"])
+    # Two jobs, each on its own GPU for all its trials: trials that run at once never share one.
+    assert sorted(map(sorted, by_job.values())) == [["0"], ["1"]]
