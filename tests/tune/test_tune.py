@@ -553,6 +553,71 @@ def test_two_tune_processes_share_one_postgres_study(tmp_path, shards):
     assert len(set(params)) == len(params)  # the same command on two machines samples different points
 
 
+@pytest.mark.skipif(not os.environ.get("YT8M_TEST_POSTGRES_URL"),
+                    reason="YT8M_TEST_POSTGRES_URL is not set: start a server with `.ci/postgres.sh start`")
+def test_a_machine_killed_mid_trial_loses_nothing_of_a_shared_postgres_study(tmp_path, shards):
+    """Two `yt8m tune` processes ("machines": each its own study dir) on one PostgreSQL study; one is killed with
+    SIGKILL while its trial runs. The other re-queues that trial (its process is gone) and finishes the study."""
+    url = os.environ["YT8M_TEST_POSTGRES_URL"]
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    path = tune_file(tmp_path / "tune.yaml", shards, tune={"pruner": "none"}, num_epochs=12)
+    storage = with_installed_driver(url)
+
+    def machine(directory: str) -> subprocess.Popen:
+        return yt8m_process("tune", "--config", path, "--n_trials", "4", "--storage", url, "--study_name", name,
+                            "--study_dir", str(tmp_path / directory), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    killed, survivor = machine("a"), machine("b")
+    deadline = time.monotonic() + 240
+    running = None
+    while running is None and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.2)
+        if name in optuna.study.get_all_study_names(storage):
+            running = next((trial for trial in load_study("", name, storage).trials if trial.state.name == "RUNNING"
+                            and trial.user_attrs.get("worker", {}).get("pid") == killed.pid and trial.params), None)
+    assert running is not None, "the first machine ran no trial"
+    killed.kill()
+    killed.communicate()
+    summary = finish(survivor)
+    study = load_study("", name, storage)
+    trials = {trial.number: trial for trial in study.trials}
+    assert summary["n_trials"]["complete"] == 4 and state_counts(study)["running"] == 0
+    assert trials[running.number].state.name == "FAIL"
+    assert "is gone (killed or crashed)" in interrupted_trials(study)[running.number]
+    retry = [trial for trial in study.trials if trial.user_attrs.get("retry_of") == running.number]
+    assert len(retry) == 1 and retry[0].state.name == "COMPLETE" and retry[0].params == running.params
+    complete = [json.dumps(trial.params, sort_keys=True) for trial in study.trials if trial.state.name == "COMPLETE"]
+    assert len(complete) == 4 and len(set(complete)) == 4  # no configuration trained twice
+
+
+@pytest.mark.skipif(not os.environ.get("YT8M_TEST_POSTGRES_URL"),
+                    reason="YT8M_TEST_POSTGRES_URL is not set: start a server with `.ci/postgres.sh start`")
+def test_the_slurm_and_kubernetes_launchers_run_one_study_between_them(tmp_path, shards):
+    """configs/launch/: the SLURM array script (run by bash as a task of the array) and the Kubernetes Job's
+    container command (run by sh as its pod would), at once, on one study of the test server."""
+    name = f"launch-{uuid.uuid4().hex[:8]}"
+    path = tune_file(tmp_path / f"{name}.yaml", shards, tune={"pruner": "none"}, num_epochs=10)
+    env = {**os.environ, "YT8M_STORAGE": os.environ["YT8M_TEST_POSTGRES_URL"], "YT8M_TUNE_CONFIG": path,
+           "YT8M_STUDIES": str(tmp_path / "studies"),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    launch = REPO_ROOT / "configs" / "launch"
+    job = yaml.safe_load((launch / "tune_k8s_job.yaml").read_text())
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert {entry["name"] for entry in container["env"]} == {"YT8M_STORAGE", "YT8M_TUNE_CONFIG", "YT8M_STUDIES"}
+    pod_command = [*container["command"][:-1], "6"]  # its --n_trials, smaller
+    assert container["command"][-2:] == ["--n_trials", "200"]
+    common = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    processes = [subprocess.Popen(["bash", str(launch / "tune_slurm.sbatch"), "--n_trials", "6"],
+                                  env={**env, "SLURM_ARRAY_TASK_ID": "1"}, **common),
+                 subprocess.Popen(pod_command, env={**env, "JOB_COMPLETION_INDEX": "0"}, **common)]
+    for process in processes:
+        finish(process)
+    assert sorted(folder.name for folder in (tmp_path / "studies" / name).iterdir()) == ["pod-0", "task-1"]
+    study = load_study("", name, with_installed_driver(os.environ["YT8M_TEST_POSTGRES_URL"]))
+    assert state_counts(study)["complete"] == 6 and len(worker_pids(study)) == 2
+
+
 @pytest.mark.parametrize("report_every_steps, first_report, examples", [(0, 1, 240), (4, 4, 120)])
 def test_pruning_stops_a_hopeless_trial(tmp_path, shards, capsys, report_every_steps, first_report, examples):
     """Reports each epoch (step = epochs done) or every 4 training steps (step = global step); 240 videos, batch 30.
