@@ -67,13 +67,17 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-_jobs_sharing = 1  # concurrent jobs of this machine (yt8m tune --n_jobs), set in each
+# Concurrent jobs of this machine (yt8m tune --n_jobs), set in each; the processes a job starts (a trial's torchrun
+# ranks with --gpus_per_trial) read it from the environment.
+JOBS_ENV = "YT8M_TUNE_JOBS"
+_jobs_sharing = int(os.environ.get(JOBS_ENV, "1")) if os.environ.get(JOBS_ENV, "").isdigit() else 1
 
 
 def share_machine_among(jobs: int) -> None:
     """Set in each of `jobs` concurrent jobs (tune --n_jobs): each takes only its share of the CPUs and memory."""
     global _jobs_sharing
     _jobs_sharing = max(1, jobs)
+    os.environ[JOBS_ENV] = str(_jobs_sharing)
 
 
 def jobs_sharing() -> int:

@@ -51,3 +51,26 @@ def test_n_jobs_auto_gives_each_of_two_gpus_its_own_job(tmp_path, shards):
             trial.user_attrs["devices"]["cuda_visible_devices"])
     # Two jobs, each on its own GPU for all its trials: trials that run at once never share one.
     assert sorted(map(sorted, by_job.values())) == [["0"], ["1"]]
+
+
+def test_gpus_per_trial_trains_each_trial_as_a_two_process_job_that_reports_and_is_pruned(tmp_path, shards):
+    """On this machine without GPUs, `--gpus_per_trial 2` runs each trial as 2 gloo processes under torchrun; rank 0
+    reports each epoch to the study and its pruner stops the hopeless second trial at its first report."""
+    search = {"base_learning_rate": {"type": "float", "low": 1e-7, "high": 0.5, "log": True}}
+    enqueue = [{"base_learning_rate": 0.1}, {"base_learning_rate": 1e-7}]
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=3,
+                     tune={"enqueue": enqueue})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "2",
+                           "--gpus_per_trial", "2"], env=env, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    complete, pruned = optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path}/study/study.db").trials
+    assert complete.state.name == "COMPLETE" and pruned.state.name == "PRUNED"
+    assert list(complete.intermediate_values) == [1, 2, 3] and list(pruned.intermediate_values) == [1]
+    assert complete.value == max(complete.intermediate_values.values())
+    for trial in (complete, pruned):
+        assert trial.user_attrs["devices"]["processes"] == 2
+        outcome = json.loads((Path(trial.user_attrs["train_dir"]) / "trial_process.json").read_text())
+        assert outcome["summary"]["processes"] == 2  # the training ran as 2 processes
+    assert complete.user_attrs["best_epoch"] == max(complete.intermediate_values,
+                                                    key=complete.intermediate_values.get)

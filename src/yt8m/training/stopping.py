@@ -53,6 +53,11 @@ class StopRequests:
     def interrupted(self) -> bool:
         return self.signal_noted is not None
 
+    def seconds_left(self) -> dict[str, float]:
+        """Each deadline's seconds from now (0 where passed): what a process this one starts is to keep."""
+        now = time.monotonic()
+        return {name: max(0.0, when - now) for name, when in self.deadlines.items()}
+
     @contextlib.contextmanager
     def deadline(self, name: str, seconds: Optional[float]) -> Iterator[None]:
         """Within the block, the run stops once `seconds` have passed (no deadline for None)."""

@@ -65,6 +65,8 @@ def use_job_devices(devices: Optional[str]) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
 
 
-def trial_devices(device: str) -> dict[str, Any]:
-    """What a trial trains on: the GPUs its process sees and its --device resolved."""
-    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(resolve_device(device))}
+def trial_devices(device: str, processes: int) -> dict[str, Any]:
+    """What a trial trains on: the GPUs its job sees, its --device resolved, and its processes (--gpus_per_trial:
+    each rank takes cuda:LOCAL_RANK of the job's GPUs)."""
+    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(resolve_device(device)),
+            "processes": processes}

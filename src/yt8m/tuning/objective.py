@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import optuna
 
@@ -186,6 +186,8 @@ class TrialObjective:
     lock: TrialStartLock  # held when a trial starts: released once the trial is RUNNING and stamped
     limits: RunLimits = RunLimits()
     rungs: tuple[int, ...] = ()  # --resource examples: the study's rungs (tuning/budget.py)
+    # How a trial trains (trial, reporter, params, the tuner's overrides) -> summary; None: in this process.
+    training: Optional[Callable[..., dict[str, Any]]] = None
 
     def __call__(self, trial: optuna.Trial) -> float:
         """Train the trial; its value is its best validated epoch's. Past --trial_timeout, or at the run's --timeout,
@@ -209,12 +211,13 @@ class TrialObjective:
             return take_duplicate(trial, original, self.spec.settings.study.study_dir)
         train_dir = trial_dir(self.spec.settings.study.study_dir, trial.number)
         trial.set_user_attr(TRAIN_DIR_ATTR, train_dir)
-        config = self.spec.trial_config(params, train_dir, **report_schedule(self.spec.settings.pruning, self.rungs))
+        overrides = report_schedule(self.spec.settings.pruning, self.rungs)
+        config = self.spec.trial_config(params, train_dir, **overrides)
         reporter = ValidationReporter(trial, self.spec, config, rungs=self.rungs)
-        devices = trial_devices(config.runtime.device)
+        devices = trial_devices(config.runtime.device, self.spec.settings.study.gpus_per_trial)
         trial.set_user_attr(DEVICES_ATTR, devices)
         log.info("trial %d: %s in %s, on %s", trial.number, params, train_dir, devices["device"])
-        summary = self._training(trial, config, reporter)
+        summary = self._training(trial, reporter, params, overrides)
         self._record_progress(trial, reporter, summary)
         if summary.get("stopped"):
             return self._stopped(trial, reporter, summary)
@@ -228,9 +231,12 @@ class TrialObjective:
             raise TrialFailure("the trial ended without a validation result")
         return reporter.best.value
 
-    def _training(self, trial: optuna.Trial, config: TrainConfig, reporter: "ValidationReporter") -> dict[str, Any]:
+    def _training(self, trial: optuna.Trial, reporter: "ValidationReporter", params: dict[str, Any],
+                  overrides: dict[str, Any]) -> dict[str, Any]:
         try:
-            return train(config, hooks=[reporter])
+            if self.training is not None:
+                return self.training(trial, reporter, params, overrides)
+            return train(reporter.config, hooks=[reporter])
         except ModelTooLargeError as err:
             # Pruned, not failed: TPE ranks a pruned trial without reports below every other, so it learns to
             # avoid the region; a failed trial would be left out of its model and the region sampled again.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import os
@@ -41,6 +42,7 @@ from yt8m.tuning.study import (
     storage_url,
     trials_to_start,
 )
+from yt8m.tuning.trial_process import train_across_processes
 
 log = logging.getLogger("yt8m.tune")
 
@@ -151,7 +153,8 @@ RESOURCE_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     """One job runs in this process; J jobs run in J spawned processes (torch is not fork- or thread-safe). Returns
     the jobs that died (an error, a signal), each described; the others go on with the study meanwhile."""
-    n_jobs = job_count(spec.settings.study.n_jobs, announce=True)
+    per_trial = spec.settings.study.gpus_per_trial
+    n_jobs = job_count(spec.settings.study.n_jobs, per_trial, announce=True)
     if n_jobs == 1:
         run_worker(spec, limits)
         return []
@@ -166,7 +169,7 @@ def run_jobs(spec: TuneSpec, limits: RunLimits) -> list[str]:
     context = multiprocessing.get_context("spawn")
     gpus = visible_gpus()
     workers = [context.Process(target=_job_process, name=f"tune-job-{index}",
-                               args=(spec, limits, os.getpid(), n_jobs, job_devices(index, 1, gpus)))
+                               args=(spec, limits, os.getpid(), n_jobs, job_devices(index, per_trial, gpus)))
                for index in range(n_jobs)]
     for worker in workers:
         if not STOPS.interrupted:
@@ -199,7 +202,9 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     study = open_study(spec, storage)
     lock = TrialStartLock(os.path.join(settings.study.study_dir, ".budget.lock"))
     budget = study_budget(study, spec)
-    objective = TrialObjective(spec, lock, limits, budget.rungs if budget else ())
+    processes = settings.study.gpus_per_trial
+    training = functools.partial(train_across_processes, processes=processes) if processes > 1 else None
+    objective = TrialObjective(spec, lock, limits, budget.rungs if budget else (), training)
     quiet_trial_logs()
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -90,6 +90,9 @@ class StudySettings:
     n_jobs: str = setting("1", "Trial processes run in parallel on this machine; auto: one per visible GPU (each "
                                "job its own, by CUDA_VISIBLE_DEVICES), and 1 without a GPU (measured: 2 jobs on 2 "
                                "cores gave 1.15x the trials an hour of 1).", check=job_count_problem)
+    gpus_per_trial: int = setting(1, "GPUs of each trial: above 1, a trial trains as a torchrun job of this many "
+                                     "processes (gloo on a machine without GPUs), and --n_jobs auto runs one job per "
+                                     "this many visible GPUs.", at_least=1)
     keep_best: Optional[int] = setting(None, "Keep the checkpoints of the best K complete trials only (and of the "
                                               "K that `tune-report --diverse` takes); None keeps all.", at_least=0)
     heartbeat_seconds: int = setting(30, "Running trials record a heartbeat this often; one silent for 4 "
