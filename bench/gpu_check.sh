@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issues 28's and 35's GPU checks, in one run of under 9 minutes on one H100/H200 with 16 cores (each stage has its
+# Issues 28's, 35's and 46's GPU checks, in one run of under 11 minutes on one H100/H200 with 16 cores (each stage has its
 # own time limit; what a stage printed stays printed if a later one runs out of time):
 #   1. the CUDA tests (pytest -m gpu): dequantization bit-identical on the GPU, eager and compiled; pinned batches
 #      reaching the GPU one step ahead; training, evaluation and prediction on the GPU.
@@ -11,6 +11,9 @@
 #   4. Out of GPU memory at the first training step (issue 35): an MoE of 200 mixtures at batch 65,536 (its gates'
 #      and experts' logits alone are 200 GB) must end in one line naming --batch_size, with no traceback. (The
 #      validation case is the same handler around the evaluation batch: tests/training/test_train_faults.py.)
+#   5. `yt8m tune --n_jobs auto` (issue 46): a study of 2 short trials on the video-level data, with
+#      CUDA_VISIBLE_DEVICES=0,1 where the machine has 2 GPUs or more (2 jobs, each on its GPU), else on its one GPU
+#      (1 job); prints what --n_jobs auto chose and each trial's recorded devices.
 # Usage, from the repository root with its venv built (make .venv/.installed):
 #   bash bench/gpu_check.sh [WORK_DIR]        # WORK_DIR (default /tmp/yt8m-gpu-check) keeps the synthetic data
 # Prints the nvidia-smi line, each stage's JSON, then a summary of each target: met or not, with the figure.
@@ -65,6 +68,34 @@ if grep -q "out of GPU memory in a training step" "$WORK/oom.err" && ! grep -q T
 else
   echo '{"check": "cuda_oom_one_line", "met": false}' | tee -a "$LOG"
 fi
+
+echo "== 5. tune --n_jobs auto: each job on its own GPU"
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then export CUDA_VISIBLE_DEVICES=0,1; fi
+cat > "$WORK/tune_devices.yaml" <<YAML
+train:
+  train_data_pattern: $WORK/data/video/train-0000[0-5]-of-00008.tfrecord
+  eval_data_pattern: $WORK/data/video/train-00007-of-00008.tfrecord
+  model: LogisticModel
+  batch_size: 1024
+  num_epochs: 1
+  max_steps: 20
+search:
+  base_learning_rate: {type: float, low: 0.001, high: 0.1, log: true}
+objective: {metric: gap}
+tune: {study_dir: $WORK/tune_devices, n_trials: 2, pruner: none, n_jobs: auto}
+YAML
+rm -rf "$WORK/tune_devices"
+timeout 120 .venv/bin/yt8m tune --config "$WORK/tune_devices.yaml" > "$WORK/tune_devices.out" 2> "$WORK/tune_devices.err"
+echo "tune_exit $?"
+grep -- "--n_jobs auto:" "$WORK/tune_devices.err"
+$PY - "$WORK/tune_devices" <<'EOF'
+import optuna, sys
+study = optuna.load_study(study_name="tune_devices", storage=f"sqlite:///{sys.argv[1]}/study.db")
+for trial in study.trials:
+    print(f"trial {trial.number} {trial.state.name}: devices {trial.user_attrs.get('devices')}, worker pid "
+          f"{trial.user_attrs.get('worker', {}).get('pid')}")
+EOF
+unset CUDA_VISIBLE_DEVICES
 
 echo "== summary"
 $PY - "$LOG" <<'EOF'

@@ -225,12 +225,12 @@ def test_every_config_yaml_written_before_the_sections_loads(run):
     # smoothing), --metrics, the augment section, stochastic weight averaging, the optimizer's weight decay, the
     # RAM cache's --cache_in_memory_required, --input_l2_normalize (true: the video-level input normalized, as
     # always before), the learning-rate schedule's name (the starter kit's decay, as always before), the optimizer's
-    # parameter groups, the resume's record of changes; and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
+    # parameter groups, the resume's record of changes, --checkpoint_at_examples (none); and --memory_check, whose default refuses under a cgroup a run that would be killed part-way
     # (where such a run was killed before).
     added = {"label_smoothing": 0.0, "metrics": [], "mixup_alpha": 0.0, "feature_dropout": 0.0, "swa_start_epoch": 0,
              "weight_decay": None, "cache_in_memory_required": False, "memory_check": "refuse",
              "input_l2_normalize": True, "lr_schedule": "exponential", "no_decay_biases_and_norms": False,
-             "resume_with_changes": False, "resume_changes": []}
+             "resume_with_changes": False, "resume_changes": [], "checkpoint_at_examples": []}
     assert {name: values[name] for name in set(values) - set(flat)} == added
     assert {name: value for name, value in values.items() if name in flat} == {name: flat[name] for name in values
                                                                                if name in flat}

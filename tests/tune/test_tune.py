@@ -593,7 +593,7 @@ def test_a_machine_killed_mid_trial_loses_nothing_of_a_shared_postgres_study(tmp
 @pytest.mark.skipif(not os.environ.get("YT8M_TEST_POSTGRES_URL"),
                     reason="YT8M_TEST_POSTGRES_URL is not set: start a server with `.ci/postgres.sh start`")
 def test_the_slurm_and_kubernetes_launchers_run_one_study_between_them(tmp_path, shards):
-    """configs/launch/: the SLURM array script (run by bash as a task of the array) and the Kubernetes Job's
+    """examples/slurm/tune_array.sbatch (run by bash as a task of the array) and examples/kubernetes/tune_job.yaml's
     container command (run by sh as its pod would), at once, on one study of the test server."""
     name = f"launch-{uuid.uuid4().hex[:8]}"
     path = tune_file(tmp_path / f"{name}.yaml", shards, tune={"pruner": "none"}, num_epochs=10)
@@ -601,15 +601,14 @@ def test_the_slurm_and_kubernetes_launchers_run_one_study_between_them(tmp_path,
            "YT8M_STUDIES": str(tmp_path / "studies"),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    launch = REPO_ROOT / "configs" / "launch"
-    job = yaml.safe_load((launch / "tune_k8s_job.yaml").read_text())
+    job = yaml.safe_load((REPO_ROOT / "examples" / "kubernetes" / "tune_job.yaml").read_text())
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert {entry["name"] for entry in container["env"]} == {"YT8M_STORAGE", "YT8M_TUNE_CONFIG", "YT8M_STUDIES"}
     pod_command = [*container["command"][:-1], "6"]  # its --n_trials, smaller
     assert container["command"][-2:] == ["--n_trials", "200"]
     common = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    processes = [subprocess.Popen(["bash", str(launch / "tune_slurm.sbatch"), "--n_trials", "6"],
-                                  env={**env, "SLURM_ARRAY_TASK_ID": "1"}, **common),
+    array_task = ["bash", str(REPO_ROOT / "examples" / "slurm" / "tune_array.sbatch"), "--n_trials", "6"]
+    processes = [subprocess.Popen(array_task, env={**env, "SLURM_ARRAY_TASK_ID": "1"}, **common),
                  subprocess.Popen(pod_command, env={**env, "JOB_COMPLETION_INDEX": "0"}, **common)]
     for process in processes:
         finish(process)

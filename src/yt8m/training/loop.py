@@ -25,7 +25,7 @@ from yt8m.io.checkpoints import Checkpoint, checkpoint_path
 from yt8m.tasks.taskset import TaskSet
 from yt8m.training.augment import Augmenter
 from yt8m.training.checkpointing import UNSCHEDULED, Checkpointer, NonFiniteLossError, Progress
-from yt8m.training.config import TrainConfig
+from yt8m.training.config import CheckpointConfig, TrainConfig
 from yt8m.training.memory_checks import MemoryLimitReached, check_memory_limit
 from yt8m.training.meter import RunEstimate
 from yt8m.training.randomness import process_seed, restore_rng_state, seed_everything
@@ -193,20 +193,10 @@ class TrainingLoop:
                 self._end_epoch()
                 return
             self._step(group, examples)
-            if self._checkpoint_due(examples):
+            if checkpoint_due(self.config.checkpoints, progress, examples):
                 self._checkpoint()
             if self._done():
                 return
-
-    def _checkpoint_due(self, step_examples: int) -> bool:
-        """After a step of `step_examples`: every --export_model_steps steps, and at the step that reached one of
-        --checkpoint_at_examples (state-free, so a resume past it does not write it again)."""
-        checkpoints, progress = self.config.checkpoints, self.progress
-        every = checkpoints.export_model_steps
-        if every and progress.step % every == 0:
-            return True
-        before = progress.examples - step_examples
-        return any(before < count <= progress.examples for count in checkpoints.checkpoint_at_examples)
 
     def _end_epoch(self) -> None:
         """Count the epoch, show it to the hooks and, with --checkpoint_every_epoch, checkpoint (and evaluate)."""
@@ -403,6 +393,16 @@ class ReadingPositions:
         log.info("resuming epoch %d where its readers stood after batch %d: the records their shuffle buffers held are "
                  "read again from their shards, and the epoch goes on", progress.epoch + 1, progress.batches_in_epoch)
         return self.reading.epoch_batches(progress.epoch, state)
+
+
+def checkpoint_due(checkpoints: CheckpointConfig, progress: Progress, step_examples: int) -> bool:
+    """After a step of `step_examples`: every --export_model_steps steps, and at the step that reached one of
+    --checkpoint_at_examples (state-free, so a resume past it does not write it again)."""
+    every = checkpoints.export_model_steps
+    if every and progress.step % every == 0:
+        return True
+    before = progress.examples - step_examples
+    return any(before < count <= progress.examples for count in checkpoints.checkpoint_at_examples)
 
 
 def batch_record(batch: Batch) -> dict[str, Any]:

@@ -109,7 +109,6 @@ class ValidationReporter:
     failure: Optional[str] = None
     best: Optional[Validated] = None  # the best validation so far: the trial's value
     rungs: tuple[int, ...] = ()  # --resource examples: the example counts it reports at
-    rungs_reported: int = 0
 
     @property
     def key(self) -> str:
@@ -163,14 +162,12 @@ class ValidationReporter:
         for every trial, whatever its batch size); a trial that trains its whole budget reports the last rung at its
         end should the estimated budget exceed the set's true size. Epoch-end validations between rungs are not
         reported (they may still be the trial's best)."""
-        pending = self.rungs[self.rungs_reported:]
+        last = self.reports[-1][0] if self.reports else 0  # with rungs, every report is at one
+        pending = [rung for rung in self.rungs if rung > last]
         reached = [rung for rung in pending if rung <= event.examples]
         if not reached and pending and event.epoch >= self.config.schedule.num_epochs:
             reached = [pending[-1]]
-        if not reached:
-            return None
-        self.rungs_reported = self.rungs.index(reached[-1]) + 1
-        return reached[-1]
+        return reached[-1] if reached else None
 
     def _is_last(self, event: "TrainEvent") -> bool:
         schedule = self.config.schedule

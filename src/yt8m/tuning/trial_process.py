@@ -65,7 +65,7 @@ def read_outcome(path: str, reporter: ValidationReporter, missing: str) -> dict[
         raise TrialFailure(missing)
     with open(path) as fh:
         outcome = json.load(fh)
-    for name in ("reports", "metrics", "epochs", "examples", "pruned_at", "failure", "rungs_reported"):
+    for name in ("reports", "metrics", "epochs", "examples", "pruned_at", "failure"):
         setattr(reporter, name, outcome["reporter"][name])
     reporter.reports = [(int(step), float(value)) for step, value in reporter.reports]
     best = outcome["reporter"]["best"]
@@ -89,7 +89,9 @@ def run_rank(payload_path: str) -> None:
     outcome: dict[str, Any] = {}
     try:
         with contextlib.ExitStack() as limits:
-            for name, seconds in payload["limits"].items():
+            # Rank 0 alone holds the limits: every rank stops at the step it says, and a limit another rank saw
+            # first would reach rank 0 as "stopped by another process", an interrupt, not the limit it is.
+            for name, seconds in (payload["limits"] if reporter is not None else {}).items():
                 limits.enter_context(STOPS.deadline(name, seconds))
             outcome["summary"] = train(config, hooks=[reporter] if reporter else [])
     except ModelTooLargeError as err:
@@ -113,7 +115,7 @@ def _study_trial(spec: TuneSpec, number: int) -> optuna.Trial:
 def _reporter_state(reporter: ValidationReporter) -> dict[str, Any]:
     return {"reports": reporter.reports, "metrics": reporter.metrics, "epochs": reporter.epochs,
             "examples": reporter.examples, "pruned_at": reporter.pruned_at, "failure": reporter.failure,
-            "rungs_reported": reporter.rungs_reported, "best": asdict(reporter.best) if reporter.best else None}
+            "best": asdict(reporter.best) if reporter.best else None}
 
 
 if __name__ == "__main__":
