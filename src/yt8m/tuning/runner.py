@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from typing import Any, Optional
 
 import optuna
@@ -51,6 +52,9 @@ PR_SET_PDEATHSIG = 1
 # Exit status of an interrupted run, and of a job the watchdog ends (128 + SIGINT, as after Ctrl+C).
 EXIT_INTERRUPTED = 130
 JOIN_POLL_SECS = 0.2  # how often the tune process looks at its jobs and at a stop request
+# How often a job whose budget other processes' running trials hold looks for one of them interrupted (at most: at
+# each heartbeat where those are shorter), a cheap read of the study.
+OTHERS_POLL_SECS = 5
 
 
 def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
@@ -196,7 +200,8 @@ def _exit_description(exitcode: Optional[int]) -> str:
 
 def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
     """Run trials one at a time until the study's budget is met or --timeout passes (which also stops the trial
-    running then); after each, rewrite the leaderboard and best.yaml (the plots, slower, are drawn at the end)."""
+    running then); after each, rewrite the leaderboard and best.yaml (the plots, slower, are drawn at the end). While
+    other processes' running trials hold the rest of the budget, wait for them: one may be interrupted."""
     settings = spec.settings
     storage = open_storage(settings.study)
     study = open_study(spec, storage)
@@ -211,16 +216,38 @@ def run_worker(spec: TuneSpec, limits: RunLimits) -> None:
         remove_checkpoints_beyond_best(study, settings.study.study_dir, settings.study.keep_best)
         write_leaderboard_and_best(study, spec)
 
+    waited_for: set[int] = set()
     while not limits.passed() and not STOPS.interrupted:
         with lock.held():
             # The study dir's own SQLite file: every job of the study runs on this machine and takes this lock.
             recover_interrupted(study, storage, jobs_here_only=not settings.study.storage)
-            if trials_to_start(study, settings.study.n_trials) <= 0:
-                return
-            try:
-                study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
-            except TrialInterrupted:
-                return  # its record re-queues it; the run ends (an interrupt) or its --timeout has passed
+            budget_taken = trials_to_start(study, settings.study.n_trials) <= 0
+            if not budget_taken:
+                try:
+                    study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[after_trial])
+                except TrialInterrupted:
+                    return  # its record re-queues it; the run ends (an interrupt) or its --timeout has passed
+        if budget_taken and not wait_for_running_trials(study, settings.study.heartbeat_seconds, limits, waited_for):
+            return
+
+
+def wait_for_running_trials(study: optuna.Study, heartbeat_seconds: int, limits: RunLimits,
+                            waited_for: set[int]) -> bool:
+    """The budget is taken, but by trials still running in other processes (jobs, machines): wait a poll, since one
+    of them may be interrupted (its process killed, its machine lost) and its parameters re-queued, to be run here.
+    False, at once, when no trial runs: the study is done. `waited_for`: the trials named in the last log line."""
+    running = {trial.number for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+    if not running:
+        return False
+    if running != waited_for:
+        log.info("the study's --n_trials are all taken; waiting for trial(s) %s, running in other processes: one "
+                 "that is interrupted is re-queued and run here", ", ".join(map(str, sorted(running))))
+        waited_for.clear()
+        waited_for.update(running)
+    deadline = time.monotonic() + min(heartbeat_seconds, OTHERS_POLL_SECS)
+    while time.monotonic() < deadline and not limits.passed() and not STOPS.interrupted:
+        time.sleep(JOIN_POLL_SECS)
+    return True
 
 
 def quiet_trial_logs() -> None:
