@@ -74,3 +74,19 @@ def test_gpus_per_trial_trains_each_trial_as_a_two_process_job_that_reports_and_
         assert outcome["summary"]["processes"] == 2  # the training ran as 2 processes
     assert complete.user_attrs["best_epoch"] == max(complete.intermediate_values,
                                                     key=complete.intermediate_values.get)
+
+
+def test_a_two_process_trial_past_trial_timeout_keeps_its_best_validation(tmp_path, shards):
+    """The job's limits reach its rank 0, which stops every rank at the same step end: the trial completes with its
+    best epoch's value, stopped by --trial_timeout, not interrupted."""
+    search = {"base_learning_rate": {"type": "float", "low": 0.01, "high": 0.5, "log": True}}
+    path = tune_file(tmp_path / "tune.yaml", shards, search, model="LogisticModel", num_epochs=100000,
+                     tune={"pruner": "none"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "1",
+                           "--gpus_per_trial", "2", "--trial_timeout", "25"], env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path}/study/study.db").trials
+    assert trial.state.name == "COMPLETE" and "ran past --trial_timeout 25 s" in trial.user_attrs["stopped"]
+    assert trial.value == max(trial.intermediate_values.values())
