@@ -64,8 +64,16 @@ def yt8m_process(*argv: str, env_extra: dict | None = None, **popen) -> subproce
 
 def finish(process: subprocess.Popen) -> dict:
     out, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err[-3000:]
+    assert process.returncode == 0, (err or getattr(process, "log_text", lambda: "")())[-3000:]
     return json.loads(out.strip().splitlines()[-1])
+
+
+def logged_to_file(process_args: list[str], log: Path, **popen) -> subprocess.Popen:
+    """A process whose stderr goes to `log`: a pipe nobody reads while it runs would fill and stall it."""
+    with open(log, "w") as err:
+        process = subprocess.Popen(process_args, stdout=subprocess.PIPE, stderr=err, text=True, **popen)
+    process.log_text = log.read_text  # type: ignore[attr-defined]
+    return process
 
 
 def load_study(study_dir: str | Path, name: str = "tune", storage: str = "") -> optuna.Study:
@@ -564,8 +572,10 @@ def test_a_machine_killed_mid_trial_loses_nothing_of_a_shared_postgres_study(tmp
     storage = with_installed_driver(url)
 
     def machine(directory: str) -> subprocess.Popen:
-        return yt8m_process("tune", "--config", path, "--n_trials", "4", "--storage", url, "--study_name", name,
-                            "--study_dir", str(tmp_path / directory), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        return logged_to_file([sys.executable, "-m", "yt8m", "tune", "--config", path, "--n_trials", "4", "--storage",
+                               url, "--study_name", name, "--study_dir", str(tmp_path / directory)],
+                              tmp_path / f"{directory}.log", env=env)
 
     killed, survivor = machine("a"), machine("b")
     deadline = time.monotonic() + 240
@@ -606,10 +616,9 @@ def test_the_slurm_and_kubernetes_launchers_run_one_study_between_them(tmp_path,
     assert {entry["name"] for entry in container["env"]} == {"YT8M_STORAGE", "YT8M_TUNE_CONFIG", "YT8M_STUDIES"}
     pod_command = [*container["command"][:-1], "6"]  # its --n_trials, smaller
     assert container["command"][-2:] == ["--n_trials", "200"]
-    common = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     array_task = ["bash", str(REPO_ROOT / "examples" / "slurm" / "tune_array.sbatch"), "--n_trials", "6"]
-    processes = [subprocess.Popen(array_task, env={**env, "SLURM_ARRAY_TASK_ID": "1"}, **common),
-                 subprocess.Popen(pod_command, env={**env, "JOB_COMPLETION_INDEX": "0"}, **common)]
+    processes = [logged_to_file(array_task, tmp_path / "task.log", env={**env, "SLURM_ARRAY_TASK_ID": "1"}),
+                 logged_to_file(pod_command, tmp_path / "pod.log", env={**env, "JOB_COMPLETION_INDEX": "0"})]
     for process in processes:
         finish(process)
     assert sorted(folder.name for folder in (tmp_path / "studies" / name).iterdir()) == ["pod-0", "task-1"]
