@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from tune_fixtures import shards, tune_file  # noqa: F401  (a fixture)
+from yt8m import cli
 from yt8m.tuning.devices import CPU_JOBS, job_count, job_devices
 
 pytestmark = pytest.mark.integration
@@ -90,3 +91,12 @@ def test_a_two_process_trial_past_trial_timeout_keeps_its_best_validation(tmp_pa
     (trial,) = optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path}/study/study.db").trials
     assert trial.state.name == "COMPLETE" and "ran past --trial_timeout 25 s" in trial.user_attrs["stopped"]
     assert trial.value == max(trial.intermediate_values.values())
+
+
+def test_a_trial_of_more_gpus_than_the_machine_shows_is_one_line(tmp_path, shards, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    path = tune_file(tmp_path / "tune.yaml", shards)
+    assert cli.main(["tune", "--config", path, "--gpus_per_trial", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "--gpus_per_trial 3: this machine shows 2 GPU(s) (0,1); a trial takes at most that many" in err
+    assert "Traceback" not in err and not (tmp_path / "study").exists()

@@ -51,6 +51,15 @@ def job_count(value: Any, gpus_per_trial: int = 1, announce: bool = False) -> in
     return CPU_JOBS
 
 
+def check_gpus_per_trial(gpus_per_trial: int) -> None:
+    """A trial of more GPUs than this machine shows cannot be given its own: one line, before the study starts
+    (without a GPU, its K processes train on the CPU)."""
+    gpus = visible_gpus()
+    if gpus and gpus_per_trial > len(gpus):
+        raise ValueError(f"--gpus_per_trial {gpus_per_trial}: this machine shows {len(gpus)} GPU(s) "
+                         f"({','.join(gpus)}); a trial takes at most that many")
+
+
 def job_devices(job: int, gpus_per_trial: int, gpus: list[str]) -> Optional[str]:
     """CUDA_VISIBLE_DEVICES of job `job`: the visible GPUs at positions job*K .. job*K+K-1 (round-robin), so that
     jobs up to the GPUs' count never share one; None without a GPU."""

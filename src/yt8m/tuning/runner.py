@@ -26,7 +26,7 @@ from yt8m.process_settings import configure_training_process
 from yt8m.runtime import available_cpus, setup_logging, share_machine_among, visible_gpus
 from yt8m.training.stopping import STOPS, noting_signals
 from yt8m.tuning.budget import study_budget
-from yt8m.tuning.devices import job_count, job_devices, use_job_devices
+from yt8m.tuning.devices import check_gpus_per_trial, job_count, job_devices, use_job_devices
 from yt8m.tuning.lifetime import TrialStartLock, note_interrupt, stop_jobs, watch_over_job
 from yt8m.tuning.limits import RunFlags, RunLimits
 from yt8m.tuning.objective import TrialFailure, TrialInterrupted, TrialObjective, remove_checkpoints_beyond_best
@@ -62,6 +62,7 @@ def run_tune(spec: TuneSpec) -> tuple[optuna.Study, dict[str, Any]]:
     the summary. On Ctrl+C (or SIGTERM), and when --timeout passes, the running trials are re-queued and the report
     is still written; a trial past --trial_timeout is stopped at its best validated epoch."""
     _check_data(spec)
+    check_gpus_per_trial(spec.settings.study.gpus_per_trial)
     settings = spec.settings
     os.makedirs(settings.study.study_dir, exist_ok=True)
     study = open_study(spec, open_storage(settings.study))
